@@ -1,0 +1,29 @@
+# The two set-up commands of the README:
+#   make run   installs nsightwrap and profiles the example program under the watchdog
+#   make test  installs nsightwrap with its test extras and runs the tests (what CI runs)
+PYTHON ?= python3
+EXAMPLE ?= $(PYTHON) examples/torch_matmul_softmax.py
+
+.PHONY: install install-test run test test-gpu bench clean
+
+install:
+	$(PYTHON) -m pip install -q -e .
+
+install-test:
+	$(PYTHON) -m pip install -q -e '.[test]'
+
+run: install
+	$(PYTHON) -m nsightwrap doctor
+	$(PYTHON) -m nsightwrap run --set basic -- $(EXAMPLE)
+
+test: install-test
+	$(PYTHON) -m pytest -q
+
+test-gpu: install-test
+	$(PYTHON) -m pytest -q -m gpu
+
+bench: install
+	$(PYTHON) benchmarks/run_overhead.py
+
+clean:
+	rm -rf nsightwrap-reports .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,46 @@
+"""nsightwrap: NVIDIA profilers under a watchdog.
+
+    import nsightwrap
+    attempt = nsightwrap.profile_command(["./my_app"], nsightwrap.ProfileOptions(set="full"))
+    if attempt.status == "hang":
+        print(attempt.stalled_kernel, attempt.report)   # the partial report is kept
+
+Everything public is importable from here; other modules are internal.
+"""
+
+from .attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
+from .engine import ProfileInterrupted, RunConfig, profile_command
+from .errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ToolError, ToolNotFound
+from .options import KernelFilter, ProfileOptions, ReplayMode
+from .rules import Stall, StallRule, TotalTimeout, WatchRule
+from .tools import NcuInfo, find_ncu, probe_ncu
+from .watchdog import StopPolicy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attempt",
+    "AttemptFailed",
+    "AttemptHung",
+    "EXIT_CODES",
+    "KernelFilter",
+    "KernelResult",
+    "NcuInfo",
+    "NsightwrapError",
+    "OptionsError",
+    "ProfileInterrupted",
+    "ProfileOptions",
+    "ReplayMode",
+    "RunConfig",
+    "STATUSES",
+    "Stall",
+    "StallRule",
+    "StopPolicy",
+    "ToolError",
+    "ToolNotFound",
+    "TotalTimeout",
+    "WatchRule",
+    "find_ncu",
+    "probe_ncu",
+    "profile_command",
+]

@@ -1,0 +1,247 @@
+"""What one watched profiler run did, in one record.
+
+An Attempt is built once from the raw RunOutcome and never changes. Its
+status is one of STATUSES; each has its own exit code for the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+from .events import KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten, SLOW_LAUNCH_WARNING
+from .rules import Stall
+from .watchdog import RunOutcome, StopRecord
+
+OK, HANG, TIMEOUT, ERROR, NO_KERNELS, INTERRUPTED, CRASHED = (
+    "ok", "hang", "timeout", "error", "no-kernels", "interrupted", "crashed")
+STATUSES = (OK, HANG, TIMEOUT, ERROR, NO_KERNELS, INTERRUPTED, CRASHED)
+
+#: Exit codes of `python -m nsightwrap run`; 2 is a usage or set-up error
+#: found before anything was launched.
+EXIT_CODES = {OK: 0, HANG: 3, TIMEOUT: 4, ERROR: 5, NO_KERNELS: 6, CRASHED: 7, INTERRUPTED: 130}
+USAGE_EXIT_CODE = 2
+
+_APP_RC = re.compile(r"The application returned an error code \((-?\d+)\)")
+
+#: What to do next about errors ncu is known to print.
+_ERROR_HINTS = (
+    ("ERR_NVGPUCTRPERM", "this user may not read the GPU performance counters: run as root, or load the "
+                         "driver with NVreg_RestrictProfilingToAdminUsers=0"),
+    ("not supported during range replay", "drop that option, or use kernel replay"),
+    ("did not match any section", "run `ncu --list-sections` (or `--list-sets`) for the valid ids"),
+    ("already exists", "choose another report path, or pass force_overwrite / -f"),
+    ("Failed to launch", "check that the program exists and is executable"),
+)
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """A kernel whose profile finished (kernel replay) or whose passes ran (application replay)."""
+
+    name: str
+    kernel_id: int
+    passes: int
+    replay: str = "kernel"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One watched run: what was asked, what happened, what was kept."""
+
+    status: str
+    reason: str
+    command: tuple[str, ...]
+    returncode: Optional[int]
+    kernels: tuple[KernelResult, ...]
+    stall: Optional[Stall]
+    report: Optional[Path]
+    report_complete: bool
+    elapsed_s: float
+    stop: Optional[StopRecord]
+    warnings: tuple[str, ...]
+    errors: tuple[str, ...]
+    notes: tuple[str, ...]
+    log: str
+    started_at: str
+    cookie: str
+    slow_launch_warnings: int = 0
+    gpu_foreign_before: tuple[str, ...] = ()
+    gpu_left_after: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict)
+
+    # --- derived -------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    @property
+    def stalled_kernel(self) -> Optional[str]:
+        return self.stall.kernel if self.stall else None
+
+    @property
+    def detection_s(self) -> Optional[float]:
+        """From the stalled kernel's last progress mark to the verdict."""
+        return self.stall.silent_s if self.stall else None
+
+    @property
+    def stop_s(self) -> Optional[float]:
+        """From the verdict to a clean tree (every process gone)."""
+        return self.stop.duration_s if self.stop else None
+
+    def describe(self) -> str:
+        """A short paragraph for people: what happened and what was kept."""
+        lines = [f"{self.status}: {self.reason}"]
+        if self.kernels:
+            lines.append(f"{len(self.kernels)} kernel(s) profiled: " + ", ".join(
+                f"{k.name}#{k.kernel_id} ({k.passes} pass{'es' if k.passes != 1 else ''})" for k in self.kernels[:8])
+                + (" ..." if len(self.kernels) > 8 else ""))
+        if self.report:
+            kind = "report" if self.report_complete else "partial report (kept)"
+            lines.append(f"{kind}: {self.report}")
+        if self.stop:
+            lines.append(f"stopped in {self.stop.duration_s:.1f} s: " + "; ".join(self.stop.steps))
+            if self.stop.survivors:
+                lines.append("WARNING: still alive after SIGKILL: " + ", ".join(self.stop.survivors))
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "kernels": [{"name": k.name, "id": k.kernel_id, "passes": k.passes, "replay": k.replay}
+                        for k in self.kernels],
+            "stalled_kernel": self.stalled_kernel,
+            "stall": None if self.stall is None else {
+                "kernel": self.stall.kernel, "id": self.stall.kernel_id, "where": self.stall.where,
+                "silent_s": round(self.stall.silent_s, 3), "allowance_s": round(self.stall.allowance_s, 3),
+                "detected_at_s": round(self.stall.detected_at_s, 3),
+                "before_first_progress": self.stall.before_first_progress,
+                "slow_launch_warning_seen": self.stall.slow_warning_seen},
+            "report": None if self.report is None else str(self.report),
+            "report_complete": self.report_complete,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "detection_s": None if self.detection_s is None else round(self.detection_s, 3),
+            "stop": None if self.stop is None else {
+                "reason": self.stop.reason, "steps": self.stop.steps, "graceful": self.stop.graceful,
+                "killed": self.stop.killed, "survivors": self.stop.survivors,
+                "duration_s": round(self.stop.duration_s, 3)},
+            "returncode": self.returncode,
+            "command": list(self.command),
+            "warnings": list(self.warnings),
+            "errors": list(self.errors),
+            "notes": list(self.notes),
+            "slow_launch_warnings": self.slow_launch_warnings,
+            "gpu_foreign_before": list(self.gpu_foreign_before),
+            "gpu_left_after": list(self.gpu_left_after),
+            "started_at": self.started_at,
+            "cookie": self.cookie,
+        }
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def raise_for_status(self) -> "Attempt":
+        """Return self when ok; else raise AttemptHung / AttemptFailed carrying this record."""
+        from .errors import AttemptFailed, AttemptHung
+
+        if self.status == HANG:
+            raise AttemptHung(self)
+        if self.status != OK:
+            raise AttemptFailed(self)
+        return self
+
+    def __repr__(self) -> str:
+        return (f"<Attempt {self.status} kernels={len(self.kernels)} stalled={self.stalled_kernel!r} "
+                f"report={str(self.report) if self.report else None!r} {self.elapsed_s:.1f}s>")
+
+
+def _kernels(outcome: RunOutcome) -> tuple[KernelResult, ...]:
+    done = [KernelResult(e.name, e.kernel_id, e.passes) for _, e in outcome.events if isinstance(e, KernelDone)]
+    if done:
+        return tuple(done)
+    passes: dict[tuple[int, str], int] = {}
+    for _, e in outcome.events:
+        if isinstance(e, ReplayPass):
+            key = (e.kernel_id, e.name)
+            passes[key] = max(passes.get(key, 0), e.pass_number)
+    return tuple(KernelResult(name, kid, n, "application") for (kid, name), n in sorted(passes.items()))
+
+
+def _hint(errors: tuple[str, ...]) -> str:
+    for needle, hint in _ERROR_HINTS:
+        if any(needle in e for e in errors):
+            return f" ({hint})"
+    return ""
+
+
+def classify(outcome: RunOutcome, kernels, errors, warnings) -> tuple[str, str]:
+    """The status and a one-line reason, from how the run ended."""
+    rc = outcome.returncode
+    if outcome.verdict is not None:
+        return outcome.verdict.status, outcome.verdict.reason
+    if outcome.interrupted:
+        return INTERRUPTED, "interrupted (Ctrl-C or a termination signal); the tree was stopped"
+    if outcome.exception is not None:
+        return ERROR, f"nsightwrap failed while watching: {outcome.exception!r}"
+    app_rc = [int(m[1]) for e in errors for m in [_APP_RC.search(e)] if m]
+    if rc == 0:
+        if kernels:
+            return OK, f"{len(kernels)} kernel(s) profiled"
+        why = next((w for w in warnings if "No kernels were profiled" in w or "No ranges were profiled" in w),
+                   "ncu profiled nothing")
+        return NO_KERNELS, (f"{why} Check the kernel filter, or, for range replay, that the program marks "
+                            "ranges (cudaProfilerStart/Stop or NVTX)")
+    if rc is not None and rc < 0:
+        return CRASHED, f"the profiler was killed by signal {-rc} from outside nsightwrap"
+    if app_rc:
+        return CRASHED, f"the profiled program failed (exit code {app_rc[-1]}); kernels before the failure are kept"
+    first = errors[0] if errors else f"ncu exited with code {rc}"
+    return ERROR, first + _hint(errors)
+
+
+def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes=(),
+                  gpu_foreign_before=(), gpu_left_after=()) -> Attempt:
+    kernels = _kernels(outcome)
+    errors = tuple(e.text for _, e in outcome.events if isinstance(e, NcuError))
+    warnings = tuple(e.text for _, e in outcome.events if isinstance(e, NcuWarning))
+    status, reason = classify(outcome, kernels, errors, warnings)
+    written = [Path(e.path) for _, e in outcome.events if isinstance(e, ReportWritten)]
+    report = written[-1] if written else (export if export is not None and export.exists() else None)
+    notes = list(notes)
+    if outcome.stop and outcome.stop.reason == "leftovers":
+        notes.append("the program ended but left processes behind; they were stopped: "
+                     + ", ".join(outcome.stop.killed or outcome.stop.steps))
+    if outcome.stop and outcome.stop.survivors:
+        notes.append("processes survived SIGKILL (uninterruptible?): " + ", ".join(outcome.stop.survivors))
+    return Attempt(
+        status=status,
+        reason=reason,
+        command=tuple(outcome.argv),
+        returncode=outcome.returncode,
+        kernels=kernels,
+        stall=outcome.verdict.stall if outcome.verdict else None,
+        report=report,
+        report_complete=status == OK and bool(written),
+        elapsed_s=outcome.elapsed_s,
+        stop=outcome.stop,
+        warnings=warnings,
+        errors=errors,
+        notes=tuple(notes),
+        log=outcome.log,
+        started_at=datetime.fromtimestamp(outcome.started_wall, timezone.utc).isoformat(timespec="seconds"),
+        cookie=outcome.cookie,
+        slow_launch_warnings=sum(SLOW_LAUNCH_WARNING in w for w in warnings),
+        gpu_foreign_before=tuple(gpu_foreign_before),
+        gpu_left_after=tuple(gpu_left_after),
+    )

@@ -1,0 +1,166 @@
+"""`python -m nsightwrap ...`: the command line.
+
+Exit codes of `run`: 0 ok, 3 hang, 4 timeout, 5 error (ncu refused or
+failed), 6 no kernels profiled, 7 crashed (the program failed), 130
+interrupted, 2 usage or set-up problem found before launching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import Optional, Sequence
+
+from .attempt import EXIT_CODES, USAGE_EXIT_CODE
+from .engine import ProfileInterrupted, RunConfig, profile_command
+from .errors import NsightwrapError
+from .options import KernelFilter, ProfileOptions
+from .rules import DEFAULT_STALL_TIMEOUT
+from .watchdog import StopPolicy, find_orphans
+
+EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m nsightwrap",
+                                     description="Run NVIDIA profilers under a watchdog.")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="profile a command with ncu, watched for hangs", epilog=EPILOG,
+                         usage="%(prog)s [options] -- COMMAND [ARGS...]")
+    run.add_argument("--ncu", metavar="PATH", help="ncu to use (default: $NSIGHTWRAP_NCU, PATH, CUDA)")
+    run.add_argument("--set", dest="section_set", metavar="SET", help="section set (basic, detailed, full, ...)")
+    run.add_argument("--section", action="append", default=[], metavar="ID", help="section id or regex:EXPR (repeatable)")
+    run.add_argument("--metrics", action="append", default=[], metavar="M", help="metric names, comma separated (repeatable)")
+    run.add_argument("--replay-mode", default="kernel", choices=["kernel", "application", "range", "app-range"])
+    run.add_argument("--kernel", metavar="REGEX", help="profile only kernels whose name matches REGEX")
+    run.add_argument("--kernel-name", metavar="NAME", help="profile only the kernel named exactly NAME")
+    run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
+    run.add_argument("--launch-skip", type=int, metavar="N")
+    run.add_argument("--launch-count", type=int, metavar="N")
+    run.add_argument("--stall-timeout", type=_positive, default=DEFAULT_STALL_TIMEOUT, metavar="SEC",
+                     help=f"a kernel with no progress for SEC is hung (default {DEFAULT_STALL_TIMEOUT:g}; "
+                          "grows with the observed pace of progress)")
+    run.add_argument("--timeout", type=_positive, metavar="SEC", help="limit for the whole run")
+    run.add_argument("--grace", type=_positive, default=StopPolicy().grace, metavar="SEC",
+                     help="after SIGINT, how long ncu may take to write the report and exit")
+    run.add_argument("-o", "--export", metavar="REPORT", help="report path (never overwritten; default: ./nsightwrap-reports/)")
+    run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
+    run.add_argument("--json", action="store_true", help="print one JSON object describing the attempt on stdout")
+    run.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
+    run.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
+    doctor = sub.add_parser("doctor", help="say which tools are found and what is missing")
+    doctor.add_argument("--ncu", metavar="PATH")
+    return parser
+
+
+def _split_command(extra: Sequence[str]) -> list[str]:
+    extra = list(extra)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    return extra
+
+
+def _terminate_as_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def cmd_run(args) -> int:
+    command = _split_command(args.extra)
+    if not command:
+        print("nsightwrap run: give the command to profile after `--`, e.g.\n"
+              "  python -m nsightwrap run --set basic -- ./my_app 1024", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    if args.kernel and args.kernel_name:
+        print("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    kernel = None
+    if args.kernel:
+        kernel = KernelFilter(args.kernel[6:] if args.kernel.startswith("regex:") else args.kernel, True,
+                              args.kernel_name_base)
+    elif args.kernel_name:
+        kernel = KernelFilter(args.kernel_name, False, args.kernel_name_base)
+    metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
+    options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
+                             replay_mode=args.replay_mode, kernel=kernel, launch_skip=args.launch_skip,
+                             launch_count=args.launch_count, export=args.export)
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
+                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
+    echo = None if args.quiet else (lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+    old = {s: signal.signal(s, _terminate_as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        attempt = profile_command(command, options, config, on_output=echo)
+    except ProfileInterrupted as e:
+        attempt = e.attempt
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if args.json:
+        print(attempt.to_json())
+    else:
+        print("\n" + attempt.describe(), file=sys.stderr)
+    return attempt.exit_code
+
+
+def cmd_cleanup(args) -> int:
+    orphans = find_orphans()
+    if not orphans:
+        print("no processes left by killed nsightwrap runs")
+        return 0
+    for p in orphans:
+        try:
+            print(f"killing {p.pid} ({p.name()})")
+            p.kill()
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"could not kill {p.pid}: {e}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from . import gpu
+    from .tools import find_ncu, probe_ncu
+
+    problems = 0
+    try:
+        ncu = find_ncu(args.ncu)
+        info = probe_ncu(ncu)
+        print(f"ncu: {ncu} (version {info.version}; {len(info.sets)} sets, {len(info.sections)} sections)")
+    except NsightwrapError as e:
+        problems += 1
+        print(f"ncu: MISSING\n{e}")
+    held = gpu.compute_processes()
+    if held is None:
+        problems += 1
+        print("GPU: nvidia-smi not found: no NVIDIA driver here, so nothing can be profiled on this machine.\n"
+              "     Run on a machine with an NVIDIA GPU and driver (the tests still run here: `make test`).")
+    else:
+        print(f"GPU: nvidia-smi works; {len(held)} compute process(es) running")
+    return 0 if problems == 0 else USAGE_EXIT_CODE
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        return USAGE_EXIT_CODE
+    try:
+        return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor}[args.cmd](args)
+    except NsightwrapError as e:
+        print(f"nsightwrap: {e}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""options -> command line -> watched run -> Attempt, for any command.
+
+`profile_command` is the one engine: the CLI's `run`, and later the
+ladder and `profile(fn)`, all go through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from . import gpu
+from .attempt import Attempt, build_attempt
+from .errors import NsightwrapError
+from .events import Event
+from .options import ProfileOptions, build_argv, validate
+from .rules import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule, TotalTimeout, WatchRule
+from .tools import find_ncu, probe_ncu
+from .watchdog import StopPolicy, find_orphans, watch
+
+log = logging.getLogger("nsightwrap")
+
+REPORT_SUFFIX = ".ncu-rep"
+
+
+class ProfileInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a watched run, re-raised after the tree was stopped.
+
+    A KeyboardInterrupt (so a script's Ctrl-C still ends the script) that
+    carries the attempt, whose partial report is kept.
+    """
+
+    def __init__(self, attempt: Attempt):
+        super().__init__(attempt.describe())
+        self.attempt = attempt
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How nsightwrap runs the profiler; one object passed down, no globals."""
+
+    ncu: Optional[str] = None  # explicit ncu path; else NSIGHTWRAP_NCU, PATH, ...
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    stall_growth: float = DEFAULT_GROWTH
+    timeout: Optional[float] = None  # total, for the whole run
+    stop: StopPolicy = field(default_factory=StopPolicy)
+    report_dir: str = "nsightwrap-reports"
+    cache_dir: Optional[str] = None
+    validate: bool = True  # check sets/sections against the installed ncu first
+    check_gpu: bool = True  # look for foreign / leftover GPU processes with nvidia-smi
+    env: Optional[Mapping[str, str]] = None
+    cwd: Optional[str] = None
+
+    def rules(self) -> WatchRule:
+        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
+        if self.timeout is not None:
+            rule = rule | TotalTimeout(self.timeout)
+        return rule
+
+    def replace(self, **changes) -> "RunConfig":
+        return replace(self, **changes)
+
+
+def _slug(command: Sequence[str]) -> str:
+    words = [os.path.basename(command[0])] + [os.path.basename(a) for a in command[1:3] if not a.startswith("-")]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
+
+
+def unique_report_path(wanted: Path) -> Path:
+    """`wanted`, or `stem-N.ncu-rep` if it exists: a kept report is never overwritten."""
+    if not wanted.name.endswith(REPORT_SUFFIX):
+        wanted = wanted.with_name(wanted.name + REPORT_SUFFIX)
+    if not wanted.exists():
+        return wanted
+    stem = wanted.name[: -len(REPORT_SUFFIX)]
+    n = 1
+    while True:
+        candidate = wanted.with_name(f"{stem}-{n}{REPORT_SUFFIX}")
+        if not candidate.exists():
+            return candidate
+        n += 1
+
+
+def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
+    """Where this run's report goes, and options that say so to ncu."""
+    notes = []
+    if options.export:
+        wanted = Path(options.export)
+        if config.cwd and not wanted.is_absolute():
+            wanted = Path(config.cwd) / wanted
+    else:
+        base = Path(config.report_dir)
+        if config.cwd and not base.is_absolute():
+            base = Path(config.cwd) / base
+        wanted = base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}{REPORT_SUFFIX}"
+    if options.force_overwrite:
+        path = wanted if wanted.name.endswith(REPORT_SUFFIX) else wanted.with_name(wanted.name + REPORT_SUFFIX)
+    else:
+        path = unique_report_path(wanted)
+        if options.export and path.name != wanted.name and path.name != wanted.name + REPORT_SUFFIX:
+            notes.append(f"{wanted} already exists and is kept; this run writes {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return options.replace(export=str(path.absolute())), path.absolute(), notes
+
+
+def profile_command(
+    command: Sequence[str],
+    options: Optional[ProfileOptions] = None,
+    config: Optional[RunConfig] = None,
+    *,
+    on_output: Optional[Callable[[str], None]] = None,
+    on_event: Optional[Callable[[Event], None]] = None,
+    rules: Optional[WatchRule] = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Attempt:
+    """Profile `command` under ncu, watched; return what happened.
+
+    A hang, a timeout or a failure of the program is an Attempt status, not
+    an exception (call `attempt.raise_for_status()` to turn it into one).
+    Problems found before launching (ncu missing, bad options) raise an
+    NsightwrapError; Ctrl-C raises ProfileInterrupted after the tree is
+    stopped, with the attempt attached.
+    """
+    options = options or ProfileOptions()
+    config = config or RunConfig()
+    command = list(command)
+    if not command:
+        raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
+    env = dict(os.environ if config.env is None else config.env)
+    ncu = find_ncu(config.ncu, env)
+    if config.validate:
+        validate(options, probe_ncu(ncu, Path(config.cache_dir) if config.cache_dir else None, env=env))
+    options, report, notes = plan_report(options, command, config)
+    argv = build_argv(ncu, options, command)
+
+    foreign_before: list[str] = []
+    if config.check_gpu:
+        held = gpu.compute_processes()
+        if held:
+            foreign_before = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
+            msg = ("the GPU already holds compute processes that are not this run's: "
+                   + ", ".join(foreign_before) + "; a hang recorded now may be caused by them")
+            notes.append(msg)
+            log.warning(msg)
+    orphans = find_orphans()
+    if orphans:
+        msg = ("processes of an earlier nsightwrap run whose owner was killed are still alive: "
+               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
+        notes.append(msg)
+        log.warning(msg)
+
+    outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
+                    clock=clock, on_output=on_output, on_event=on_event)
+
+    left_after: list[str] = []
+    if config.check_gpu and outcome.pids:
+        after = gpu.compute_processes()
+        if after:
+            ours = set(outcome.pids)
+            left_after = [f"{p.pid} ({p.name})" for p in after if p.pid in ours]
+            if left_after:
+                notes.append("the GPU still lists processes of this run: " + ", ".join(left_after))
+    attempt = build_attempt(outcome, export=report, notes=notes,
+                            gpu_foreign_before=foreign_before, gpu_left_after=left_after)
+    if outcome.interrupted:
+        raise ProfileInterrupted(attempt)
+    if outcome.exception is not None:
+        raise outcome.exception
+    return attempt

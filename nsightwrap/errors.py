@@ -1,0 +1,46 @@
+"""One exception hierarchy. Every message says what to do next."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .attempt import Attempt
+
+
+class NsightwrapError(Exception):
+    """Base of every error nsightwrap raises on purpose."""
+
+
+class ToolNotFound(NsightwrapError):
+    """A profiler (ncu, nsys, compute-sanitizer) could not be located."""
+
+    def __init__(self, tool: str, searched: Sequence[str], hint: str):
+        self.tool = tool
+        self.searched = list(searched)
+        lines = [f"{tool} was not found."]
+        if self.searched:
+            lines.append("Looked in:")
+            lines.extend(f"  - {s}" for s in self.searched)
+        lines.append(hint)
+        super().__init__("\n".join(lines))
+
+
+class ToolError(NsightwrapError):
+    """The profiler ran but did not answer as expected (version, lists)."""
+
+
+class OptionsError(NsightwrapError):
+    """Profiling options that ncu would reject, caught before launching."""
+
+
+class AttemptFailed(NsightwrapError):
+    """A watched run ended other than ok; carries the attempt record."""
+
+    def __init__(self, attempt: "Attempt", message: str | None = None):
+        self.attempt = attempt
+        super().__init__(message or attempt.describe())
+
+
+class AttemptHung(AttemptFailed):
+    """The profiled program stalled and was stopped."""

@@ -1,0 +1,52 @@
+"""Which processes hold the GPU, through nvidia-smi when it exists.
+
+Hangs recorded while a foreign process keeps a kernel spinning are false
+(on the GPU machine every later run hung too), so the watched run looks
+before and after. Without nvidia-smi both checks say "unknown" (None).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_memory: str
+
+
+def compute_processes(nvidia_smi: Optional[str] = None, timeout: float = 15.0) -> Optional[list[GpuProcess]]:
+    """Compute processes on the GPUs, or None when that cannot be known."""
+    exe = nvidia_smi or shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        done = subprocess.run(
+            [exe, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_compute_apps(done.stdout)
+
+
+def parse_compute_apps(text: str) -> list[GpuProcess]:
+    found = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            found.append(GpuProcess(int(parts[0]), parts[1], parts[2] if len(parts) > 2 else ""))
+    return found
+
+
+def foreign(processes: Optional[Sequence[GpuProcess]], ours: Sequence[int]) -> list[GpuProcess]:
+    if not processes:
+        return []
+    mine = set(ours)
+    return [p for p in processes if p.pid not in mine]

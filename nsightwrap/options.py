@@ -1,0 +1,323 @@
+"""Typed profiling options and the pure function that turns them into argv.
+
+One frozen object is validated once (types in ``__post_init__``, against the
+installed ncu in :func:`validate`), and :func:`build_argv` only reads it, so
+tests compare lists and patch nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Sequence
+
+from .errors import OptionsError
+from .tools import NcuInfo
+
+__all__ = [
+    "KernelFilter",
+    "ProfileOptions",
+    "ReplayMode",
+    "build_argv",
+    "validate",
+]
+
+
+class ReplayMode(str, Enum):
+    KERNEL = "kernel"
+    APPLICATION = "application"
+    RANGE = "range"
+    APP_RANGE = "app-range"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_RANGE_MODES = (ReplayMode.RANGE, ReplayMode.APP_RANGE)
+
+_KERNEL_NAME_BASES = ("function", "demangled", "mangled")
+_CACHE_CONTROL = ("all", "none")
+_CLOCK_CONTROL = ("base", "none")
+_TARGET_PROCESSES = ("all", "application-only")
+_GRAPH_PROFILING = ("node", "graph")
+
+_REGEX_PREFIX = "regex:"
+
+
+def _choice(name: str, value: Any, allowed: Sequence[str], optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or value not in allowed:
+        extra = " or None" if optional else ""
+        raise OptionsError(f"{name}={value!r} is not allowed; use one of {', '.join(map(repr, allowed))}{extra}.")
+
+
+def _count(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionsError(f"{name}={value!r} must be a whole number or None.")
+    if value < 0:
+        raise OptionsError(f"{name}={value!r} must not be negative.")
+
+
+def _strings(name: str, value: Any) -> tuple[str, ...]:
+    """Accept any sequence of str but not a bare str, which would become one item per letter."""
+    if isinstance(value, str):
+        raise OptionsError(f"{name} must be a sequence of strings, not the single string {value!r}; write ({value!r},).")
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise OptionsError(f"{name}={value!r} must be a sequence of strings.") from None
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise OptionsError(f"{name} holds {item!r}; every item must be a non-empty string.")
+    return items
+
+
+def _flag(name: str, value: Any, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, bool):
+        raise OptionsError(f"{name}={value!r} must be True or False{' or None' if optional else ''}.")
+
+
+@dataclass(frozen=True)
+class KernelFilter:
+    """Which kernels ``--kernel-name`` selects; ``base`` says which form of the name is matched."""
+
+    pattern: str
+    regex: bool = False
+    base: str = "function"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str) or not self.pattern:
+            raise OptionsError(f"KernelFilter.pattern={self.pattern!r} must be a non-empty string.")
+        _flag("KernelFilter.regex", self.regex, optional=False)
+        _choice("KernelFilter.base", self.base, _KERNEL_NAME_BASES, optional=False)
+
+    @classmethod
+    def parse(cls, text: str, base: str = "function") -> "KernelFilter":
+        """Read ncu's own spelling: ``regex:EXPR`` or an exact name."""
+        if text.startswith(_REGEX_PREFIX):
+            return cls(text[len(_REGEX_PREFIX) :], regex=True, base=base)
+        return cls(text, regex=False, base=base)
+
+    @property
+    def value(self) -> str:
+        return f"{_REGEX_PREFIX}{self.pattern}" if self.regex else self.pattern
+
+    def argv(self) -> list[str]:
+        base = [] if self.base == "function" else ["--kernel-name-base", self.base]
+        return [*base, "--kernel-name", self.value]
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Everything nsightwrap passes to ncu. None means "leave ncu's default"."""
+
+    set: str | None = None
+    sections: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    replay_mode: ReplayMode = ReplayMode.KERNEL
+    kernel: KernelFilter | None = None
+    kernel_id: str | None = None
+    launch_skip: int | None = None
+    launch_count: int | None = None
+    launch_skip_before_match: int | None = None
+    nvtx: bool = False
+    nvtx_include: tuple[str, ...] = ()
+    nvtx_exclude: tuple[str, ...] = ()
+    profile_from_start: bool | None = None
+    cache_control: str | None = None
+    clock_control: str | None = None
+    target_processes: str | None = None
+    graph_profiling: str | None = None
+    import_source: bool | None = None
+    export: str | None = None
+    force_overwrite: bool = False
+    extra_args: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        for name in ("sections", "metrics", "nvtx_include", "nvtx_exclude", "extra_args"):
+            put(name, _strings(name, getattr(self, name)))
+
+        try:
+            put("replay_mode", ReplayMode(self.replay_mode))
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in ReplayMode)
+            raise OptionsError(f"replay_mode={self.replay_mode!r} is not allowed; use one of {allowed}.") from None
+
+        if isinstance(self.kernel, str):
+            put("kernel", KernelFilter.parse(self.kernel))
+        elif self.kernel is not None and not isinstance(self.kernel, KernelFilter):
+            raise OptionsError(f"kernel={self.kernel!r} must be a KernelFilter, a string or None.")
+
+        for name in ("set", "kernel_id", "export"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise OptionsError(f"{name}={value!r} must be a non-empty string or None.")
+
+        for name in ("launch_skip", "launch_count", "launch_skip_before_match"):
+            _count(name, getattr(self, name))
+        if self.launch_count == 0:
+            raise OptionsError("launch_count=0 would profile nothing; use None for no limit.")
+
+        _flag("nvtx", self.nvtx, optional=False)
+        _flag("force_overwrite", self.force_overwrite, optional=False)
+        _flag("profile_from_start", self.profile_from_start, optional=True)
+        _flag("import_source", self.import_source, optional=True)
+
+        _choice("cache_control", self.cache_control, _CACHE_CONTROL)
+        _choice("clock_control", self.clock_control, _CLOCK_CONTROL)
+        _choice("target_processes", self.target_processes, _TARGET_PROCESSES)
+        _choice("graph_profiling", self.graph_profiling, _GRAPH_PROFILING)
+
+    def replace(self, **changes: Any) -> "ProfileOptions":
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def build_argv(ncu_path: str, options: ProfileOptions, command: Sequence[str]) -> list[str]:
+    """``[ncu, options..., extra_args..., command...]`` in a fixed order, so
+    the same options always give the same list (reproducible records, exact
+    test comparisons)."""
+    if isinstance(command, str):
+        raise OptionsError(f"command must be a list of arguments, not the string {command!r}.")
+    command = list(command)
+    if not command:
+        raise OptionsError("command is empty: give the program to profile and its arguments.")
+    o = options
+    argv = [ncu_path]
+    if o.set is not None:
+        argv += ["--set", o.set]
+    for section in o.sections:
+        argv += ["--section", section]
+    if o.metrics:
+        argv += ["--metrics", ",".join(o.metrics)]
+    argv += ["--replay-mode", o.replay_mode.value]
+    if o.kernel is not None:
+        argv += o.kernel.argv()
+    if o.kernel_id is not None:
+        argv += ["--kernel-id", o.kernel_id]
+    if o.launch_skip is not None:
+        argv += ["--launch-skip", str(o.launch_skip)]
+    if o.launch_count is not None:
+        argv += ["--launch-count", str(o.launch_count)]
+    if o.launch_skip_before_match is not None:
+        argv += ["--launch-skip-before-match", str(o.launch_skip_before_match)]
+    if o.nvtx or o.nvtx_include or o.nvtx_exclude:
+        argv.append("--nvtx")
+    for item in o.nvtx_include:
+        argv += ["--nvtx-include", item]
+    for item in o.nvtx_exclude:
+        argv += ["--nvtx-exclude", item]
+    if o.profile_from_start is not None:
+        argv += ["--profile-from-start", _on_off(o.profile_from_start)]
+    if o.cache_control is not None:
+        argv += ["--cache-control", o.cache_control]
+    if o.clock_control is not None:
+        argv += ["--clock-control", o.clock_control]
+    if o.target_processes is not None:
+        argv += ["--target-processes", o.target_processes]
+    if o.graph_profiling is not None:
+        argv += ["--graph-profiling", o.graph_profiling]
+    if o.import_source is not None:
+        argv += ["--import-source", _on_off(o.import_source)]
+    if o.export is not None:
+        argv += ["--export", o.export]
+    if o.force_overwrite:
+        argv.append("--force-overwrite")
+    return [*argv, *o.extra_args, *command]
+
+
+def _unknown(kind: str, bad: str, known: Sequence[str], list_flag: str) -> str:
+    close = difflib.get_close_matches(bad, known, n=3, cutoff=0.5)
+    if not close:
+        # Case slips ("speedoflight") score low on plain ratios.
+        lowered = {k.lower(): k for k in known}
+        close = [lowered[k] for k in difflib.get_close_matches(bad.lower(), list(lowered), n=3, cutoff=0.5)]
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} {bad!r}.{hint} Run `ncu {list_flag}` to see all."
+
+
+def _check_regex(what: str, expression: str) -> tuple[re.Pattern[str] | None, str | None]:
+    try:
+        return re.compile(expression), None
+    except re.error as exc:
+        return None, f"{what} {_REGEX_PREFIX}{expression!r} is not a valid regular expression ({exc})."
+
+
+def validate(options: ProfileOptions, info: NcuInfo) -> None:
+    """Catch what ncu would reject, before a launch that may take minutes.
+
+    Unknown sets matter most: ncu 2025.3.1 does not reject ``--set typo``, it
+    profiles nothing and exits 0. All problems are reported together so one
+    edit can fix them all.
+    """
+    o = options
+    problems: list[str] = []
+
+    if o.set is not None and o.set not in info.set_ids:
+        problems.append(_unknown("section set", o.set, info.set_ids, "--list-sets"))
+
+    for section in o.sections:
+        if section.startswith(_REGEX_PREFIX):
+            expression = section[len(_REGEX_PREFIX) :]
+            compiled, error = _check_regex("section", expression)
+            if error:
+                problems.append(error)
+            elif compiled is not None and not any(compiled.search(s) for s in info.section_ids):
+                problems.append(
+                    f"section {section!r} matches no section id. Run `ncu --list-sections` to see all."
+                )
+        elif section not in info.section_ids:
+            problems.append(_unknown("section", section, info.section_ids, "--list-sections"))
+
+    if o.kernel is not None and o.kernel.regex:
+        _, error = _check_regex("kernel name", o.kernel.pattern)
+        if error:
+            problems.append(error)
+
+    # Checked against ncu 2025.3.1 on /bin/true: in range and app-range
+    # replay it refuses (rc 1, "Option X is not supported during range
+    # replay.") --kernel-name, --kernel-id, --import-source on and
+    # --profile-from-start off, but accepts --import-source off and
+    # --profile-from-start on (its defaults), so only those values are errors.
+    if o.replay_mode in _RANGE_MODES:
+        mode = o.replay_mode.value
+        fix = "; use replay_mode 'kernel' or 'application' to keep it."
+        if o.kernel is not None:
+            problems.append(f"ncu does not accept --kernel-name in {mode} replay: drop kernel{fix}")
+        if o.kernel_id is not None:
+            problems.append(f"ncu does not accept --kernel-id in {mode} replay: drop kernel_id{fix}")
+        if o.import_source:
+            problems.append(f"ncu does not accept --import-source on in {mode} replay: drop import_source{fix}")
+        if o.profile_from_start is False:
+            problems.append(
+                f"ncu does not accept --profile-from-start off in {mode} replay: "
+                f"drop profile_from_start (set it to None){fix}"
+            )
+
+    # ncu: "Graph-based profiling is only supported with kernel replay."
+    if o.graph_profiling == "graph" and o.replay_mode is not ReplayMode.KERNEL:
+        problems.append(
+            f"graph_profiling='graph' needs kernel replay, not {o.replay_mode.value!r}: "
+            "use replay_mode 'kernel' or drop graph_profiling."
+        )
+
+    if problems:
+        if len(problems) == 1:
+            raise OptionsError(f"Profiling options rejected: {problems[0]}")
+        listed = "\n".join(f"  - {p}" for p in problems)
+        raise OptionsError(f"Profiling options rejected ({len(problems)} problems):\n{listed}")

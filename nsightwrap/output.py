@@ -1,0 +1,288 @@
+"""Incremental parser of ncu's merged stdout/stderr into events.
+
+ncu prints a kernel's progress without a newline until the kernel is done
+(`==PROF== Profiling "k" - 0: 0%....50%....100% - 38 passes`), and a hung
+kernel leaves that line open for good, so a line-based reader would see
+nothing of it. This parser is a small state machine fed chunk by chunk: it
+emits each event as soon as the text that decides it is complete, and so
+gives the same events however the stream happens to be split.
+
+Choices where the format leaves room:
+- A header `==PROF== Profiling "NAME" - ID: ` is complete at the first
+  `" - ID: `; whether it starts a progress line (KernelStarted) or is an
+  application-replay line (`Application replay pass N`, a ReplayPass) is
+  decided by the next character, so KernelStarted waits for that character.
+  A header left undecided at close() still gives its KernelStarted.
+- Headers are recognised only at the start of a line.
+- A character that cannot continue a progress line ends it (no KernelDone);
+  the text from there to the newline is read as an ordinary line (so plain
+  text gives Output, and nothing is lost).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from .events import (
+    Connected,
+    Disconnected,
+    Event,
+    KernelDone,
+    KernelStarted,
+    NcuError,
+    NcuWarning,
+    Output,
+    ProfNote,
+    Progress,
+    ReplayPass,
+    ReportCreation,
+    ReportWritten,
+)
+
+__all__ = ["OutputParser", "parse_all"]
+
+_PROFILING = '==PROF== Profiling "'
+_REPORT_CREATION = "==PROF== Creating report from application replay data: "
+# End of a kernel header. The ID is capped so that a match has a bounded
+# length and can be found across chunks by keeping only the last few chars.
+_HEADER_END = re.compile(r'" - (\d{1,18}): ')
+_HEADER_END_MAX = 24
+_HEADER = re.compile(r'==PROF== Profiling "(.*)" - (\d+): ', re.S)
+_PASSES = re.compile(r"\s*-\s*(\d+)\s*pass(?:es)?\s*")
+_DIGITS = "0123456789"
+_MARK_START = _DIGITS + "."
+
+_LINE_EVENTS = [
+    (re.compile(r"==PROF== Connected to process (\d+) \((.*)\)\s*", re.S),
+     lambda m: Connected(int(m[1]), m[2])),
+    (re.compile(r"==PROF== Disconnected from process (\d+)\s*"),
+     lambda m: Disconnected(int(m[1]))),
+    (re.compile(r"==PROF== Report: (.*\S)\s*", re.S),
+     lambda m: ReportWritten(m[1])),
+    (re.compile(r'==PROF== Profiling "(.*?)" - (\d+): Application replay pass (\d+)\s*', re.S),
+     lambda m: ReplayPass(m[1], int(m[2]), int(m[3]))),
+    (re.compile(r"==WARNING==(.*)", re.S), lambda m: NcuWarning(m[1].strip())),
+    (re.compile(r"==ERROR==(.*)", re.S), lambda m: NcuError(m[1].strip())),
+    (re.compile(r"==PROF==(.*)", re.S), lambda m: ProfNote(m[1].strip())),
+]
+
+# Modes: an ordinary line; a complete header waiting for its next char;
+# progress marks; the ` - N passes` tail of a kernel's progress line.
+_LINE, _HEADER_DONE, _MARKS, _TAIL = range(4)
+# What the current ordinary line may still be: (a prefix of) a header or not.
+_UNKNOWN, _KERNEL_HEADER, _PLAIN = range(3)
+
+
+def _line_event(text: str) -> Event:
+    """The event of one complete, non-blank line."""
+    for pattern, make in _LINE_EVENTS:
+        m = pattern.fullmatch(text)
+        if m:
+            return make(m)
+    return Output(text)
+
+
+class OutputParser:
+    """Turns ncu's merged output into events, chunk by chunk.
+
+    Ordinary lines are buffered as a list of pieces and searched with
+    str.find, so that megabytes without a newline cost linear time; only
+    progress marks, which are short, are read one character at a time.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._mode = _LINE
+        self._parts: list[str] = []  # buffered text of the line or tail
+        self._kind = _UNKNOWN
+        self._window = ""  # last scanned chars of a kernel header candidate
+        self._start: Optional[Event] = None  # what the complete header starts
+        self._kernel: Optional[KernelStarted] = None
+        self._percent = 0
+        self._dots = 0
+        self._digits = ""  # an unfinished percent mark: "5" may be "50%"
+        # A progress line cut by a newline (ncu's slow-launch warning) whose
+        # kernel may go on: marks that start a later line continue it.
+        self._cut: Optional[tuple[KernelStarted, int, int]] = None
+        self._out: list[Event] = []
+
+    @property
+    def in_progress(self) -> Optional[KernelStarted]:
+        """The kernel whose progress line is open (emitted, not yet ended)."""
+        return self._kernel
+
+    @property
+    def pending(self) -> str:
+        """Text buffered but not yet turned into events (for logs)."""
+        return "".join(self._parts) + self._digits
+
+    def feed(self, chunk: str) -> list[Event]:
+        """Parse a chunk; return the events it completes."""
+        self._out = []
+        pos = 0
+        while pos < len(chunk):
+            if self._mode == _LINE:
+                pos = self._read_line(chunk, pos)
+            elif self._mode == _HEADER_DONE:
+                pos = self._decide(chunk, pos)
+            elif self._mode == _MARKS:
+                pos = self._read_marks(chunk, pos)
+            else:
+                pos = self._read_tail(chunk, pos)
+        return self._out
+
+    def close(self) -> list[Event]:
+        """End of stream: an unterminated line still gives its event, an
+        unfinished progress line gives nothing more."""
+        self._out = []
+        if self._mode == _LINE and self._parts:
+            self._finish_line()
+        elif self._mode == _HEADER_DONE:
+            self._out.append(self._start)
+        out = self._out
+        self._reset()
+        return out
+
+    # -- ordinary lines -------------------------------------------------
+
+    def _read_line(self, chunk: str, pos: int) -> int:
+        if self._cut and not self._parts and chunk[pos] in _MARK_START:
+            self._kernel, self._percent, self._dots = self._cut
+            self._cut = None
+            self._mode = _MARKS
+            return pos
+        nl = chunk.find("\n", pos)
+        end = len(chunk) if nl < 0 else nl
+        if self._kind != _PLAIN:
+            stop = self._header_end(chunk, pos, end)
+            if stop >= 0:
+                self._parts.append(chunk[pos:stop])
+                header = "".join(self._parts)
+                self._parts = [header]
+                if header == _REPORT_CREATION:
+                    self._start = ReportCreation()
+                else:
+                    m = _HEADER.fullmatch(header)
+                    self._start = KernelStarted(m[1], int(m[2]))
+                self._cut = None
+                self._mode = _HEADER_DONE
+                return stop
+        self._parts.append(chunk[pos:end])
+        if nl < 0:
+            return end
+        self._finish_line()
+        return nl + 1
+
+    def _header_end(self, chunk: str, pos: int, end: int) -> int:
+        """Index in chunk where a header completes, or -1.
+
+        Only the new text (plus a few chars kept from before) is searched,
+        so a long line that merely starts like a header stays linear.
+        """
+        if self._kind == _UNKNOWN:
+            before = "".join(self._parts)  # short: a prefix of a header
+            head = before + chunk[pos:min(end, pos + len(_REPORT_CREATION))]
+            if head.startswith(_REPORT_CREATION):
+                return pos + len(_REPORT_CREATION) - len(before)
+            if head.startswith(_PROFILING):
+                self._kind = _KERNEL_HEADER
+                pos += len(_PROFILING) - len(before)
+            elif not (_PROFILING.startswith(head) or _REPORT_CREATION.startswith(head)):
+                self._kind = _PLAIN
+                return -1
+            else:
+                return -1
+        window = self._window + chunk[pos:end]
+        m = _HEADER_END.search(window)
+        if m:
+            return pos + m.end() - len(self._window)
+        self._window = window[-_HEADER_END_MAX:]
+        return -1
+
+    def _finish_line(self) -> None:
+        text = "".join(self._parts).removesuffix("\r")
+        self._parts = []
+        self._kind = _UNKNOWN
+        self._window = ""
+        if text.strip():
+            self._out.append(_line_event(text))
+
+    # -- progress lines -------------------------------------------------
+
+    def _decide(self, chunk: str, pos: int) -> int:
+        """After a complete header, a progress mark starts a progress line;
+        anything else (`Application replay pass N`) keeps an ordinary line."""
+        if chunk[pos] in _MARK_START:
+            self._out.append(self._start)
+            self._kernel = self._start if isinstance(self._start, KernelStarted) else None
+            self._parts = []
+            self._percent = self._dots = 0
+            self._mode = _MARKS
+        else:
+            self._kind = _PLAIN
+            self._mode = _LINE
+        self._start = None
+        return pos
+
+    def _read_marks(self, chunk: str, pos: int) -> int:
+        kid = self._kernel.kernel_id if self._kernel else None
+        for i in range(pos, len(chunk)):
+            c = chunk[i]
+            if c in _DIGITS and len(self._digits) < 3:
+                self._digits += c
+            elif c == "%" and self._digits:
+                self._percent = int(self._digits)
+                self._out.append(Progress(kid, self._digits + "%", self._percent, self._dots))
+                self._digits = ""
+            elif c == "." and not self._digits:
+                self._dots += 1
+                self._out.append(Progress(kid, ".", self._percent, self._dots))
+            elif c == " " and not self._digits:
+                self._mode = _TAIL
+                return i
+            elif c == "\n" and not self._digits:
+                if self._kernel:
+                    self._cut = (self._kernel, self._percent, self._dots)
+                self._end_progress()
+                return i + 1
+            else:
+                # Not progress: read the rest as an ordinary line, keeping
+                # the digits of an unfinished mark.
+                self._parts = [self._digits] if self._digits else []
+                self._end_progress()
+                return i
+        return len(chunk)
+
+    def _read_tail(self, chunk: str, pos: int) -> int:
+        """` - N passes` up to the newline closes a kernel (KernelDone)."""
+        nl = chunk.find("\n", pos)
+        if nl < 0:
+            self._parts.append(chunk[pos:])
+            return len(chunk)
+        self._parts.append(chunk[pos:nl])
+        tail = "".join(self._parts).removesuffix("\r")
+        self._parts = []
+        m = _PASSES.fullmatch(tail)
+        if m and self._kernel:
+            k = self._kernel
+            self._out.append(KernelDone(k.name, k.kernel_id, int(m[1])))
+        elif tail.strip():
+            self._out.append(Output(tail))
+        self._end_progress()
+        return nl + 1
+
+    def _end_progress(self) -> None:
+        self._mode = _LINE
+        self._kind = _UNKNOWN
+        self._window = ""
+        self._kernel = None
+        self._digits = ""
+
+
+def parse_all(text: str) -> list[Event]:
+    """Events of a whole output (feed it at once, then close)."""
+    parser = OutputParser()
+    return parser.feed(text) + parser.close()

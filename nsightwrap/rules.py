@@ -1,0 +1,228 @@
+"""When to stop a watched run: small rules combined with `|`.
+
+A rule looks at the run's WatchState and answers None (keep going) or a
+Verdict. Rules are pure functions of the state and the time they are
+given, so they are tested without waiting (time is injected).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .events import (
+    Event,
+    KernelDone,
+    KernelStarted,
+    NcuWarning,
+    Progress,
+    ReplayPass,
+    ReportCreation,
+    SLOW_LAUNCH_WARNING,
+)
+
+#: Used by the CLI and profile(): catches the real hang (output stops at
+#: "0%..") within about 10 s of its last progress mark.
+DEFAULT_STALL_TIMEOUT = 10.0
+#: The allowance is at least this many times the longest gap seen between
+#: progress marks, so a kernel whose passes are slow but steady goes on.
+DEFAULT_GROWTH = 4.0
+#: ncu prints `0%..` in one burst as a kernel starts (0.1 s on the GPU
+#: machine); marks within this time of the start are not yet progress.
+FIRST_BURST_S = 0.5
+
+
+@dataclass
+class KernelInProgress:
+    """The kernel whose progress line is open (or the app-replay pass running)."""
+
+    name: str
+    kernel_id: Optional[int]
+    started_at: float
+    last_mark_at: float
+    percent: int = 0
+    dots: int = 0
+    marks: int = 0
+    replay_pass: Optional[int] = None
+
+    def where(self) -> str:
+        if self.replay_pass is not None:
+            return f"application replay pass {self.replay_pass}"
+        return f"{self.percent}%" + "." * self.dots if self.marks else "before its first progress mark"
+
+
+@dataclass
+class WatchState:
+    """What the watched run knows so far; updated by `observe`."""
+
+    started_at: float
+    last_output_at: float
+    current: Optional[KernelInProgress] = None
+    longest_gap: float = 0.0
+    kernels_done: int = 0
+    slow_warnings: list = field(default_factory=list)
+
+    def observe(self, event: Event, now: float) -> None:
+        """Fold one event (received at `now`) into the state."""
+        cur = self.current
+        if isinstance(event, KernelStarted):
+            self.current = KernelInProgress(event.name, event.kernel_id, now, now)
+        elif isinstance(event, Progress):
+            if cur is None or (event.kernel_id is not None and cur.kernel_id != event.kernel_id):
+                cur = self.current = KernelInProgress(
+                    "<report creation>" if event.kernel_id is None else "?", event.kernel_id, now, now)
+            self._mark(cur, now)
+            cur.percent, cur.dots = event.percent, event.dots
+        elif isinstance(event, ReportCreation):
+            self.current = KernelInProgress("<report creation>", None, now, now)
+        elif isinstance(event, KernelDone):
+            if cur is not None:
+                self._mark(cur, now)
+            self.current = None
+            self.kernels_done += 1
+        elif isinstance(event, ReplayPass):
+            if cur is not None and cur.replay_pass is not None:
+                self._mark(cur, now)
+            self.current = KernelInProgress(event.name, event.kernel_id, now, now,
+                                            replay_pass=event.pass_number, marks=1)
+        elif isinstance(event, NcuWarning):
+            if SLOW_LAUNCH_WARNING in event.text:
+                self.slow_warnings.append(now)  # recorded, never a verdict
+        elif cur is not None and cur.replay_pass is not None:
+            self.current = None  # the program went on after an application-replay pass
+        self.last_output_at = now
+
+    def _mark(self, cur: KernelInProgress, now: float) -> None:
+        if cur.marks:
+            self.longest_gap = max(self.longest_gap, now - cur.last_mark_at)
+        cur.last_mark_at = now
+        cur.marks += 1
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Where a kernel stopped moving, and how long it was given."""
+
+    kernel: str
+    kernel_id: Optional[int]
+    where: str
+    silent_s: float
+    allowance_s: float
+    detected_at_s: float
+    before_first_progress: bool
+    slow_warning_seen: bool
+
+    def message(self) -> str:
+        kid = "" if self.kernel_id is None else f" (id {self.kernel_id})"
+        text = (f'kernel "{self.kernel}"{kid} stalled at {self.where}: no progress for '
+                f"{self.silent_s:.1f} s (allowance {self.allowance_s:.1f} s)")
+        if self.before_first_progress:
+            text += (". A single replay pass longer than the stall timeout looks the same: if this "
+                     "kernel is merely slow, raise the timeout (--stall-timeout SEC, or "
+                     "stall_timeout=SEC in Python)")
+        return text
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why the run must stop: status is 'hang' or 'timeout'."""
+
+    status: str
+    reason: str
+    stall: Optional[Stall] = None
+
+
+class WatchRule:
+    """Base of the rules; `a | b` stops when either says so."""
+
+    def __call__(self, state: WatchState, now: float) -> Optional[Verdict]:  # pragma: no cover
+        raise NotImplementedError
+
+    def deadline(self, state: WatchState) -> float:
+        """The earliest time at which this rule could fire (for the poll timeout)."""
+        return math.inf
+
+    def __or__(self, other: "WatchRule") -> "AnyRule":
+        return AnyRule(self, other)
+
+
+class AnyRule(WatchRule):
+    def __init__(self, *rules: WatchRule):
+        flat: list[WatchRule] = []
+        for r in rules:
+            flat.extend(r.rules if isinstance(r, AnyRule) else [r])
+        self.rules = tuple(flat)
+
+    def __call__(self, state, now):
+        for r in self.rules:
+            verdict = r(state, now)
+            if verdict is not None:
+                return verdict
+        return None
+
+    def deadline(self, state):
+        return min((r.deadline(state) for r in self.rules), default=math.inf)
+
+    def __repr__(self):
+        return " | ".join(map(repr, self.rules))
+
+
+@dataclass(frozen=True)
+class StallRule(WatchRule):
+    """A kernel in progress with no progress mark for its allowance is stalled.
+
+    allowance = max(timeout, growth x the longest gap seen between marks), so
+    a kernel that keeps printing progress, however slowly, is never stopped.
+    """
+
+    timeout: float = DEFAULT_STALL_TIMEOUT
+    growth: float = DEFAULT_GROWTH
+
+    def __post_init__(self):
+        if not self.timeout > 0:
+            raise ValueError("stall timeout must be > 0 seconds")
+
+    def allowance(self, state: WatchState) -> float:
+        return max(self.timeout, self.growth * state.longest_gap)
+
+    def deadline(self, state):
+        if state.current is None:
+            return math.inf
+        return state.current.last_mark_at + self.allowance(state)
+
+    def __call__(self, state, now):
+        cur = state.current
+        if cur is None:
+            return None
+        silent = now - cur.last_mark_at
+        allowance = self.allowance(state)
+        if silent < allowance:
+            return None
+        stall = Stall(
+            kernel=cur.name, kernel_id=cur.kernel_id, where=cur.where(), silent_s=silent,
+            allowance_s=allowance, detected_at_s=now - state.started_at,
+            before_first_progress=cur.replay_pass is None and cur.last_mark_at - cur.started_at <= FIRST_BURST_S,
+            slow_warning_seen=any(t >= cur.started_at for t in state.slow_warnings),
+        )
+        return Verdict("hang", stall.message(), stall)
+
+
+@dataclass(frozen=True)
+class TotalTimeout(WatchRule):
+    """The whole run may take at most `seconds`."""
+
+    seconds: float
+
+    def __post_init__(self):
+        if not self.seconds > 0:
+            raise ValueError("total timeout must be > 0 seconds")
+
+    def deadline(self, state):
+        return state.started_at + self.seconds
+
+    def __call__(self, state, now):
+        if now - state.started_at >= self.seconds:
+            return Verdict("timeout", f"the run exceeded its total timeout of {self.seconds:g} s "
+                                      "(raise it with --timeout SEC, or timeout=SEC in Python)")
+        return None

@@ -1,0 +1,470 @@
+"""Find ncu and learn which sets and sections this installation offers.
+
+Options are checked against what the installed ncu lists, not against a
+hard-coded table, because sets and sections differ between versions and
+users can add their own section files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .errors import ToolError, ToolNotFound
+
+__all__ = [
+    "ENV_NCU",
+    "ENV_CACHE_DIR",
+    "NcuInfo",
+    "Runner",
+    "Section",
+    "SectionSet",
+    "default_cache_dir",
+    "find_ncu",
+    "parse_table",
+    "parse_version",
+    "probe_ncu",
+    "run_command",
+]
+
+ENV_NCU = "NSIGHTWRAP_NCU"
+ENV_CACHE_DIR = "NSIGHTWRAP_CACHE_DIR"
+
+DEFAULT_CUDA_ROOT = "/usr/local/cuda"
+DEFAULT_NSIGHT_ROOT = "/opt/nvidia/nsight-compute"
+
+PROBE_TIMEOUT_S = 60.0
+
+# Bump when NcuInfo's JSON shape changes so old cache files are re-probed.
+_CACHE_FORMAT = 1
+
+_HINT = (
+    "Install NVIDIA Nsight Compute (it ships with the CUDA toolkit), "
+    f"or point nsightwrap at ncu: set {ENV_NCU}=/path/to/ncu or pass --ncu /path/to/ncu."
+)
+
+Runner = Callable[[Sequence[str]], tuple[int, str]]
+"""Runs argv and returns (exit status, merged stdout+stderr); injectable for tests."""
+
+
+# --------------------------------------------------------------------------
+# Finding ncu
+# --------------------------------------------------------------------------
+
+
+def _is_executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    """Numeric key so 2025.10.0 sorts after 2025.3.1 (string order gets it wrong)."""
+    return tuple(int(part) for part in re.findall(r"\d+", name))
+
+
+def _check_given(path: str, origin: str, env: Mapping[str, str]) -> str:
+    """A path the user named must work: falling through would hide their typo."""
+    expanded = os.path.expanduser(path)
+    if os.sep not in expanded and (os.altsep is None or os.altsep not in expanded):
+        # A bare name ("ncu-2025") is looked up on PATH like a shell would.
+        found = shutil.which(expanded, path=env.get("PATH", ""))
+        if found:
+            return os.path.abspath(found)
+        raise ToolNotFound(
+            "ncu",
+            searched=[f"{origin}: {path} (not on PATH)"],
+            hint=f"{origin} names {path!r}, which is not on PATH; give a full path to ncu.",
+        )
+    if not os.path.exists(expanded):
+        problem = "does not exist"
+    elif not _is_executable(expanded):
+        problem = "is not an executable file"
+    else:
+        return os.path.abspath(expanded)
+    raise ToolNotFound(
+        "ncu",
+        searched=[f"{origin}: {path} ({problem})"],
+        hint=f"{origin} names {path!r}, which {problem}; fix it or remove it.",
+    )
+
+
+def find_ncu(
+    explicit: str | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    cuda_root: str = DEFAULT_CUDA_ROOT,
+    nsight_root: str = DEFAULT_NSIGHT_ROOT,
+) -> str:
+    """Absolute path of ncu, tried in the order a user would expect to win.
+
+    Order: ``explicit``, ``$NSIGHTWRAP_NCU``, ``PATH``, ``$CUDA_HOME/bin``,
+    ``<cuda_root>/bin``, newest ``<nsight_root>/<version>/ncu``. The two
+    roots are parameters only so tests can point them at a temporary folder.
+    """
+    env = os.environ if env is None else env
+    if explicit:
+        return _check_given(explicit, "--ncu", env)
+    if env.get(ENV_NCU):
+        return _check_given(env[ENV_NCU], ENV_NCU, env)
+
+    searched: list[str] = []
+
+    path_var = env.get("PATH", "")
+    found = shutil.which("ncu", path=path_var) if path_var else None
+    if found:
+        return os.path.abspath(found)
+    searched.append(f"PATH ({path_var})" if path_var else "PATH (empty)")
+
+    candidates: list[tuple[str, str]] = []
+    cuda_home = env.get("CUDA_HOME")
+    if cuda_home:
+        candidates.append(("$CUDA_HOME/bin/ncu", os.path.join(cuda_home, "bin", "ncu")))
+    else:
+        searched.append("$CUDA_HOME/bin/ncu (CUDA_HOME not set)")
+    candidates.append(("", os.path.join(cuda_root, "bin", "ncu")))
+    for label, candidate in candidates:
+        if _is_executable(candidate):
+            return os.path.abspath(candidate)
+        note = "exists but is not executable" if os.path.exists(candidate) else "missing"
+        searched.append(f"{label + ': ' if label else ''}{candidate} ({note})")
+
+    pattern = os.path.join(nsight_root, "*", "ncu")
+    installs = [p for p in glob.glob(pattern) if _is_executable(p)]
+    if installs:
+        newest = max(installs, key=lambda p: _version_key(os.path.basename(os.path.dirname(p))))
+        return os.path.abspath(newest)
+    searched.append(pattern)
+
+    raise ToolNotFound("ncu", searched=searched, hint=_HINT)
+
+
+# --------------------------------------------------------------------------
+# What ncu offers
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SectionSet:
+    """One row of ``ncu --list-sets``."""
+
+    identifier: str
+    sections: tuple[str, ...]
+    enabled: bool
+    estimated_metrics: int | None
+
+
+@dataclass(frozen=True)
+class Section:
+    """One row of ``ncu --list-sections``; filename is as ncu prints it (may be elided with '...')."""
+
+    identifier: str
+    display_name: str
+    enabled: bool
+    filename: str
+
+
+@dataclass(frozen=True)
+class NcuInfo:
+    """What one ncu binary offers, so options can be checked before a long launch."""
+
+    path: str
+    version: str
+    build: str | None
+    sets: tuple[SectionSet, ...]
+    sections: tuple[Section, ...]
+
+    @property
+    def section_ids(self) -> tuple[str, ...]:
+        return tuple(s.identifier for s in self.sections)
+
+    @property
+    def set_ids(self) -> tuple[str, ...]:
+        return tuple(s.identifier for s in self.sets)
+
+    def sections_of_set(self, name: str) -> tuple[str, ...]:
+        """Sections a set expands to; KeyError names the known sets."""
+        for s in self.sets:
+            if s.identifier == name:
+                return s.sections
+        raise KeyError(f"unknown section set {name!r}; known sets: {', '.join(self.set_ids)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "NcuInfo":
+        """Inverse of to_json; raises (KeyError/TypeError/ValueError) on a malformed dict."""
+        sets = tuple(
+            SectionSet(
+                identifier=str(s["identifier"]),
+                sections=tuple(str(x) for x in s["sections"]),
+                enabled=bool(s["enabled"]),
+                estimated_metrics=None if s["estimated_metrics"] is None else int(s["estimated_metrics"]),
+            )
+            for s in data["sets"]
+        )
+        sections = tuple(
+            Section(
+                identifier=str(s["identifier"]),
+                display_name=str(s["display_name"]),
+                enabled=bool(s["enabled"]),
+                filename=str(s["filename"]),
+            )
+            for s in data["sections"]
+        )
+        build = data["build"]
+        return cls(
+            path=str(data["path"]),
+            version=str(data["version"]),
+            build=None if build is None else str(build),
+            sets=sets,
+            sections=sections,
+        )
+
+
+# --------------------------------------------------------------------------
+# Parsing ncu's output
+# --------------------------------------------------------------------------
+
+_RULE_RE = re.compile(r"^-+(?: -+)*\s*$")
+_MESSAGE_RE = re.compile(r"^==[A-Z]+==")
+
+
+def _columns(rule: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
+
+
+def _cells(line: str, columns: Sequence[tuple[int, int]]) -> list[str]:
+    """Raw cells, padded to their width so a wrap at a space is not lost when
+    the line's trailing whitespace was trimmed."""
+    cells = []
+    last = len(columns) - 1
+    for i, (start, end) in enumerate(columns):
+        raw = line[start:] if i == last else line[start:end]
+        cells.append(raw.ljust(end - start))
+    return cells
+
+
+def parse_table(text: str) -> list[dict[str, str]]:
+    """Rows of ncu's fixed-width tables (``--list-sets``, ``--list-sections``).
+
+    ncu wraps long cells mid-word onto continuation lines whose first column
+    is blank, and a continuation may begin with a space or a comma, so raw
+    slices are joined first and stripped only at the end. The last column
+    takes the rest of a line longer than its rule. Parsing stops at the first
+    blank line after the rows; ``==PROF==``-style messages are skipped.
+    Raises ValueError when there is no rule/header/rule block.
+    """
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines) and not _RULE_RE.match(lines[i]):
+        i += 1
+    if i >= len(lines):
+        raise ValueError("no table found: no dashed rule line")
+    columns = _columns(lines[i])
+    # The header may itself wrap, so it is everything up to the second rule.
+    j = i + 1
+    while j < len(lines) and not _RULE_RE.match(lines[j]):
+        j += 1
+    if j >= len(lines) or j == i + 1:
+        raise ValueError("no table found: expected rule, header, rule")
+    header = [""] * len(columns)
+    for line in lines[i + 1 : j]:
+        header = [h + c for h, c in zip(header, _cells(line, columns))]
+    names = [h.strip() for h in header]
+
+    rows: list[list[str]] = []
+    for line in lines[j + 1 :]:
+        if not line.strip():
+            if rows:
+                break
+            continue
+        if _MESSAGE_RE.match(line):
+            continue
+        cells = _cells(line, columns)
+        if cells[0].strip() or not rows:
+            rows.append(cells)
+        else:
+            rows[-1] = [a + b for a, b in zip(rows[-1], cells)]
+    return [{n: c.strip() for n, c in zip(names, row)} for row in rows]
+
+
+_VERSION_RE = re.compile(
+    r"Version\s+v?(?P<version>\d+(?:\.\d+)+)(?:\s*\(\s*build\s+(?P<build>[^)\s]+)\s*\))?",
+    re.IGNORECASE,
+)
+
+
+def parse_version(text: str) -> tuple[str, str | None]:
+    """(version, build) from ``ncu --version``; ValueError if there is none."""
+    m = _VERSION_RE.search(text)
+    if not m:
+        raise ValueError("no 'Version X.Y.Z' line")
+    return m.group("version"), m.group("build")
+
+
+def _yes(value: str) -> bool:
+    return value.strip().lower() in ("yes", "y", "true", "on", "1")
+
+
+def _require(rows: list[dict[str, str]], columns: Sequence[str]) -> None:
+    if not rows:
+        raise ValueError("the table has no rows")
+    missing = [c for c in columns if c not in rows[0]]
+    if missing:
+        raise ValueError(f"missing column(s) {missing}; found {list(rows[0])}")
+
+
+def _parse_sets(text: str) -> tuple[SectionSet, ...]:
+    rows = parse_table(text)
+    _require(rows, ("Identifier", "Sections", "Enabled"))
+    result = []
+    for row in rows:
+        estimate = row.get("Estimated Metrics", "").strip()
+        result.append(
+            SectionSet(
+                identifier=row["Identifier"],
+                sections=tuple(s.strip() for s in row["Sections"].split(",") if s.strip()),
+                enabled=_yes(row["Enabled"]),
+                estimated_metrics=int(estimate) if estimate.isdigit() else None,
+            )
+        )
+    return tuple(result)
+
+
+def _parse_sections(text: str) -> tuple[Section, ...]:
+    rows = parse_table(text)
+    _require(rows, ("Identifier",))
+    return tuple(
+        Section(
+            identifier=row["Identifier"],
+            display_name=row.get("Display Name", ""),
+            enabled=_yes(row.get("Enabled", "")),
+            filename=row.get("Filename", ""),
+        )
+        for row in rows
+    )
+
+
+# --------------------------------------------------------------------------
+# Probing, with a cache
+# --------------------------------------------------------------------------
+
+
+def run_command(argv: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> tuple[int, str]:
+    """Default runner: no shell, stdin closed so ncu can never wait on a terminal."""
+    try:
+        done = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.output or ""
+        if isinstance(out, bytes):
+            out = out.decode(errors="replace")
+        raise ToolError(f"`{' '.join(argv)}` did not finish within {timeout:g} s.\nOutput so far:\n{out}") from exc
+    except OSError as exc:
+        raise ToolError(f"could not run `{' '.join(argv)}`: {exc}") from exc
+    return done.returncode, done.stdout or ""
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get(ENV_CACHE_DIR):
+        return Path(env[ENV_CACHE_DIR]).expanduser()
+    return Path("~/.cache/nsightwrap/tools").expanduser()
+
+
+def _cache_key(path: str) -> dict[str, Any]:
+    """Identity of the binary: a reinstall or upgrade changes mtime or size."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return {"realpath": real, "st_mtime_ns": st.st_mtime_ns, "st_size": st.st_size}
+
+
+def _cache_file(cache_dir: Path, key: Mapping[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir / f"ncu-{digest}.json"
+
+
+def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None:
+    """None for anything unexpected: a bad cache must never stop a run."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        if data.get("format") != _CACHE_FORMAT or data.get("key") != dict(key):
+            return None
+        info = NcuInfo.from_json(data["info"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return dataclasses.replace(info, path=path)
+
+
+def _store_cache(file: Path, key: Mapping[str, Any], info: NcuInfo) -> None:
+    """Write atomically; caching is an optimisation, so failures are ignored."""
+    payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_json()}, indent=1)
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(payload, encoding="utf-8")
+        os.replace(tmp, file)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def _ask(runner: Runner, argv: list[str], parse: Callable[[str], Any]) -> Any:
+    rc, text = runner(argv)
+    if rc != 0:
+        raise ToolError(f"`{' '.join(argv)}` exited with status {rc}. Its output:\n{text}")
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise ToolError(f"could not understand the output of `{' '.join(argv)}` ({exc}). Its output:\n{text}") from exc
+
+
+def probe_ncu(
+    path: str,
+    cache_dir: Path | None = None,
+    runner: Runner | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> NcuInfo:
+    """Ask ncu for its version, sets and sections; cached because each call
+    starts ncu three times (about a second) and the answer only changes when
+    the binary does. ``cache_dir`` defaults to ``$NSIGHTWRAP_CACHE_DIR`` or
+    ``~/.cache/nsightwrap/tools``.
+    """
+    runner = run_command if runner is None else runner
+    cache_dir = default_cache_dir(env) if cache_dir is None else Path(cache_dir)
+    try:
+        key: dict[str, Any] | None = _cache_key(path)
+    except OSError:
+        key = None  # let the runner report the real problem
+    if key is not None:
+        cached = _load_cache(_cache_file(cache_dir, key), key, path)
+        if cached is not None:
+            return cached
+
+    version, build = _ask(runner, [path, "--version"], parse_version)
+    sets = _ask(runner, [path, "--list-sets"], _parse_sets)
+    sections = _ask(runner, [path, "--list-sections"], _parse_sections)
+    info = NcuInfo(path=path, version=version, build=build, sets=sets, sections=sections)
+    if key is not None:
+        _store_cache(_cache_file(cache_dir, key), key, info)
+    return info

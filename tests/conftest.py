@@ -1,0 +1,67 @@
+"""Shared fixtures: the fake ncu, fake programs, and the gpu marker's skip."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+FAKE_DIR = HERE / "fake_ncu"
+FAKE_NCU = FAKE_DIR / "ncu"
+FAKE_APP = FAKE_DIR / "app.py"
+DATA = HERE / "data"
+
+#: Delays of the fake are multiplied by this: kernels take milliseconds,
+#: the slow-launch warning comes after 0.3 s instead of 3 s.
+FAKE_SCALE = "0.1"
+
+
+def app(*steps: str) -> list[str]:
+    """The command line of a fake CUDA program (see tests/fake_ncu/app.py)."""
+    return [sys.executable, str(FAKE_APP), *steps]
+
+
+@pytest.fixture
+def fake_env(tmp_path, monkeypatch):
+    """Environment in which nsightwrap finds the fake ncu, with a private cache."""
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(FAKE_NCU))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FAKE_NCU_SCALE", FAKE_SCALE)
+    monkeypatch.delenv("FAKE_NCU_WEDGED", raising=False)
+    return dict(os.environ)
+
+
+def _gpu_available() -> str | None:
+    """None when a GPU and ncu are usable, else why not."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "no NVIDIA driver (nvidia-smi not found)"
+    try:
+        if subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode != 0:
+            return "nvidia-smi -L failed: no usable GPU"
+    except (OSError, subprocess.TimeoutExpired):
+        return "nvidia-smi did not answer"
+    from nsightwrap.errors import ToolNotFound
+    from nsightwrap.tools import find_ncu
+
+    try:
+        find_ncu(env={k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NCU"})
+    except ToolNotFound:
+        return "ncu not found"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [i for i in items if "gpu" in i.keywords]
+    if not gpu_items:
+        return
+    why = _gpu_available()
+    if why:
+        skip = pytest.mark.skip(reason=f"gpu test: {why}")
+        for item in gpu_items:
+            item.add_marker(skip)

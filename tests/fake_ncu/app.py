@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""A fake CUDA program for the fake ncu.
+
+Each argument is one step:
+  NAME                 launch kernel NAME
+  NAME@hang            ... that hangs whenever the profiler measures it
+  NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
+  NAME@slow=S          ... whose progress marks come S seconds apart
+  start / stop         cudaProfilerStart / cudaProfilerStop
+  print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fakecuda  # noqa: E402
+
+
+def step(arg):
+    if arg == "start":
+        fakecuda.profiler_start()
+    elif arg == "stop":
+        fakecuda.profiler_stop()
+    elif arg.startswith("print:"):
+        print(arg[6:], flush=True)
+    elif arg.startswith("sleep:"):
+        time.sleep(float(arg[6:]))
+    elif arg.startswith("exit:"):
+        sys.stdout.flush()
+        os._exit(int(arg[5:]))
+    else:
+        name, _, opt = arg.partition("@")
+        kw = {}
+        if opt == "hang":
+            kw["hang"] = True
+        elif opt.startswith("hang-if="):
+            kw["hang_if"] = [group.split("+") for group in opt[8:].split("|")]
+        elif opt.startswith("slow="):
+            kw["slow"] = float(opt[5:])
+        elif opt:
+            sys.exit(f"app.py: unknown kernel option {opt!r}")
+        fakecuda.launch(name, **kw)
+
+
+for a in sys.argv[1:]:
+    step(a)
+print("app: no error", flush=True)

@@ -1,0 +1,115 @@
+// Small CUDA programs for nsightwrap's GPU tests and probes.
+//   app ok            8 short kernels (vec_add / block_reduce), like the reference transcripts
+//   app hang [S]      one kernel that spins on a host-mapped flag the host sets after the
+//                     launch: fine alone, hangs under ncu (the launch blocks while profiling).
+//                     The spin gives up after S seconds (default 60) so the GPU is never held forever.
+//   app mixed [S]     3 vec_add, then the hanging kernel, then 2 vec_add
+//   app slow [MS]     one kernel that runs MS milliseconds (default 1500) per launch
+//   app range         kernels inside cudaProfilerStart/Stop
+//   app none          no kernel at all
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda_runtime.h>
+#include <cuda_profiler_api.h>
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+  fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(3); } } while (0)
+
+__device__ unsigned long long gtime() {
+  unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+
+__global__ void vec_add(const float* a, const float* b, float* c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+}
+
+__global__ void block_reduce(const float* a, float* out, int n) {
+  __shared__ float s[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? a[i] : 0.f;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, s[0]);
+}
+
+__global__ void wait_for_host(volatile int* flag, unsigned long long limit_ns, int* result) {
+  unsigned long long t0 = gtime();
+  while (*flag == 0) {
+    if (gtime() - t0 > limit_ns) { *result = -1; return; }
+  }
+  *result = 1;
+}
+
+__global__ void slow_kernel(unsigned long long ns, int* result) {
+  unsigned long long t0 = gtime();
+  while (gtime() - t0 < ns) {}
+  if (threadIdx.x == 0) *result = 2;
+}
+
+static const int N = 1 << 20;
+static float *da, *db, *dc, *dsum;
+
+static void setup() {
+  CHECK(cudaMalloc(&da, N * sizeof(float)));
+  CHECK(cudaMalloc(&db, N * sizeof(float)));
+  CHECK(cudaMalloc(&dc, N * sizeof(float)));
+  CHECK(cudaMalloc(&dsum, sizeof(float)));
+  CHECK(cudaMemset(da, 0, N * sizeof(float)));
+  CHECK(cudaMemset(db, 0, N * sizeof(float)));
+}
+
+static void add() { vec_add<<<N / 256, 256>>>(da, db, dc, N); CHECK(cudaGetLastError()); }
+static void reduce() { block_reduce<<<N / 256, 256>>>(da, dsum, N); CHECK(cudaGetLastError()); }
+
+static int hang(double seconds) {
+  int *flag, *dflag, *result, *dresult;
+  CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
+  CHECK(cudaHostAlloc(&result, sizeof(int), cudaHostAllocMapped));
+  *flag = 0; *result = 0;
+  CHECK(cudaHostGetDevicePointer(&dflag, flag, 0));
+  CHECK(cudaHostGetDevicePointer(&dresult, result, 0));
+  wait_for_host<<<1, 1>>>(dflag, (unsigned long long)(seconds * 1e9), dresult);
+  CHECK(cudaGetLastError());
+  *(volatile int*)flag = 1;  // under ncu this line is reached only after profiling ends
+  CHECK(cudaDeviceSynchronize());
+  int r = *(volatile int*)result;
+  printf("hang kernel result %d (%s)\n", r, r == 1 ? "released by host" : "gave up");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "ok";
+  setup();
+  if (!strcmp(mode, "ok")) {
+    add(); add(); add(); reduce(); add(); reduce(); add(); reduce();
+  } else if (!strcmp(mode, "hang")) {
+    hang(argc > 2 ? atof(argv[2]) : 60.0);
+  } else if (!strcmp(mode, "mixed")) {
+    add(); add(); add();
+    CHECK(cudaDeviceSynchronize());
+    hang(argc > 2 ? atof(argv[2]) : 60.0);
+    add(); add();
+  } else if (!strcmp(mode, "slow")) {
+    int* r; CHECK(cudaMalloc(&r, sizeof(int)));
+    double ms = argc > 2 ? atof(argv[2]) : 1500.0;
+    slow_kernel<<<1, 32>>>((unsigned long long)(ms * 1e6), r);
+    CHECK(cudaGetLastError());
+  } else if (!strcmp(mode, "range")) {
+    add();  // outside the range
+    CHECK(cudaProfilerStart());
+    add(); reduce();
+    CHECK(cudaProfilerStop());
+    add();
+  } else if (!strcmp(mode, "none")) {
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode); return 2;
+  }
+  CHECK(cudaDeviceSynchronize());
+  printf("%s: %s\n", mode, cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}

@@ -1,0 +1,396 @@
+"""Tests of nsightwrap.output: real ncu transcripts, chunking invariance, edge cases.
+
+The transcripts are copies of /work/shared/nsight-reference/transcripts, kept
+under tests/data so that the tests do not depend on the shared folder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsightwrap.events import (
+    SLOW_LAUNCH_WARNING,
+    Connected,
+    Disconnected,
+    KernelDone,
+    KernelStarted,
+    NcuError,
+    NcuWarning,
+    Output,
+    ProfNote,
+    Progress,
+    ReplayPass,
+    ReportCreation,
+    ReportWritten,
+)
+from nsightwrap.output import OutputParser, parse_all
+
+TRANSCRIPTS = Path(__file__).parent / "data" / "transcripts"
+ALL_TRANSCRIPTS = sorted(p.name for p in TRANSCRIPTS.glob("*.jsonl"))
+
+
+def chunks(name: str) -> list[str]:
+    """The chunks of output as ncu's pipe delivered them."""
+    rows = [json.loads(line) for line in (TRANSCRIPTS / name).read_text().splitlines()]
+    return [r["out"] for r in rows if "out" in r]
+
+
+def text(name: str) -> str:
+    return "".join(chunks(name))
+
+
+def of(events, kind):
+    return [e for e in events if isinstance(e, kind)]
+
+
+def feed_chunks(parts: list[str]) -> list:
+    parser = OutputParser()
+    events = [e for part in parts for e in parser.feed(part)]
+    return events + parser.close()
+
+
+def kernel(name: str, kid: int, dots=(4, 4), passes=38, nl="\n") -> tuple[str, list]:
+    """A complete kernel-replay progress line and its events."""
+    out = f'==PROF== Profiling "{name}" - {kid}: 0%' + "." * dots[0] + "50%" + "." * dots[1]
+    out += f"100% - {passes} passes{nl}"
+    ev = [KernelStarted(name, kid), Progress(kid, "0%", 0, 0)]
+    ev += [Progress(kid, ".", 0, i + 1) for i in range(dots[0])]
+    ev += [Progress(kid, "50%", 50, dots[0])]
+    ev += [Progress(kid, ".", 50, dots[0] + i + 1) for i in range(dots[1])]
+    ev += [Progress(kid, "100%", 100, sum(dots)), KernelDone(name, kid, passes)]
+    return out, ev
+
+
+# -- the real transcripts ------------------------------------------------
+
+
+def test_transcripts_present():
+    assert "hang-at-0pct.jsonl" in ALL_TRANSCRIPTS and len(ALL_TRANSCRIPTS) >= 12
+
+
+@pytest.mark.parametrize("name", ALL_TRANSCRIPTS)
+def test_recorded_chunks_match_whole_text(name):
+    assert feed_chunks(chunks(name)) == parse_all(text(name))
+
+
+@pytest.mark.parametrize("name", ALL_TRANSCRIPTS)
+def test_one_char_at_a_time_matches_whole_text(name):
+    assert feed_chunks(list(text(name))) == parse_all(text(name))
+
+
+def test_kernel_replay_full_set():
+    ev = parse_all(text("kernel-replay-full-set.jsonl"))
+    assert ev[0] == Connected(769, "/app/ok")
+    assert ev[1].text.startswith("Unable to access the following 6 metrics")
+    done = of(ev, KernelDone)
+    names = ["vec_add"] * 3 + ["block_reduce", "vec_add", "block_reduce", "vec_add", "block_reduce"]
+    assert done == [KernelDone(n, i, 38) for i, n in enumerate(names)]
+    assert of(ev, KernelStarted) == [KernelStarted(n, i) for i, n in enumerate(names)]
+    # Each kernel: started, its marks in order, done.
+    first = ev[2 : 2 + 13]
+    assert first == kernel("vec_add", 0)[1]
+    assert ev[-4:] == [
+        KernelDone("block_reduce", 7, 38),
+        Output("ok: no error"),
+        Disconnected(769),
+        ReportWritten("/out/ok_full.ncu-rep"),
+    ]
+
+
+def test_hang_at_0pct():
+    ev = parse_all(text("hang-at-0pct.jsonl"))
+    assert ev[:5] == [
+        Connected(1455, "/app/hang_hostflag"),
+        KernelStarted("wait_for_host", 0),
+        Progress(0, "0%", 0, 0),
+        Progress(0, ".", 0, 1),
+        Progress(0, ".", 0, 2),
+    ]
+    assert len(ev) == 6 and isinstance(ev[5], NcuWarning)
+    assert "taking more time" in ev[5].text and ev[5].text.startswith(SLOW_LAUNCH_WARNING)
+    assert not of(ev, KernelDone)
+
+
+def test_hang_at_0pct_incremental_state():
+    parser = OutputParser()
+    parts = chunks("hang-at-0pct.jsonl")
+    assert parser.feed(parts[0]) == [Connected(1455, "/app/hang_hostflag")]
+    # The header alone is complete, but only the next char tells a progress
+    # line from an application-replay line.
+    assert parser.feed(parts[1]) == []
+    assert parser.pending == '==PROF== Profiling "wait_for_host" - 0: '
+    assert parser.in_progress is None
+    assert len(parser.feed(parts[2])) == 4
+    assert parser.in_progress == KernelStarted("wait_for_host", 0)
+    assert parser.pending == ""
+    (warning,) = parser.feed(parts[3])
+    assert isinstance(warning, NcuWarning)
+    assert parser.in_progress is None
+    assert parser.close() == []
+
+
+def test_hang_after_three_kernels():
+    ev = parse_all(text("hang-after-three-kernels-sigint.jsonl"))
+    assert of(ev, KernelDone) == [KernelDone("vec_add", i, 10) for i in range(3)]
+    assert of(ev, KernelStarted)[-1] == KernelStarted("wait_for_host", 3)
+    last = [e for e in ev if isinstance(e, Progress) and e.kernel_id == 3]
+    assert last[-1] == Progress(3, ".", 0, 2)
+    assert SLOW_LAUNCH_WARNING in ev[-1].text
+
+
+def test_application_replay():
+    ev = parse_all(text("application-replay.jsonl"))
+    passes = of(ev, ReplayPass)
+    assert len(passes) == 80
+    assert passes[0] == ReplayPass("vec_add", 0, 1)
+    assert passes[-1] == ReplayPass("block_reduce", 7, 10)
+    assert not of(ev, KernelStarted) and not of(ev, KernelDone)
+    assert len(of(ev, Connected)) == len(of(ev, Disconnected)) == 10
+    i = ev.index(ReportCreation())
+    marks = ev[i + 1 : -1]
+    assert all(isinstance(e, Progress) and e.kernel_id is None for e in marks)
+    assert marks[0] == Progress(None, "0%", 0, 0)
+    assert marks[-1] == Progress(None, "100%", 100, 19)
+    assert ev[-1] == ReportWritten("/out/ok_app.ncu-rep")
+
+
+def test_hang_application_replay():
+    ev = parse_all(text("hang-application-replay.jsonl"))
+    assert ev[:2] == [Connected(647, "/app/hang_hostflag"), ReplayPass("wait_for_host", 0, 1)]
+    assert "'--replay-mode app-range'" in ev[2].text and len(ev) == 3
+
+
+def test_pytorch_truncated_names():
+    ev = parse_all(text("pytorch-detailed-set.jsonl"))
+    assert of(ev, KernelDone)[0] == KernelDone("nvjet_sm90_tst_256x128_64x4_1...", 0, 20)
+    assert [d.passes for d in of(ev, KernelDone)] == [20] * 4
+    assert Output("torch ok (4096, 4096)") in ev
+
+
+def test_errors_and_warnings():
+    assert parse_all(text("unknown-section.jsonl")) == [
+        NcuError("Option '--section NoSuchSection' did not match any section."),
+        NcuError("Use --list-sections to see the list of available sections."),
+    ]
+    for opt in ("import-source", "kernel-name", "profile-from-start"):
+        ev = parse_all(text(f"range-replay-rejects-{opt}.jsonl"))
+        assert ev == [NcuError(f"Option {opt} is not supported during range replay.")]
+    ev = parse_all(text("range-replay-no-ranges.jsonl"))
+    assert ev[:4] == [
+        Connected(690, "/app/hang_hostflag"),
+        Output("hostflag: no error"),
+        Disconnected(690),
+        NcuWarning("No ranges were profiled."),
+    ]
+
+
+def test_program_output_only():
+    ev = parse_all(text("bundled-nsys-importer-fails.jsonl"))
+    assert all(isinstance(e, Output) for e in ev)
+    assert ev[-1] == Output("\t/out/nsys_ok.qdstrm")
+
+
+# -- chunking invariance ---------------------------------------------------
+
+
+@st.composite
+def splits(draw, text: str) -> list[str]:
+    cuts = sorted(set(draw(st.lists(st.integers(0, len(text)), max_size=40))))
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), name=st.sampled_from(ALL_TRANSCRIPTS))
+def test_any_split_of_a_transcript(data, name):
+    whole = text(name)
+    assert feed_chunks(data.draw(splits(whole))) == parse_all(whole)
+
+
+NAME = st.text(st.sampled_from('abcXYZ_0123456789 ."<>:,-'), min_size=1, max_size=20).filter(
+    lambda s: '" - ' not in s
+)
+TEXT = st.text(st.sampled_from("abc XYZ 019 .,:;'()/%-_\t"), min_size=1, max_size=30).map(str.strip).filter(bool)
+NL = st.sampled_from(["\n", "\r\n"])
+
+
+@st.composite
+def segments(draw) -> tuple[str, list]:
+    """One piece of plausible ncu output and the events it must give."""
+    nl = draw(NL)
+    kind = draw(st.integers(0, 11))
+    kid, n = draw(st.integers(0, 10**6)), draw(st.integers(1, 99))
+    if kind == 0:
+        exe = draw(TEXT)
+        return f"==PROF== Connected to process {kid} ({exe}){nl}", [Connected(kid, exe)]
+    if kind == 1:
+        return f"==PROF== Disconnected from process {kid}{nl}", [Disconnected(kid)]
+    if kind == 2:
+        dots = (draw(st.integers(0, 12)), draw(st.integers(0, 12)))
+        return kernel(draw(NAME), kid, dots, n, nl)
+    if kind == 3:  # a hang: open progress line, then the slow-launch warning
+        name, d = draw(NAME), draw(st.integers(0, 5))
+        msg = SLOW_LAUNCH_WARNING + ". If this continues to hang, ..."
+        out = f'==PROF== Profiling "{name}" - {kid}: 0%' + "." * d + f"\n==WARNING== {msg}{nl}"
+        ev = [KernelStarted(name, kid), Progress(kid, "0%", 0, 0)]
+        return out, ev + [Progress(kid, ".", 0, i + 1) for i in range(d)] + [NcuWarning(msg)]
+    if kind == 4:
+        name = draw(NAME)
+        line = f'==PROF== Profiling "{name}" - {kid}: Application replay pass {n}{nl}'
+        return line, [ReplayPass(name, kid, n)]
+    if kind == 5:
+        d = draw(st.integers(0, 25))
+        out = "==PROF== Creating report from application replay data: 0%" + "." * d + "100%" + nl
+        ev = [ReportCreation(), Progress(None, "0%", 0, 0)]
+        ev += [Progress(None, ".", 0, i + 1) for i in range(d)]
+        return out, ev + [Progress(None, "100%", 100, d)]
+    if kind == 6:
+        t = draw(TEXT)
+        return f"==WARNING== {t}{nl}", [NcuWarning(t)]
+    if kind == 7:
+        t = draw(TEXT)
+        return f"==ERROR== {t}{nl}", [NcuError(t)]
+    if kind == 8:
+        t = draw(TEXT)
+        return f"==PROF== Report: /out/{t}.ncu-rep{nl}", [ReportWritten(f"/out/{t}.ncu-rep")]
+    if kind == 9:
+        t = draw(TEXT)
+        return f"==PROF== Note: {t}{nl}", [ProfNote(f"Note: {t}")]
+    if kind == 10:
+        return draw(st.sampled_from(["", " ", "\r"])) + nl, []
+    t = draw(TEXT)
+    return t + nl, [Output(t)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), segs=st.lists(segments(), max_size=12))
+def test_synthetic_output_any_split(data, segs):
+    whole = "".join(s for s, _ in segs)
+    expected = [e for _, ev in segs for e in ev]
+    assert parse_all(whole) == expected
+    assert feed_chunks(data.draw(splits(whole))) == expected
+
+
+# Fragments that sit near every decision the parser makes, glued at random:
+# the parser must never crash and must not depend on where chunks end.
+FRAGMENTS = st.sampled_from([
+    '==PROF== Profiling "', "==PROF== Creating report from application replay data: ",
+    '"', '" - ', "0", "1", "5", "12", ": ", "%", ".", "0%", "50%", "100%", " - ",
+    " passes", "Application replay pass ", "\n", "\r", "\r\n", " ", "x", "==WARNING== ",
+    "==ERROR== ", "==PROF== ", "==", "Report: ",
+])
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data(), parts=st.lists(FRAGMENTS, max_size=40))
+def test_fragment_soup_any_split(data, parts):
+    whole = "".join(parts)
+    assert feed_chunks(data.draw(splits(whole))) == parse_all(whole)
+
+
+# -- edge cases --------------------------------------------------------------
+
+
+def test_emits_only_when_determined():
+    p = OutputParser()
+    assert p.feed('==PROF== Profiling "k" - 1') == []
+    assert p.feed("2: ") == []  # the ID was 12, not 1
+    assert p.feed("1") == [KernelStarted("k", 12)]  # a mark starts: kernel replay
+    assert p.feed("0") == []  # "10" may still be "100%"
+    assert p.feed("0%") == [Progress(12, "100%", 100, 0)]
+    assert p.in_progress == KernelStarted("k", 12)
+    assert p.feed(" - 3 pass") == []
+    assert p.feed("es") == []  # still waiting for the newline
+    assert p.feed("\n") == [KernelDone("k", 12, 3)]
+    assert p.in_progress is None
+    assert p.feed(".") == []  # an ordinary line now: "." is not a mark
+    assert p.close() == [Output(".")]
+
+
+def test_names_with_quotes_dots_and_spaces():
+    for name in ['a "quoted" name', 'op<"x">...', "with - dash: 3", 'trailing"', ""]:
+        line, ev = kernel(name, 4, (1, 1), 10)
+        assert parse_all(line) == ev
+        assert parse_all(f'==PROF== Profiling "{name}" - 4: Application replay pass 2\n') == [
+            ReplayPass(name, 4, 2)
+        ]
+
+
+def test_crlf():
+    line, ev = kernel("k", 0, (2, 2), 10, "\r\n")
+    assert parse_all("a\r\n" + line + "==PROF== Report: /o/x.ncu-rep\r\n") == [
+        Output("a"), *ev, ReportWritten("/o/x.ncu-rep")
+    ]
+
+
+def test_profiling_lookalikes_are_notes():
+    assert parse_all('==PROF== Profiling "unterminated name\n') == [ProfNote('Profiling "unterminated name')]
+    assert parse_all('==PROF== Profiling "k" - x: 0%\n') == [ProfNote('Profiling "k" - x: 0%')]
+    assert parse_all('==PROF== Profiling "k" - 3:0%\n') == [ProfNote('Profiling "k" - 3:0%')]
+    assert parse_all('==PROF== Profiling "k" - 3: range foo\n') == [ProfNote('Profiling "k" - 3: range foo')]
+    assert parse_all("==PROF== Profiling is slow\n") == [ProfNote("Profiling is slow")]
+    assert parse_all("  ==PROF== Profiling \"k\" - 0: 0%\n") == [Output('  ==PROF== Profiling "k" - 0: 0%')]
+
+
+def test_unexpected_char_in_progress_falls_back_to_a_line():
+    ev = parse_all('==PROF== Profiling "k" - 0: 0%..5x oops\nnext\n')
+    assert ev == [
+        KernelStarted("k", 0),
+        Progress(0, "0%", 0, 0),
+        Progress(0, ".", 0, 1),
+        Progress(0, ".", 0, 2),
+        Output("5x oops"),  # the unfinished "5" is kept
+        Output("next"),
+    ]
+    # A tail that is not " - N passes" ends the line without KernelDone.
+    assert parse_all('==PROF== Profiling "k" - 0: 0%.100% done\n')[-1] == Output(" done")
+    # An ncu line glued to an open progress line is still recognised.
+    assert parse_all('==PROF== Profiling "k" - 0: 0%.==WARNING== slow\n')[-1] == NcuWarning("slow")
+
+
+def test_close_flushes():
+    assert parse_all("no newline") == [Output("no newline")]
+    assert parse_all("==PROF== Report: /o/r.ncu-rep") == [ReportWritten("/o/r.ncu-rep")]
+    # An unfinished progress line gives nothing more at close.
+    assert parse_all('==PROF== Profiling "k" - 0: 0%..5') == [
+        KernelStarted("k", 0), Progress(0, "0%", 0, 0), Progress(0, ".", 0, 1), Progress(0, ".", 0, 2)
+    ]
+    assert parse_all('==PROF== Profiling "k" - 0: 100% - 3 passes')[-1] == Progress(0, "100%", 100, 0)
+    # A header with nothing after it: the kernel had started.
+    assert parse_all('==PROF== Profiling "k" - 7: ') == [KernelStarted("k", 7)]
+    p = OutputParser()
+    p.feed("partial")
+    assert p.pending == "partial"
+    assert p.close() == [Output("partial")] and p.pending == ""
+
+
+def test_blank_lines_give_nothing():
+    assert parse_all("\n\r\n  \n\n") == []
+
+
+def test_huge_line_is_linear():
+    for start in ("x", '==PROF== Profiling "'):
+        big = start + "y" * (2 << 20)
+        t0 = time.perf_counter()
+        p = OutputParser()
+        events = [e for i in range(0, len(big), 4096) for e in p.feed(big[i : i + 4096])]
+        events += p.feed("\n")
+        elapsed = time.perf_counter() - t0
+        assert len(events) == 1 and len(getattr(events[0], "text")) >= 2 << 20
+        assert elapsed < 0.5, elapsed
+
+
+def test_many_small_chunks_of_a_long_line_is_linear():
+    big = '==PROF== Profiling "' + "y" * 200_000
+    t0 = time.perf_counter()
+    p = OutputParser()
+    for i in range(0, len(big), 16):
+        p.feed(big[i : i + 16])
+    assert p.feed('" - 1: 0%\n')[0] == KernelStarted("y" * 200_000, 1)
+    assert time.perf_counter() - t0 < 1.0
