@@ -162,6 +162,11 @@ def main():
     os.makedirs(neutral, exist_ok=True)
     app = os.path.join(neutral, "app")
     shutil.copy(APP, app)
+    if len(sys.argv) > 3 and sys.argv[3] == "slow":
+        # How a kernel whose single pass outlasts the 3 s warning looks.
+        experiment("slow_one_pass_5s", [NCU, "--metrics", "gpu__time_duration.sum", app, "slow", "5000"],
+                   cwd=neutral, total=60)
+        return
     log("ncu --version:", subprocess.run([NCU, "--version"], capture_output=True, text=True).stdout)
     log("gpu apps before:", gpu_apps())
     experiment("none", [NCU, app, "none"], cwd=neutral)

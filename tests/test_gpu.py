@@ -1,0 +1,148 @@
+"""On a real GPU with the real ncu (marker gpu; skipped elsewhere).
+
+The programs are tests/gpu/kernels.cu: `ok` (8 short kernels), `hang` (a
+kernel that spins on a host-mapped flag: fine alone, hangs under ncu),
+`mixed` (3 kernels, then the hanging one), `slow` (one kernel of MS ms).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nsightwrap import ProfileOptions, RunConfig, profile_command
+from nsightwrap import gpu
+from nsightwrap.watchdog import COOKIE_VAR, processes_with
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="session")
+def cuda_app(tmp_path_factory):
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        pytest.skip("nvcc not found")
+    # A neutral folder, so no personal path ends up in reports.
+    out = Path("/tmp/nsightwrap-gpu-tests")
+    out.mkdir(exist_ok=True)
+    exe = out / "app"
+    subprocess.run([nvcc, "-O2", "-arch=sm_90", "-lineinfo", "-o", str(exe), str(ROOT / "tests/gpu/kernels.cu")],
+                   check=True)
+    return str(exe)
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return RunConfig(report_dir=str(tmp_path), cache_dir=str(tmp_path / "cache"), env=dict(os.environ))
+
+
+def load_report_names(path):
+    try:
+        import ncu_report
+    except ImportError:
+        extras = sorted(glob.glob("/opt/nvidia/nsight-compute/*/extras/python"))
+        sys.path.insert(0, extras[-1])
+        import ncu_report
+    ctx = ncu_report.load_report(str(path))
+    rng = ctx.range_by_idx(0)
+    return [rng.action_by_idx(i).name() for i in range(rng.num_actions())]
+
+
+def no_gpu_process_of(attempt):
+    held = gpu.compute_processes() or []
+    assert not attempt.gpu_left_after
+    return held
+
+
+def assert_clean(attempt):
+    assert processes_with(COOKIE_VAR, attempt.cookie) == []
+    assert not attempt.stop or attempt.stop.survivors == []
+    assert gpu.compute_processes() == [], "a process is still on the GPU"
+
+
+def test_real_ok_run(cuda_app, cfg):
+    a = profile_command([cuda_app, "ok"], ProfileOptions(set="basic"), cfg)
+    print(a.describe())
+    assert a.status == "ok"
+    assert [k.name for k in a.kernels] == ["vec_add"] * 3 + ["block_reduce", "vec_add", "block_reduce", "vec_add",
+                                                             "block_reduce"]
+    assert all(k.passes == 10 for k in a.kernels)
+    assert a.report_complete and len(load_report_names(a.report)) == 8
+    assert_clean(a)
+
+
+def test_real_hang_is_caught_within_15_s(cuda_app, cfg):
+    t0 = time.monotonic()
+    a = profile_command([cuda_app, "hang", "60"], ProfileOptions(set="basic"), cfg)
+    took = time.monotonic() - t0
+    print(a.describe())
+    print(f"total {took:.1f} s, detection {a.detection_s:.1f} s after the last progress mark, "
+          f"stopped in {a.stop_s:.2f} s")
+    assert a.status == "hang" and a.stalled_kernel == "wait_for_host"
+    assert a.stall.where.startswith("0%")
+    assert a.detection_s < 15
+    assert a.stop.graceful  # SIGINT to the inner ncu ended the whole tree
+    assert_clean(a)
+
+
+def test_real_hang_after_three_kernels_keeps_partial_report(cuda_app, cfg):
+    a = profile_command([cuda_app, "mixed", "60"], ProfileOptions(set="basic"), cfg)
+    print(a.describe())
+    assert a.status == "hang" and a.stall.kernel_id == 3
+    assert [k.name for k in a.kernels] == ["vec_add"] * 3
+    assert a.report is not None and not a.report_complete
+    assert load_report_names(a.report) == ["vec_add"] * 3
+    assert_clean(a)
+
+
+def test_real_slow_kernel_is_not_called_hung(cuda_app, cfg):
+    a = profile_command([cuda_app, "slow", "1500"], ProfileOptions(set="basic"), cfg.replace(stall_timeout=4.0))
+    print(a.describe())
+    assert a.status == "ok", a.describe()
+    assert [k.name for k in a.kernels] == ["slow_kernel"]
+    assert_clean(a)
+
+
+def test_real_hang_in_application_replay(cuda_app, cfg):
+    a = profile_command([cuda_app, "hang", "60"], ProfileOptions(set="basic", replay_mode="application"),
+                        cfg.replace(stall_timeout=6.0))
+    print(a.describe())
+    assert a.status == "hang"
+    assert_clean(a)
+
+
+def _cli(args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "nsightwrap", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd="/tmp")
+
+
+def test_cli_on_cupy_hang_example(tmp_path):
+    pytest.importorskip("cupy")
+    r = _cli(["run", "--json", "--stall-timeout", "5", "-o", str(tmp_path / "cupy_hang"), "--",
+              sys.executable, str(ROOT / "examples/cupy_hang_under_ncu.py")])
+    print(r.stderr[-3000:])
+    print(r.stdout)
+    d = json.loads(r.stdout)
+    assert r.returncode == 3 and d["status"] == "hang" and d["stalled_kernel"] == "wait_for_host"
+    assert processes_with(COOKIE_VAR, d["cookie"]) == []
+
+
+def test_cli_on_torch_example(tmp_path):
+    pytest.importorskip("torch")
+    r = _cli(["run", "--json", "--set", "basic", "-o", str(tmp_path / "torch"), "--",
+              sys.executable, str(ROOT / "examples/torch_matmul_softmax.py")])
+    print(r.stderr[-3000:])
+    d = json.loads(r.stdout)
+    assert r.returncode == 0 and d["status"] == "ok"
+    names = [k["name"] for k in d["kernels"]]
+    assert any("oftmax" in n for n in names), names
