@@ -8,6 +8,7 @@ kernel was profiled, so the host never sets the flag: the profile hangs at
     python examples/cupy_hang_under_ncu.py                      # finishes in well under a second
     python -m nsightwrap run --stall-timeout 5 -- python examples/cupy_hang_under_ncu.py
 """
+import ctypes
 import sys
 
 import cupy as cp
@@ -28,12 +29,11 @@ extern "C" __global__ void wait_for_host(volatile int* flag, unsigned long long 
 
 def main(limit_s: float = 60.0) -> int:
     rt = cp.cuda.runtime
-    host = rt.hostAlloc(8, rt.hostAllocMapped)
-    flags = np.frombuffer((np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int * 2).from_address(host))), dtype=np.int32)
+    host = rt.hostAlloc(8, rt.hostAllocMapped)  # with unified addressing the pointer works on the device too
+    flags = np.ctypeslib.as_array((ctypes.c_int32 * 2).from_address(host))
     flags[:] = 0
-    dev = rt.hostGetDevicePointer(host, 0)
     kernel = cp.RawKernel(SPIN, "wait_for_host")
-    kernel((1,), (1,), (cp.uint64(dev), cp.uint64(int(limit_s * 1e9)), cp.uint64(dev + 4)))
+    kernel((1,), (1,), (cp.uint64(host), cp.uint64(int(limit_s * 1e9)), cp.uint64(host + 4)))
     flags[0] = 1  # under ncu this runs only after profiling of the kernel ended
     cp.cuda.Device().synchronize()
     print("result", int(flags[1]), "(1: released by the host, -1: gave up)")

@@ -1,0 +1,44 @@
+"""The watched run on real ncu output: the fake replays recorded transcripts
+byte for byte with their own timing (4x faster, stall timeouts scaled alike)."""
+
+import pytest
+
+from conftest import DATA, app
+from nsightwrap.engine import RunConfig, profile_command
+from nsightwrap.options import ProfileOptions
+from nsightwrap.watchdog import COOKIE_VAR, StopPolicy, processes_with
+
+SCALE = 0.25
+DEFAULT_STALL = 10.0 * SCALE  # the default stall timeout, on the replay's clock
+
+CASES = [
+    # transcript, status, stalled kernel, kernels completed
+    ("transcripts/kernel-replay-full-set.jsonl", "ok", None, 8),
+    ("transcripts/pytorch-detailed-set.jsonl", "ok", None, 4),
+    ("transcripts/application-replay.jsonl", "ok", None, 8),
+    ("transcripts/hang-at-0pct.jsonl", "hang", "wait_for_host", 0),
+    ("transcripts/hang-after-three-kernels-sigint.jsonl", "hang", "wait_for_host", 3),
+    ("transcripts/hang-application-replay.jsonl", "hang", "wait_for_host", 1),
+    ("transcripts/range-replay-no-ranges.jsonl", "no-kernels", None, 0),
+    ("transcripts/unknown-section.jsonl", "error", None, 0),
+    ("gpu-transcripts/slow.jsonl", "ok", None, 1),  # 1.5 s passes, marks 3 s apart
+    ("gpu-transcripts/slow-one-pass-5s.jsonl", "ok", None, 1),  # warning cuts the line, then 5 s to 100%
+    ("gpu-transcripts/hang-inner-SIGINT.jsonl", "hang", "wait_for_host", 3),
+    ("gpu-transcripts/none.jsonl", "no-kernels", None, 0),
+]
+
+
+@pytest.mark.parametrize("name,status,stalled,n_kernels", CASES, ids=[c[0].split("/")[-1] for c in CASES])
+def test_replayed_transcript(name, status, stalled, n_kernels, fake_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_TRANSCRIPT", str(DATA / name))
+    monkeypatch.setenv("FAKE_NCU_SCALE", str(SCALE))
+    cfg = RunConfig(report_dir=str(tmp_path), check_gpu=False, stall_timeout=DEFAULT_STALL,
+                    stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+    a = profile_command(app(), ProfileOptions(set="basic"), cfg)
+    assert a.status == status, a.describe()
+    assert a.stalled_kernel == stalled
+    assert len(a.kernels) == n_kernels
+    if status == "hang":
+        assert a.detection_s < DEFAULT_STALL + 0.5
+        assert a.report is not None  # the partial report is kept
+    assert processes_with(COOKIE_VAR, a.cookie) == []
