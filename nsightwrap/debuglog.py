@@ -1,0 +1,354 @@
+"""A Markdown debug log of one kernel, written from the hang store.
+
+The log follows the form engineers use for such investigations: one
+section per attempt (hypothesis, what was done, result, conclusion), a
+table of the differences between the newest working and hanging settings,
+and what to try next. Hypotheses are generated from the order of the
+attempts: the first says the settings work; a later one says that the
+change from the last hanging settings (or the last working ones) avoids the
+hang. Untrusted records (foreign processes held the GPU) are listed,
+marked, and never used for the comparison or the advice.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Optional, Sequence
+
+from .store import HANG, HANG_OUTCOMES, OK, Environment, HangStore, ProfileKey, Record, normalize_kernel
+
+__all__ = ["debug_log", "key_change", "key_flags"]
+
+UNTRUSTED = "(untrusted: foreign GPU processes were present)"
+#: The one metric with the fewest passes: the smallest thing ncu can collect.
+MINIMAL_METRIC = "gpu__time_duration.sum"
+
+_CONCLUSIONS = {
+    "timeout": "{d} did not finish within the time limit: slow or hung, not told apart",
+    "error": "ncu failed with {d}; not a hang (see the result)",
+    "crashed": "the program failed under ncu with {d}; not a hang",
+    "no-kernels": "this kernel was not profiled with {d}: check the kernel filter (or, for range replay, "
+                  "that the program marks ranges)",
+    "interrupted": "interrupted before a verdict: nothing learned about {d}",
+    "skipped": "not run: {d} was already known to hang here",
+}
+
+
+def _code(text: str) -> str:
+    """Inline code that survives backticks in the text."""
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _s(value: Optional[float]) -> str:
+    return "?" if value is None else f"{value:.1f}"
+
+
+def _names(items: Sequence[str]) -> str:
+    return "+".join(items)
+
+
+def _join(parts: Sequence[str]) -> str:
+    parts = list(parts)
+    if len(parts) <= 1:
+        return "".join(parts)
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def key_change(old: ProfileKey, new: ProfileKey) -> str:
+    """How ``new`` differs from ``old``, as a phrase: "replacing set full with
+    set basic", "dropping sections A and switching to range replay"."""
+    parts = []
+    if old.set != new.set:
+        if old.set and new.set:
+            parts.append(f"replacing set {old.set} with set {new.set}")
+        elif old.set:
+            parts.append(f"dropping set {old.set}")
+        else:
+            parts.append(f"adding set {new.set}")
+    for label, a, b in (("sections", old.sections, new.sections), ("metrics", old.metrics, new.metrics)):
+        dropped = [x for x in a if x not in b]
+        added = [x for x in b if x not in a]
+        if dropped:
+            parts.append(f"dropping {label} {_names(dropped)}")
+        if added:
+            verb = "profiling only" if (old.set and not new.set and not a) else "adding"
+            parts.append(f"{verb} {label} {_names(added)}")
+    if old.replay_mode != new.replay_mode:
+        parts.append(f"switching to {new.replay_mode} replay")
+    return _join(parts) or "the same settings"
+
+
+def key_flags(key: ProfileKey) -> str:
+    """The ncu / ``nsightwrap run`` options of a key."""
+    flags = []
+    if key.set:
+        flags += ["--set", key.set]
+    for s in key.sections:
+        flags += ["--section", s]
+    if key.metrics:
+        flags += ["--metrics", ",".join(key.metrics)]
+    if key.replay_mode != "kernel":
+        flags += ["--replay-mode", key.replay_mode]
+    return shlex.join(flags)
+
+
+class _Attempt:
+    """The records of one run for this kernel (several launches give several rows)."""
+
+    def __init__(self, records: list[Record]):
+        self.records = records
+        hung = [r for r in records if r.hung]
+        self.main = hung[-1] if hung else records[-1]
+        self.others = [r for r in records if r is not self.main]
+
+    @property
+    def key(self) -> ProfileKey:
+        return self.main.profile_key
+
+    @property
+    def outcome(self) -> str:
+        return self.main.outcome
+
+    @property
+    def trusted(self) -> bool:
+        return self.main.trusted
+
+
+def _group(records: list[Record]) -> list[_Attempt]:
+    """Oldest first; rows of one run (same run_id) of the same kernel are one attempt."""
+    groups: list[list[Record]] = []
+    index: dict[tuple[str, str], int] = {}
+    for r in records:
+        if r.run_id is not None and (r.run_id, r.kernel) in index:
+            groups[index[r.run_id, r.kernel]].append(r)
+            continue
+        if r.run_id is not None:
+            index[r.run_id, r.kernel] = len(groups)
+        groups.append([r])
+    return [_Attempt(g) for g in groups]
+
+
+def _hypothesis(a: _Attempt, earlier: list[_Attempt], kernel: str) -> str:
+    d = a.key.describe()
+    if a.outcome == "skipped":
+        return f"{d} is already known to hang here, so it need not be run"
+    trusted = [e for e in earlier if e.trusted and e.outcome in (OK, *HANG_OUTCOMES)]
+    same = [e for e in trusted if e.key == a.key]
+    if same:
+        prev = same[-1]
+        return (f"the earlier result with {d} ({prev.outcome}, attempt {earlier.index(prev) + 1}) "
+                "is reproducible")
+    hangs = [e for e in trusted if e.outcome in HANG_OUTCOMES]
+    if hangs:
+        return f"{key_change(hangs[-1].key, a.key)} avoids the hang"
+    oks = [e for e in trusted if e.outcome == OK]
+    if oks:
+        return f"{key_change(oks[-1].key, a.key)} still profiles {kernel} without hanging"
+    return f"{d} profiles {kernel} without hanging"
+
+
+def _result(a: _Attempt) -> str:
+    r = a.main
+    if r.outcome == HANG or (r.outcome in HANG_OUTCOMES and r.stall_s is not None):
+        info = f"no progress for {_s(r.stall_s)} s"
+    elif r.passes_reached is not None:
+        info = f"{r.passes_reached} passes"
+    else:
+        info = "no passes recorded"
+    text = f"{r.outcome}, {info}, {_s(r.elapsed_s)} s"
+    if r.note:
+        text += f"; {r.note}"
+    for o in a.others:
+        text += f" (another launch: {o.outcome}" + (f", {o.passes_reached} passes" if o.passes_reached else "")
+        text += ")"
+    return text
+
+
+def _conclusion(a: _Attempt) -> str:
+    d = a.key.describe()
+    r = a.main
+    if r.outcome == OK:
+        text = f"works: {d} profiles this kernel" + (f" ({r.passes_reached} passes)" if r.passes_reached else "")
+    elif r.outcome == HANG:
+        text = f"{d} hangs on this kernel"
+    else:
+        text = _CONCLUSIONS.get(r.outcome, "{d}: " + r.outcome).format(d=d)
+    if not a.trusted:
+        text = f"not counted {UNTRUSTED}; it would say: {text}"
+    return text
+
+
+def _header_value(values: Sequence[Optional[str]]) -> str:
+    seen = []
+    for v in values:
+        if v and v not in seen:
+            seen.append(v)
+    return " / ".join(seen) if seen else "unknown"
+
+
+def _table(working: Optional[_Attempt], hanging: Optional[_Attempt]) -> list[str]:
+    if working is None and hanging is None:
+        return ["No trusted verdict (ok or hang) recorded yet: nothing to compare."]
+    if working is None:
+        lead = ["No trusted working settings recorded yet; the hanging ones were:", ""]
+    elif hanging is None:
+        lead = ["No trusted hang recorded for this kernel; the working settings were:", ""]
+    else:
+        lead = []
+
+    def values(a: Optional[_Attempt]) -> list[str]:
+        if a is None:
+            return ["", "", "", "", "", ""]
+        k, r = a.key, a.main
+        passes = (str(r.passes_reached) if r.passes_reached is not None
+                  else f"stalled after {_s(r.stall_s)} s" if r.stall_s is not None else "-")
+        return [k.set or "-", ", ".join(k.sections) or "-", ", ".join(k.metrics) or "-", k.replay_mode, passes,
+                f"{_s(r.elapsed_s)} s"]
+
+    w, h = values(working), values(hanging)
+    head_w = f"working ({working.key.describe()})" if working else "working (none yet)"
+    head_h = f"hanging ({hanging.key.describe()})" if hanging else "hanging (none yet)"
+    lines = lead + [f"| | {_cell(head_w)} | {_cell(head_h)} |", "|---|---|---|"]
+    for i, label in enumerate(("set", "sections", "metrics", "replay mode", "passes", "elapsed")):
+        a, b = w[i], h[i]
+        if working and hanging and i < 4 and a != b:
+            a, b = f"**{a}**", f"**{b}**"
+        lines.append(f"| {label} | {_cell(a)} | {_cell(b)} |")
+    return lines
+
+
+def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record]) -> list[str]:
+    trusted = [a for a in attempts if a.trusted]
+    hung = [a for a in trusted if a.outcome in HANG_OUTCOMES]
+    worked = [a for a in trusted if a.outcome == OK]
+    tried = {a.key for a in trusted if a.outcome in (OK, *HANG_OUTCOMES)}
+    k = shlex.quote(kernel)
+    run = f"python -m nsightwrap run --kernel-name {k}"
+    steps = []
+    if not attempts:
+        steps.append(f"profile it with a small set first: {_code(run + ' --set basic -- <your program>')}")
+    hung_keys = [a.key for a in hung if a.outcome == HANG]
+    if hung and not worked:
+        basic = ProfileKey("basic")
+        if basic not in tried:
+            steps.append(f"try a smaller set: {_code('--set basic')}")
+        minimal = ProfileKey(metrics=(MINIMAL_METRIC,))
+        if minimal not in tried:
+            steps.append(f"try one metric alone, the fewest passes: {_code('--metrics ' + MINIMAL_METRIC)}")
+        if not any(key.replay_mode in ("range", "app-range") for key in tried):
+            steps.append(f"try range replay: {_code('--replay-mode range')} (the program must mark the range, "
+                         "with cudaProfilerStart/Stop or NVTX; ncu suggests this itself when a launch seems "
+                         "to hang)")
+        small = [key for key in hung_keys
+                 if key.replay_mode == "kernel" and (key.set == "basic" or (not key.set and len(key.sections)
+                                                                              + len(key.metrics) <= 1))]
+        if small:
+            steps.append(f"even {small[-1].describe()} hangs: the kernel probably waits for the host (a flag "
+                         "the host sets after the launch), which kernel replay never lets happen. Profile a "
+                         "range that holds the launch and the host's action (range or app-range replay), or "
+                         f"leave this kernel out ({_code('--kernel-name regex:...')} or {_code('--launch-skip')})")
+    if hung and worked:
+        h, w = hung[-1].key, worked[-1].key
+        if h.set and h.set != w.set:
+            steps.append(f"find which sections of set {h.set} hang: "
+                         f"{_code(f'python -m nsightwrap sweep-sections --kernel {k} --set {h.set} -- <your program>')}"
+                         f" (or add sections of set {h.set} missing from {w.describe()} one at a time; "
+                         f"{_code('ncu --list-sets')} lists them)")
+        if len(h.sections) > 1:
+            steps.append("try each of sections " + ", ".join(h.sections) + " alone: "
+                         + ", ".join(_code(f"--section {s}") for s in h.sections if ProfileKey(
+                             sections=(s,), replay_mode=h.replay_mode) not in tried))
+        if len(h.metrics) > 1:
+            steps.append("split the metrics: try " + " and ".join(
+                _code("--metrics " + ",".join(half)) for half in (h.metrics[:len(h.metrics) // 2],
+                                                                   h.metrics[len(h.metrics) // 2:])))
+        if h.replay_mode == "kernel" and not any(key.replay_mode in ("range", "app-range") for key in tried):
+            ranged = ProfileKey(h.set, h.sections, h.metrics, "range")
+            steps.append(f"try the hanging settings in range replay: {_code(key_flags(ranged))} (the program "
+                         "must mark the range with cudaProfilerStart/Stop or NVTX)")
+        steps.append(f"to profile this kernel now, use the working settings: {_code(run + ' ' + key_flags(w) + ' -- <your program>')}")
+    if worked and not hung:
+        steps.append(f"nothing hung: {worked[-1].key.describe()} works here; richer sets may be tried "
+                     "(a hang is stopped and recorded, so it costs one stall timeout)")
+    timeouts = [a for a in trusted if a.outcome == "timeout"]
+    if timeouts:
+        steps.append(f"{len(timeouts)} timeout(s) are not proof of a hang: rerun with a larger "
+                     f"{_code('--timeout')} and let the stall detector tell slow from hung")
+    untrusted = [r for r in records if not r.trusted]
+    if untrusted:
+        steps.append(f"{len(untrusted)} record(s) were made while foreign processes held the GPU and are not "
+                     f"counted: check {_code('nvidia-smi')}, stop those processes (run "
+                     f"{_code('python -m nsightwrap cleanup')} for leftovers of nsightwrap runs), then repeat "
+                     "those settings")
+    drivers = sorted({r.driver for r in records if r.driver})
+    if len(drivers) > 1:
+        steps.append(f"these records come from drivers {', '.join(drivers)}: repeat the hanging settings on "
+                     "the current driver before trusting them")
+    failures = [a for a in trusted if a.outcome in ("error", "crashed", "no-kernels")]
+    if failures and not hung and not worked:
+        steps.append("no run reached a verdict: fix the error first (see the results above), e.g. with "
+                     f"{_code('python -m nsightwrap doctor')}")
+    return steps
+
+
+def debug_log(store: HangStore, kernel: str, env: Optional[Environment] = None) -> str:
+    """Markdown for one kernel: its attempts, the working/hanging comparison,
+    and what to try next. Records of kernels with the same pattern
+    (normalize_kernel) are included; with ``env``, only those on the same GPU
+    model and ncu version."""
+    records = list(reversed(store.records(pattern=kernel)))
+    if env is not None:
+        records = [r for r in records if r.gpu == env.gpu and r.ncu_version == env.ncu_version]
+        gpu, driver, ncu = env.gpu or "unknown GPU", env.driver or "unknown", env.ncu_version or "unknown"
+    else:
+        gpu = _header_value([r.gpu for r in records]).replace("unknown", "unknown GPU")
+        driver = _header_value([r.driver for r in records])
+        ncu = _header_value([r.ncu_version for r in records])
+    lines = [f"# Debug log: {kernel} on {gpu} (driver {driver}, ncu {ncu})", ""]
+    names = sorted({r.kernel for r in records} - {kernel})
+    if names:
+        lines += [f"Includes records of kernels with the same pattern {_code(normalize_kernel(kernel))}: "
+                  + ", ".join(_code(n) for n in names) + ".", ""]
+    attempts = _group(records)
+    if not attempts:
+        lines += ["No records of this kernel" + (" on this GPU and ncu version" if env else "") + ".", ""]
+    for i, a in enumerate(attempts, 1):
+        r = a.main
+        mark = f" {UNTRUSTED}" if not a.trusted else ""
+        lines.append(f"## Attempt {i}: {a.key.describe()} ({a.outcome}){mark}")
+        where = [f"record {', '.join(str(x.id) for x in a.records)}", r.time]
+        if r.kernel != kernel:
+            where.append(f"kernel {r.kernel}")
+        if r.host:
+            where.append(f"host {r.host}")
+        if env is not None and r.driver != env.driver:
+            where.append(f"driver {r.driver or 'unknown'}")
+        if r.ladder or r.rung:
+            where.append(f"ladder {r.ladder or '-'}, rung {r.rung or '-'}")
+        lines += [
+            f"*{'; '.join(where)}*",
+            "",
+            f"**Hypothesis:** {_hypothesis(a, attempts[:i - 1], kernel)}",
+            "",
+            f"**What we did:** {_code(shlex.join(r.command)) if r.command else '(command not recorded)'}",
+            "",
+            f"**Result:** {_result(a)}",
+            "",
+            f"**Conclusion:** {_conclusion(a)}",
+            "",
+        ]
+    trusted = [a for a in attempts if a.trusted]
+    working = next((a for a in reversed(trusted) if a.outcome == OK), None)
+    hanging = next((a for a in reversed(trusted) if a.outcome == HANG), None) or next(
+        (a for a in reversed(trusted) if a.outcome in HANG_OUTCOMES), None)
+    lines += ["## Key differences between working and hanging settings", ""]
+    lines += _table(working, hanging) + [""]
+    lines += ["## What to try next", ""]
+    lines += [f"- {s}" for s in _next_steps(kernel, attempts, records)] or ["- nothing: no advice from these records"]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,250 @@
+"""Fallback ladders: ordered rungs of less and less demanding settings.
+
+A ladder is data (profiles/*.yaml, shipped in nsightwrap/profiles/, or a
+user's file by path); `Rung.apply` turns the caller's options into the
+options of that rung, rewriting what ncu rejects in range replay. Like
+tenacity's wait_chain, an empty ladder fails when it is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from .errors import OptionsError
+from .options import KernelFilter, ProfileOptions, ReplayMode
+from .tools import NcuInfo
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+RUNG_KEYS = {"name", "requested", "set", "sections", "metrics", "replay_mode", "extra_args", "stall_timeout"}
+LADDER_KEYS = {"name", "description", "rungs"}
+RANGE_MODES = (ReplayMode.RANGE, ReplayMode.APP_RANGE)
+
+
+class LadderError(OptionsError):
+    """A profile file that cannot be used: says which file, which rung, what to fix."""
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One choice of what to collect and how to replay."""
+
+    name: str
+    requested: bool = False  # "whatever the caller asked for"
+    set: Optional[str] = None
+    sections: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    replay_mode: Optional[str] = None
+    extra_args: tuple[str, ...] = ()
+    stall_timeout: Optional[float] = None
+
+    def apply(self, requested: ProfileOptions) -> tuple[ProfileOptions, list[str]]:
+        """The caller's options at this rung, and notes on what was rewritten."""
+        if self.requested:
+            opts = requested
+        else:
+            opts = requested.replace(
+                set=self.set, sections=self.sections, metrics=self.metrics,
+                replay_mode=self.replay_mode or requested.replay_mode,
+                extra_args=tuple(requested.extra_args) + self.extra_args)
+        return rewrite_for_replay(opts)
+
+    def describe(self) -> str:
+        if self.requested:
+            return "the requested settings"
+        parts = []
+        if self.set:
+            parts.append(f"set {self.set}")
+        if self.sections:
+            parts.append("sections " + "+".join(self.sections))
+        if self.metrics:
+            parts.append("metrics " + ",".join(self.metrics))
+        if self.replay_mode and self.replay_mode != "kernel":
+            parts.append(f"{self.replay_mode} replay")
+        return ", ".join(parts) or "ncu's default set"
+
+
+def rewrite_for_replay(opts: ProfileOptions) -> tuple[ProfileOptions, list[str]]:
+    """Drop what ncu rejects in range/app-range replay, and say so."""
+    if opts.replay_mode not in RANGE_MODES:
+        return opts, []
+    notes, changes = [], {}
+    if opts.kernel is not None:
+        changes["kernel"] = None
+        notes.append(f"{opts.replay_mode.value} replay profiles the range the program marks "
+                     f"(cudaProfilerStart/Stop or NVTX) instead of kernel filter {opts.kernel.value!r}")
+    if opts.kernel_id is not None:
+        changes["kernel_id"] = None
+        notes.append("kernel_id dropped (not supported in range replay)")
+    if opts.import_source:
+        changes["import_source"] = None
+        notes.append("import_source dropped (not supported in range replay)")
+    if opts.profile_from_start is False:
+        changes["profile_from_start"] = None
+        notes.append("profile_from_start=off dropped (not supported in range replay; ranges start profiling)")
+    for name in ("launch_skip", "launch_count"):
+        if getattr(opts, name) is not None:
+            changes[name] = None
+            notes.append(f"{name} dropped (it counts kernel launches, not ranges)")
+    return (opts.replace(**changes) if changes else opts), notes
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """An ordered, non-empty list of rungs."""
+
+    name: str
+    rungs: tuple[Rung, ...]
+    description: str = ""
+    source: str = ""
+
+    def __post_init__(self):
+        if not self.rungs:
+            raise LadderError(f"ladder {self.name!r} ({self.source or 'built in code'}) has no rungs; give at least one")
+        names = [r.name for r in self.rungs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise LadderError(f"ladder {self.name!r}: rung names must be unique, repeated: {', '.join(dupes)}")
+
+    def __len__(self) -> int:
+        return len(self.rungs)
+
+    def __getitem__(self, i: int) -> Rung:
+        return self.rungs[i]
+
+    def validate(self, info: NcuInfo) -> None:
+        """Sets and sections must exist in this ncu."""
+        problems = []
+        for r in self.rungs:
+            if r.set and r.set not in info.set_ids:
+                close = difflib.get_close_matches(r.set, info.set_ids, n=3)
+                problems.append(f"rung {r.name!r}: unknown set {r.set!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+            for s in r.sections:
+                if s.startswith("regex:"):
+                    continue
+                if s not in info.section_ids:
+                    close = difflib.get_close_matches(s, info.section_ids, n=3)
+                    problems.append(f"rung {r.name!r}: unknown section {s!r} for this ncu ({info.version})"
+                                    + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        if problems:
+            raise LadderError(f"ladder {self.name!r} ({self.source}):\n  - " + "\n  - ".join(problems)
+                              + "\nRun `ncu --list-sets` / `ncu --list-sections` to see what this ncu offers.")
+
+    def for_request(self, requested: ProfileOptions, info: Optional[NcuInfo] = None) -> "Ladder":
+        """This ladder without the rungs that are not less demanding than the request.
+
+        A rung is dropped when it collects at least every section and metric
+        of the request in the same replay mode (e.g. `detailed` under a request
+        for `basic`, or `basic` itself): stepping there would not step down.
+        """
+        want = _demand(requested, info)
+        kept = [self.rungs[0]] if self.rungs[0].requested else []
+        for r in self.rungs:
+            if r.requested:
+                continue
+            opts, _ = r.apply(requested)
+            have = _demand(opts, info)
+            if have[2] == want[2] and have[0] >= want[0] and have[1] >= want[1] and kept:
+                continue
+            kept.append(r)
+        return Ladder(self.name, tuple(kept), self.description, self.source)
+
+
+def _demand(opts: ProfileOptions, info: Optional[NcuInfo]) -> tuple[frozenset, frozenset, str]:
+    sections = set(opts.sections)
+    if opts.set and info is not None and opts.set in info.set_ids:
+        sections |= set(info.sections_of_set(opts.set))
+    elif opts.set:
+        sections.add(f"set:{opts.set}")
+    if not opts.set and not opts.sections and not opts.metrics:
+        sections |= set(info.sections_of_set("basic")) if info is not None and "basic" in info.set_ids else {"set:basic"}
+    return frozenset(sections), frozenset(opts.metrics), opts.replay_mode.value
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise LadderError(f"{where}: expected a list of strings, got {value!r}")
+
+
+def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
+    if not isinstance(data, dict):
+        raise LadderError(f"{source}: a profile is a mapping with `name` and `rungs`, got {type(data).__name__}")
+    unknown = set(data) - LADDER_KEYS
+    if unknown:
+        raise LadderError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+                          f"allowed: {', '.join(sorted(LADDER_KEYS))}")
+    rungs_data = data.get("rungs")
+    if not isinstance(rungs_data, list) or not rungs_data:
+        raise LadderError(f"{source}: `rungs` must be a non-empty list (an empty ladder can profile nothing)")
+    rungs = []
+    for i, rd in enumerate(rungs_data):
+        where = f"{source}: rung {i + 1}"
+        if not isinstance(rd, dict):
+            raise LadderError(f"{where}: expected a mapping, got {rd!r}")
+        unknown = set(rd) - RUNG_KEYS
+        if unknown:
+            bad = sorted(map(str, unknown))
+            close = [c for b in bad for c in difflib.get_close_matches(b, sorted(RUNG_KEYS), n=1)]
+            raise LadderError(f"{where}: unknown key(s) {', '.join(bad)}"
+                              + (f" (did you mean {', '.join(close)}?)" if close else "")
+                              + f"; allowed: {', '.join(sorted(RUNG_KEYS))}")
+        name = rd.get("name") or f"rung-{i + 1}"
+        where = f"{source}: rung {name!r}"
+        replay = rd.get("replay_mode")
+        if replay is not None and replay not in [m.value for m in ReplayMode]:
+            raise LadderError(f"{where}: replay_mode {replay!r} is not one of "
+                              + ", ".join(m.value for m in ReplayMode))
+        stall = rd.get("stall_timeout")
+        if stall is not None and (not isinstance(stall, (int, float)) or stall <= 0):
+            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}")
+        requested = bool(rd.get("requested", False))
+        if requested and any(rd.get(k) for k in ("set", "sections", "metrics", "replay_mode")):
+            raise LadderError(f"{where}: a `requested` rung takes the caller's settings; drop set/sections/metrics/replay_mode")
+        rungs.append(Rung(name=str(name), requested=requested, set=rd.get("set"),
+                          sections=_strings(rd.get("sections"), where), metrics=_strings(rd.get("metrics"), where),
+                          replay_mode=replay, extra_args=_strings(rd.get("extra_args"), where),
+                          stall_timeout=float(stall) if stall is not None else None))
+    return Ladder(str(data.get("name") or Path(source).stem), tuple(rungs), str(data.get("description", "")), source)
+
+
+def builtin_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_ladder(name_or_path: str = "default") -> Ladder:
+    """A built-in profile by name (default, quick, deep) or a YAML file by path."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = PROFILES_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            close = difflib.get_close_matches(name_or_path, builtin_profiles(), n=2)
+            raise LadderError(f"no profile named {name_or_path!r}; built in: {', '.join(builtin_profiles())}"
+                              + (f" (did you mean {close[0]}?)" if close else "") + "; or give a path to a .yaml file")
+    if not path.exists():
+        raise LadderError(f"profile file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise LadderError(f"{path}: not valid YAML: {e}") from None
+    return ladder_from_dict(data, str(path))
+
+
+def exclude_kernels(user: Optional[KernelFilter], names: Sequence[str]) -> Optional[KernelFilter]:
+    """A filter that matches what `user` matches, except the kernels named (exactly)."""
+    if not names:
+        return user
+    neg = "|".join(re.escape(n) for n in sorted(set(names)))
+    if user is None:
+        return KernelFilter(f"^(?!(?:{neg})$)", True)
+    base = user.pattern if user.regex else f"^{re.escape(user.pattern)}$"
+    return KernelFilter(f"^(?!(?:{neg})$).*?(?:{base})", True, user.base)

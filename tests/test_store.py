@@ -1,0 +1,487 @@
+"""The hang store (SQLite), its debug log and its CLI hooks."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from nsightwrap.attempt import Attempt, KernelResult
+from nsightwrap.debuglog import debug_log, key_change
+from nsightwrap.errors import NsightwrapError
+from nsightwrap.options import ProfileOptions
+from nsightwrap.rules import Stall
+from nsightwrap.store import (
+    COLUMNS,
+    ENV_STORE,
+    SCHEMA_VERSION,
+    Environment,
+    HangStore,
+    ProfileKey,
+    Record,
+    StoreError,
+    add_hangs_parser,
+    cmd_hangs,
+    default_store_path,
+    normalize_kernel,
+)
+
+H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
+FULL, BASIC = ProfileKey("full"), ProfileKey("basic")
+CMD_FULL = ("ncu", "--set", "full", "--kernel-name", "wait_for_host", "./app")
+CMD_BASIC = ("ncu", "--set", "basic", "--kernel-name", "wait_for_host", "./app")
+
+
+@pytest.fixture
+def store(tmp_path):
+    with HangStore(tmp_path / "hangs.db") as s:
+        yield s
+
+
+def make_attempt(status="ok", kernels=(), stall=None, foreign=(), cookie="c1", reason="why", notes=()):
+    return Attempt(status=status, reason=reason, command=("ncu", "--set", "full", "./app"), returncode=0,
+                   kernels=tuple(kernels), stall=stall, report=None, report_complete=False, elapsed_s=9.5,
+                   stop=None, warnings=(), errors=(), notes=tuple(notes), log="",
+                   started_at="2026-11-26T10:00:00+00:00", cookie=cookie, gpu_foreign_before=tuple(foreign))
+
+
+def make_stall(kernel="wait_for_host", kernel_id=3, silent_s=12.5):
+    return Stall(kernel, kernel_id, "0%..", silent_s, 10.0, 12.5, True, True)
+
+
+# --- kernel names and keys ---------------------------------------------------
+
+@pytest.mark.parametrize("name, pattern", [
+    ("vec_add", "vec_add"),
+    ("nvjet_sm90_tst_256x128_64x4_1...", "nvjet_sm#_tst_#x#_#x#_#"),
+    ("nvjet_sm90_tst_128x128_64x4_2...", "nvjet_sm#_tst_#x#_#x#_#"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+     "at::detail::Array<char*, 1>>(int, T2, T3)", "vectorized_elementwise_kernel"),
+    ("vectorized_elementwise_kernel", "vectorized_elementwise_kernel"),
+    ("void (anonymous namespace)::softmax<128>(float*)", "softmax"),
+    ("block_reduce<float, 12", "block_reduce"),           # a template list cut by truncation
+    ("  cunn_SoftMaxForwardReg  ", "cunn_SoftMaxForwardReg"),
+    ("kernel_v2(float*)...", "kernel_v#"),
+])
+def test_normalize_kernel(name, pattern):
+    assert normalize_kernel(name) == pattern
+
+
+def test_normalize_kernel_keeps_different_kernels_apart():
+    assert normalize_kernel("vec_add") != normalize_kernel("block_reduce")
+    assert normalize_kernel("vec_add") != normalize_kernel("vec_add2")   # vec_add# is not vec_add
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab_19 <>():.,*{}", max_size=30))
+def test_normalize_kernel_is_idempotent(name):
+    once = normalize_kernel(name)
+    assert normalize_kernel(once) == once
+
+
+def test_profile_key_canonical_and_describe():
+    a = ProfileKey(None, ("SpeedOfLight", "MemoryWorkloadAnalysis"), (), "kernel")
+    b = ProfileKey(None, ["MemoryWorkloadAnalysis", "SpeedOfLight", "SpeedOfLight"])
+    assert a == b and a.canonical() == b.canonical()
+    assert ProfileKey.parse(a.canonical()) == a
+    assert FULL.describe() == "set full"
+    assert a.describe() == "sections MemoryWorkloadAnalysis+SpeedOfLight, kernel replay"
+    assert (ProfileKey(metrics=("gpu__time_duration.sum",), replay_mode="application").describe()
+            == "metrics gpu__time_duration.sum, application replay")
+    assert ProfileKey("full", replay_mode="range").describe() == "set full, range replay"
+    assert FULL.canonical() != ProfileKey("full", replay_mode="range").canonical()
+    assert ProfileKey.from_options(ProfileOptions(set="full", replay_mode="application")) == \
+        ProfileKey("full", replay_mode="application")
+    with pytest.raises(ValueError):
+        ProfileKey(replay_mode="sideways")
+    with pytest.raises(TypeError):
+        ProfileKey(sections="SpeedOfLight")
+    assert key_change(FULL, BASIC) == "replacing set full with set basic"
+    assert key_change(FULL, ProfileKey(sections=("SpeedOfLight",))) == \
+        "dropping set full and profiling only sections SpeedOfLight"
+
+
+def test_environment_detect(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.159.04'\necho 'NVIDIA H100 80GB HBM3, 580.159.04'\n")
+    smi.chmod(0o755)
+    env = Environment.detect("2025.3.1", nvidia_smi=str(smi))
+    assert (env.gpu, env.driver, env.ncu_version) == ("NVIDIA H200", "580.159.04", "2025.3.1")
+    assert env.host
+    missing = Environment.detect(nvidia_smi=str(tmp_path / "no-such-smi"))
+    assert (missing.gpu, missing.driver, missing.ncu_version) == (None, None, None)
+    failing = tmp_path / "failing-smi"
+    failing.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    failing.chmod(0o755)
+    assert Environment.detect(nvidia_smi=str(failing)).gpu is None
+
+
+# --- opening -----------------------------------------------------------------
+
+def test_path_from_environment_and_setup(tmp_path, monkeypatch):
+    target = tmp_path / "deep" / "er" / "h.db"
+    monkeypatch.setenv(ENV_STORE, str(target))
+    assert default_store_path() == target
+    with HangStore() as s:
+        assert s.path == target and target.exists()
+        assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert s.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
+        assert s.schema_version == SCHEMA_VERSION
+    monkeypatch.delenv(ENV_STORE)
+    assert default_store_path() == Path("~/.cache/nsightwrap/hangs.db").expanduser()
+    assert default_store_path({ENV_STORE: "/x/y.db"}) == Path("/x/y.db")
+    with HangStore(target) as again:          # reopening migrates nothing and keeps one version row
+        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+
+
+def test_corrupt_file_gives_store_error_naming_it(tmp_path):
+    bad = tmp_path / "hangs.db"
+    bad.write_bytes(b"this is not sqlite at all\n" * 200)
+    with pytest.raises(StoreError) as e:
+        HangStore(bad)
+    assert str(bad) in str(e.value) and ENV_STORE in str(e.value)
+    assert "delete" in str(e.value) and e.value.path == bad
+    assert isinstance(e.value, NsightwrapError)
+
+
+def test_unwritable_folder_gives_store_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match=ENV_STORE):
+        HangStore(blocker / "sub" / "hangs.db")
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "h.db"
+    HangStore(path).close()
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE schema_version SET version = 99")
+    c.close()
+    with pytest.raises(StoreError, match="newer"):
+        HangStore(path)
+
+
+# --- records and queries -----------------------------------------------------
+
+def test_record_round_trip(store):
+    r = store.record("wait_for_host", FULL, "hang", env=H200, stall_s=12.5, elapsed_s=15.0, command=CMD_FULL,
+                     rung="1", ladder="default", note="stalled at 0%..")
+    assert isinstance(r, Record) and r.id == 1
+    assert r.kernel_pattern == "wait_for_host" and r.key == FULL.canonical() and r.profile_key == FULL
+    assert r.time.endswith("+00:00")
+    [back] = store.records()
+    assert back == r
+    assert back.command == CMD_FULL and back.trusted and back.passes_reached is None
+    assert (back.gpu, back.driver, back.ncu_version, back.host) == ("NVIDIA H200", "580.159.04", "2025.3.1", "gpu-box")
+    ok = store.record("vec_add", ProfileKey(None, ("B", "A"), ("m1",), "application"), "ok", env=H200, passes=38)
+    assert store.records(limit=1) == [ok]                   # newest first
+    assert store.records(kernel="vec_add")[0].sections == ("A", "B")
+    assert len(store) == 2
+    with pytest.raises(ValueError):
+        store.record("k", FULL, "exploded", env=H200)
+    with pytest.raises(ValueError):
+        store.record("", FULL, "ok", env=H200)
+    with pytest.raises(TypeError):
+        store.record("k", FULL, "ok", env=H200, command="ncu --set full ./app")
+
+
+def test_known_hangs_match_pattern_gpu_and_ncu_version(store):
+    store.record("nvjet_sm90_tst_256x128_64x4_1...", FULL, "hang", env=H200, stall_s=11)
+    store.record("nvjet_sm90_tst_256x128_64x4_1...", BASIC, "ok", env=H200, passes=10)
+    store.record("nvjet_sm90_tst_256x128_64x4_1...", FULL, "hang",
+                 env=Environment("h", "NVIDIA H100", "580.159.04", "2025.3.1"))
+    store.record("nvjet_sm90_tst_256x128_64x4_1...", FULL, "hang",
+                 env=Environment("h", "NVIDIA H200", "580.159.04", "2024.1.0"))
+    new_driver = Environment("other", "NVIDIA H200", "590.1", "2025.3.1")
+    store.record("nvjet_sm90_tst_64x64_64x4_3...", ProfileKey("detailed"), "timeout", env=new_driver)
+    store.record("vec_add", FULL, "hang", env=H200)
+
+    found = store.known_hangs("nvjet_sm90_tst_128x128_64x4_2...", H200)
+    assert [(r.kernel, r.outcome, r.driver) for r in found] == [
+        ("nvjet_sm90_tst_64x64_64x4_3...", "timeout", "590.1"),      # the driver may differ, and is reported
+        ("nvjet_sm90_tst_256x128_64x4_1...", "hang", "580.159.04")]
+    assert store.known_hangs("block_reduce", H200) == []
+    assert store.known_hangs("nvjet_sm90_tst_1x1_1x1_1...", Environment(gpu="NVIDIA A100", ncu_version="2025.3.1")) == []
+
+    assert store.hangs_for("nvjet_sm90_tst_128x128_64x4_2...", FULL, H200)
+    assert store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", ProfileOptions(set="full"), H200)
+    assert not store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", BASIC, H200)
+    assert not store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", ProfileKey("full", replay_mode="range"), H200)
+    assert store.records(pattern="nvjet_sm90_tst_1x2_3x4_5...")[0].kernel == "nvjet_sm90_tst_64x64_64x4_3..."
+
+
+def test_untrusted_records_never_count(store):
+    store.record("wait_for_host", FULL, "hang", env=H200, trusted=False)
+    store.record("wait_for_host", BASIC, "timeout", env=H200, trusted=False)
+    assert store.known_hangs("wait_for_host", H200) == []
+    assert not store.hangs_for("wait_for_host", FULL, H200)
+    assert [r.trusted for r in store.records()] == [False, False]
+    assert store.kernels()[0][:3] == ("wait_for_host", 2, 0)
+
+
+def test_a_later_ok_of_the_same_kernel_lifts_a_hang(store):
+    store.record("vec_add", FULL, "hang", env=H200)
+    assert store.hangs_for("vec_add", FULL, H200)
+    store.record("vec_add_2", FULL, "ok", env=H200, passes=38)         # another kernel of the pattern
+    assert store.hangs_for("vec_add", FULL, H200)
+    assert not store.hangs_for("vec_add_2", FULL, H200)                 # known to work itself
+    store.record("vec_add", FULL, "ok", env=H200, passes=38, trusted=False)
+    assert store.hangs_for("vec_add", FULL, H200)                       # an untrusted ok proves nothing
+    store.record("vec_add", FULL, "ok", env=H200, passes=38)
+    assert not store.hangs_for("vec_add", FULL, H200)
+
+
+def test_record_attempt_hang_ok_and_other(store):
+    hang = make_attempt("hang", kernels=[KernelResult("vec_add", 0, 38), KernelResult("vec_add", 1, 38),
+                                         KernelResult("block_reduce", 2, 38)], stall=make_stall(), cookie="run-a")
+    rows = store.record_attempt(hang, FULL, H200, rung="2", ladder="default")
+    got = sorted((r.kernel, r.outcome, r.passes_reached, r.stall_s) for r in rows)
+    assert got == [("block_reduce", "ok", 38, None), ("vec_add", "ok", 38, None),
+                   ("wait_for_host", "hang", None, 12.5)]
+    assert all(r.run_id == "run-a" and r.rung == "2" and r.ladder == "default" and r.trusted for r in rows)
+    assert all(r.elapsed_s == 9.5 and r.time == "2026-11-26T10:00:00+00:00" for r in rows)
+    assert "2 launches" in next(r for r in rows if r.kernel == "vec_add").note
+    assert store.hangs_for("wait_for_host", FULL, H200) and not store.hangs_for("vec_add", FULL, H200)
+
+    ok = make_attempt("ok", kernels=[KernelResult("vec_add", 0, 10)], cookie="run-b")
+    assert [(r.kernel, r.outcome, r.passes_reached) for r in store.record_attempt(ok, BASIC, H200)] == [
+        ("vec_add", "ok", 10)]
+    err = make_attempt("error", reason="==ERROR== Option '--section X' did not match any section.", cookie="c")
+    [e] = store.record_attempt(err, ProfileKey(sections=("X",)), H200)
+    assert (e.kernel, e.outcome) == ("*", "error") and "did not match" in e.note
+    [n] = store.record_attempt(make_attempt("no-kernels", cookie="d"), FULL, H200, kernel="vec_add")
+    assert (n.kernel, n.outcome) == ("vec_add", "no-kernels")
+    foreign = make_attempt("hang", stall=make_stall(kernel="spin"), foreign=("1234 python",), cookie="e")
+    [f] = store.record_attempt(foreign, FULL, H200)
+    assert (f.kernel, f.outcome, f.trusted) == ("spin", "hang", False)
+    assert store.known_hangs("spin", H200) == []
+
+
+def test_same_kernel_finished_then_hung_in_one_run_stays_hung(store):
+    a = make_attempt("hang", kernels=[KernelResult("spin", 0, 38)], stall=make_stall("spin", 1))
+    store.record_attempt(a, FULL, H200)
+    assert store.hangs_for("spin", FULL, H200)
+    log = debug_log(store, "spin")
+    assert log.count("## Attempt") == 1 and "(another launch: ok, 38 passes)" in log
+
+
+def test_kernels_and_forget(store):
+    for i in range(3):
+        store.record("vec_add", FULL, "ok", env=H200, passes=38)
+    hang = store.record("wait_for_host", FULL, "hang", env=H200)
+    store.record("wait_for_host", BASIC, "ok", env=H200, passes=10)
+    summary = store.kernels()
+    assert [(k.kernel, k.n_records, k.n_hangs) for k in summary] == [("wait_for_host", 2, 1), ("vec_add", 3, 0)]
+    kernel, n, hangs, last = summary[0]
+    assert last.endswith("+00:00")
+    assert store.forget(record_id=hang.id) == 1
+    assert store.forget(record_id=hang.id) == 0
+    assert store.forget(kernel="vec_add") == 3
+    assert [r.kernel for r in store.records()] == ["wait_for_host"]
+    assert store.forget(all=True) == 1 and store.records() == []
+    with pytest.raises(ValueError):
+        store.forget()
+    with pytest.raises(ValueError):
+        store.forget(kernel="a", all=True)
+
+
+def test_export_csv_and_yaml_parse_back(store, tmp_path):
+    store.record("wait_for_host", FULL, "hang", env=H200, stall_s=12.5, command=CMD_FULL, note="a, \"quoted\" note")
+    store.record("vec_add", ProfileKey(None, ("A", "B"), ("m",)), "ok", env=Environment(), passes=10, trusted=False)
+    out = tmp_path / "x.csv"
+    assert store.export_csv(out) == 2
+    rows = list(csv.DictReader(out.open(newline="")))
+    assert tuple(rows[0]) == COLUMNS
+    assert rows[0]["kernel"] == "wait_for_host" and rows[0]["outcome"] == "hang"          # oldest first
+    assert json.loads(rows[0]["command"]) == list(CMD_FULL) and rows[0]["note"] == 'a, "quoted" note'
+    assert float(rows[0]["stall_s"]) == 12.5 and rows[0]["passes_reached"] == ""
+    assert json.loads(rows[1]["sections"]) == ["A", "B"] and rows[1]["trusted"] == "false"
+    buf = io.StringIO()
+    assert store.export_csv(buf, kernel="vec_add") == 1
+    assert len(list(csv.DictReader(io.StringIO(buf.getvalue())))) == 1
+
+    ypath = tmp_path / "x.yaml"
+    assert store.export_yaml(ypath) == 2
+    doc = yaml.safe_load(ypath.read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION
+    first, second = doc["records"]
+    assert Record(**{**first, "sections": tuple(first["sections"]), "metrics": tuple(first["metrics"]),
+                     "command": tuple(first["command"])}) == store.records(kernel="wait_for_host")[0]
+    assert second["trusted"] is False and second["gpu"] is None and second["metrics"] == ["m"]
+    with pytest.raises(StoreError):
+        store.export_yaml(tmp_path / "no" / "such" / "dir.yaml")
+
+
+# --- several processes -------------------------------------------------------
+
+def _writer(path: str, worker: int, n: int) -> None:
+    env = Environment(f"host{worker}", "NVIDIA H200", "580", "2025.3.1")
+    with HangStore(path) as s:
+        for i in range(n):
+            s.record(f"kernel_{worker}", FULL, "hang" if i % 2 else "ok", env=env, passes=i, note=f"{worker}:{i}")
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "shared.db")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, w, 50)) for w in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 6          # no "database is locked" in any writer
+    with HangStore(path) as s:
+        recs = s.records()
+        assert len(recs) == 300
+        assert sorted(r.note for r in recs) == sorted(f"{w}:{i}" for w in range(6) for i in range(50))
+        assert all(r.passes_reached == int(r.note.split(":")[1]) for r in recs)
+        assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import sys
+    from nsightwrap.store import Environment, HangStore, ProfileKey
+    env = Environment("h", "NVIDIA H200", "580", "2025.3.1")
+    with HangStore(sys.argv[1]) as s:
+        i = 0
+        while True:
+            s.record("spin", ProfileKey("full", ("S%d" % i,)), "hang", env=env, passes=i, stall_s=i * 1.5,
+                     command=["ncu", "--set", "full", str(i)], note="row %d " % i + "x" * (i % 300))
+            i += 1
+""")
+
+
+def test_writer_killed_mid_write_leaves_a_sound_store(tmp_path):
+    path = tmp_path / "killed.db"
+    HangStore(path).close()
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)])
+    try:
+        with HangStore(path) as watch:
+            deadline = time.monotonic() + 30
+            while len(watch) < 200 and time.monotonic() < deadline and child.poll() is None:
+                time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    assert child.returncode == -signal.SIGKILL
+    with HangStore(path) as s:
+        assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        recs = list(reversed(s.records()))
+        assert len(recs) >= 200
+        for n, r in enumerate(recs):                      # every committed row whole, none missing in between
+            assert r.id == n + 1
+            assert (r.passes_reached, r.stall_s, r.command[-1]) == (n, n * 1.5, str(n))
+            assert r.note == f"row {n} " + "x" * (n % 300) and r.sections == (f"S{n}",)
+        s.record("spin", BASIC, "ok", env=H200)           # and it takes new records
+        assert len(s) == len(recs) + 1
+
+
+# --- debug log ----------------------------------------------------------------
+
+def test_debug_log_full_hangs_basic_works(store):
+    store.record("wait_for_host", FULL, "hang", env=H200, stall_s=12.5, elapsed_s=15.2, command=CMD_FULL,
+                 note="stalled at '0%..'")
+    store.record("wait_for_host", FULL, "hang", env=H200, stall_s=3.0, elapsed_s=4.0, command=CMD_FULL,
+                 trusted=False)
+    store.record("wait_for_host", BASIC, "ok", env=H200, passes=10, elapsed_s=5.25, command=CMD_BASIC)
+    log = debug_log(store, "wait_for_host", H200)
+    assert log.startswith("# Debug log: wait_for_host on NVIDIA H200 (driver 580.159.04, ncu 2025.3.1)\n")
+    assert "## Attempt 1: set full (hang)\n" in log
+    assert "## Attempt 2: set full (hang) (untrusted: foreign GPU processes were present)" in log
+    assert "## Attempt 3: set basic (ok)\n" in log
+    assert "**Hypothesis:** set full profiles wait_for_host without hanging" in log
+    assert "**Hypothesis:** replacing set full with set basic avoids the hang" in log
+    assert "**What we did:** `ncu --set full --kernel-name wait_for_host ./app`" in log
+    assert "**Result:** hang, no progress for 12.5 s, 15.2 s; stalled at '0%..'" in log
+    assert "**Result:** ok, 10 passes, 5.2 s" in log
+    assert "**Conclusion:** set full hangs on this kernel" in log
+    assert "**Conclusion:** works: set basic profiles this kernel (10 passes)" in log
+    assert "## Key differences between working and hanging settings" in log
+    assert "| | working (set basic) | hanging (set full) |" in log
+    assert "| set | **basic** | **full** |" in log
+    assert "| passes | 10 | stalled after 12.5 s |" in log
+    assert "| replay mode | kernel | kernel |" in log
+    assert "| elapsed | 5.2 s | 15.2 s |" in log
+    next_steps = log.split("## What to try next")[1]
+    assert "python -m nsightwrap sweep-sections --kernel wait_for_host --set full" in next_steps
+    assert "--replay-mode range" in next_steps
+    assert "foreign processes held the GPU" in next_steps
+    assert log.index("## Attempt 3") < log.index("## Key differences") < log.index("## What to try next")
+
+
+def test_debug_log_when_everything_hangs_and_when_empty(store):
+    store.record("spin", FULL, "hang", env=H200, stall_s=10)
+    store.record("spin", BASIC, "hang", env=H200, stall_s=10)
+    log = debug_log(store, "spin")
+    assert "No trusted working settings recorded yet" in log
+    assert "| | working (none yet) | hanging (set basic) |" in log
+    steps = log.split("## What to try next")[1]
+    assert "--metrics gpu__time_duration.sum" in steps and "--replay-mode range" in steps
+    assert "waits for the host" in steps and "--set basic`" not in steps      # basic was tried already
+    empty = debug_log(store, "never_seen")
+    assert "No records of this kernel" in empty and "## What to try next" in empty
+
+
+# --- CLI hooks ------------------------------------------------------------------
+
+def run_cli(*argv):
+    parser = argparse.ArgumentParser(prog="nsightwrap")
+    add_hangs_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(list(argv))
+    out, err = io.StringIO(), io.StringIO()
+    return cmd_hangs(args, out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def test_cli_hooks(tmp_path, monkeypatch):
+    db = str(tmp_path / "cli.db")
+    rc, out, _ = run_cli("hangs", "list", "--store", db)
+    assert rc == 0 and "nothing recorded" in out and not Path(db).exists()
+    with HangStore(db) as s:
+        s.record("wait_for_host", FULL, "hang", env=H200, stall_s=12.5, command=CMD_FULL)
+        s.record("wait_for_host", BASIC, "ok", env=H200, passes=10, command=CMD_BASIC)
+        s.record("vec_add", BASIC, "ok", env=H200, passes=10)
+    rc, out, _ = run_cli("hangs", "list", "--store", db)
+    assert rc == 0 and out.splitlines()[0].split() == ["KERNEL", "RECORDS", "HANGS", "LAST"]
+    assert out.splitlines()[2].split()[:3] == ["wait_for_host", "2", "1"]
+
+    rc, out, _ = run_cli("hangs", "show", "wait_for_host", "--store", db)
+    assert rc == 0 and "set full" in out and "hang" in out and "ncu --set full" in out
+    rc, out, _ = run_cli("hangs", "show", "wait_for_host", "--markdown", "--store", db)
+    assert rc == 0 and out.startswith("# Debug log: wait_for_host") and "## What to try next" in out
+
+    monkeypatch.setenv(ENV_STORE, db)                     # --store is optional
+    rc, out, _ = run_cli("hangs", "export", "--format", "yaml", "--kernel", "vec_add")
+    assert rc == 0 and [r["kernel"] for r in yaml.safe_load(out)["records"]] == ["vec_add"]
+    csv_file = tmp_path / "out.csv"
+    rc, _, err = run_cli("hangs", "export", "--format", "csv", "-o", str(csv_file))
+    assert rc == 0 and "3 record(s)" in err and len(list(csv.DictReader(csv_file.open()))) == 3
+
+    rc, out, _ = run_cli("hangs", "forget", "--kernel", "vec_add")
+    assert rc == 0 and "deleted 1 record(s)" in out
+    rc, out, _ = run_cli("hangs", "forget", "--id", "1")
+    assert rc == 0 and "deleted 1" in out
+    rc, out, _ = run_cli("hangs", "forget", "--all", "--store", db)
+    assert rc == 0 and "deleted 1" in out
+    with pytest.raises(SystemExit):                       # argparse: one of --kernel/--id/--all is required
+        run_cli("hangs", "forget")
+
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"garbage" * 1000)
+    rc, out, err = run_cli("hangs", "list", "--store", str(bad))
+    assert rc == 2 and str(bad) in err and "Traceback" not in err
+    rc, _, err = run_cli("hangs")
+    assert rc == 2 and "list" in err

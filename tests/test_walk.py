@@ -1,0 +1,162 @@
+"""Walking down fallback ladders with the fake ncu (real processes)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import app
+from nsightwrap.engine import RunConfig
+from nsightwrap.errors import AttemptFailed
+from nsightwrap.ladder import (LadderError, Rung, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
+                               rewrite_for_replay)
+from nsightwrap.options import KernelFilter, ProfileOptions
+from nsightwrap.tools import probe_ncu
+from nsightwrap.walk import walk_ladder
+from nsightwrap.watchdog import StopPolicy
+
+
+def rows(attempt) -> pd.DataFrame:
+    """Rows from the attempt's record: the fake's reports are copies, not this program's."""
+    return pd.DataFrame({"function": [k.name for k in attempt.kernels], "passes": [k.passes for k in attempt.kernels]})
+
+
+@pytest.fixture
+def cfg(tmp_path, fake_env):
+    return RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, check_gpu=False, env=fake_env,
+                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+
+
+def where(result):
+    df = result.df
+    return list(zip(df["function"], df["rung"]))
+
+
+# A kernel that hangs whenever SourceCounters is collected (in the full and detailed sets).
+PROGRAM = app("vec_add", "k@hang-if=SourceCounters", "vec_add", "block_reduce")
+
+
+def test_only_the_hanging_kernel_steps_down(cfg):
+    r = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, reader=rows)
+    assert sorted(where(r)) == sorted([("vec_add", "requested"), ("vec_add", "requested"),
+                                       ("block_reduce", "requested"), ("k", "basic")])
+    assert r.hangs == [("k", "requested"), ("k", "detailed")]
+    assert [s.job for s in r.steps] == ["main", "main", "k", "k"]
+    # The resumed main attempt skipped the finished kernel and excluded k.
+    resumed = r.steps[1].attempt.command
+    assert "--launch-skip" in resumed and resumed[resumed.index("--launch-skip") + 1] == "1"
+    assert any(a.startswith("regex:^(?!(?:k)$)") for a in resumed)
+    assert r.unprofiled == [] and r.stopped is None
+    assert "hung on k" in r.summary()
+
+
+def test_second_walk_skips_known_hangs(cfg, tmp_path):
+    from nsightwrap.store import HangStore
+
+    store = HangStore(tmp_path / "hangs.db")
+    first = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    second = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    assert len(first.attempts) == 4
+    assert len(second.attempts) == 2  # main (k excluded from the start) and k at basic
+    skipped = [(s.job, s.rung.name) for s in second.steps if s.skipped]
+    assert skipped == [("k", "requested"), ("k", "detailed")]
+    assert sorted(where(second)) == sorted(where(first))
+    again = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows,
+                        retry_known_hangs=True)
+    assert len(again.attempts) == 4
+
+
+def test_kernel_that_hangs_everywhere_is_reported(cfg):
+    r = walk_ladder(app("vec_add", "k@hang"), ProfileOptions(set="basic"), "quick", cfg, reader=rows)
+    assert r.unprofiled == ["k"]
+    assert where(r) == [("vec_add", "requested")]
+    assert [h[1] for h in r.hangs] == ["requested", "speed-of-light", "duration"]
+
+
+def test_range_replay_rung_rewrites_the_kernel_filter(cfg):
+    ladder = ladder_from_dict({"name": "t", "rungs": [
+        {"name": "requested", "requested": True},
+        {"name": "range", "sections": ["SpeedOfLight"], "replay_mode": "range"}]})
+    r = walk_ladder(app("vec_add", "start", "k@hang", "stop"), ProfileOptions(set="basic"), ladder, cfg, reader=rows)
+    assert where(r) == [("vec_add", "requested"), ("range", "range")]
+    notes = " ".join(n for s in r.steps for n in s.notes)
+    assert "instead of kernel filter 'k'" in notes
+
+
+def test_transient_errors_are_retried(cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_FAIL_FIRST", f"2:{tmp_path / 'count'}")
+    r = walk_ladder(app("vec_add"), ProfileOptions(set="basic"), "default", cfg.replace(env=dict(os.environ)),
+                    reader=rows, retry_wait=(0.01, 0.02))
+    assert where(r) == [("vec_add", "requested")]
+    assert (tmp_path / "count").read_text() == "3"
+
+
+def test_permanent_errors_fail_at_once(cfg, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_ERROR", "ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA "
+                                         "GPU Performance Counters on the target device 0.")
+    with pytest.raises(AttemptFailed, match="NVreg_RestrictProfilingToAdminUsers"):
+        walk_ladder(app("vec_add"), ProfileOptions(set="basic"), "default", cfg.replace(env=dict(os.environ)),
+                    reader=rows)
+
+
+# --- ladders as data ----------------------------------------------------------------
+
+
+def test_builtin_profiles_load_and_validate(fake_env, tmp_path):
+    info = probe_ncu(fake_env["NSIGHTWRAP_NCU"], tmp_path)
+    assert {"default", "quick", "deep"} <= set(builtin_profiles())
+    for name in builtin_profiles():
+        load_ladder(name).validate(info)
+    default = load_ladder("default")
+    assert [r.name for r in default.for_request(ProfileOptions(set="basic"), info)] == [
+        "requested", "speed-of-light", "application-replay", "range-replay", "duration"]
+
+
+def test_profile_file_errors(tmp_path, fake_env):
+    info = probe_ncu(fake_env["NSIGHTWRAP_NCU"], tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "x", "rungs": [{"name": "a", "sectons": ["SpeedOfLight"]}]}))
+    with pytest.raises(LadderError, match="sectons.*did you mean sections"):
+        load_ladder(str(bad))
+    with pytest.raises(LadderError, match="non-empty"):
+        ladder_from_dict({"name": "x", "rungs": []})
+    with pytest.raises(LadderError, match="unknown section 'SpeedOfLigt'.*SpeedOfLight"):
+        ladder_from_dict({"name": "x", "rungs": [{"sections": ["SpeedOfLigt"]}]}).validate(info)
+    with pytest.raises(LadderError, match="no profile named 'defualt'.*default"):
+        load_ladder("defualt")
+    with pytest.raises(LadderError, match="replay_mode"):
+        ladder_from_dict({"rungs": [{"replay_mode": "ranges"}]})
+    good = tmp_path / "mine.yaml"
+    good.write_text("name: mine\nrungs:\n  - {requested: true}\n  - {metrics: gpu__time_duration.sum, stall_timeout: 3}\n")
+    ladder = load_ladder(str(good))
+    assert ladder.rungs[1].metrics == ("gpu__time_duration.sum",) and ladder.rungs[1].stall_timeout == 3
+
+
+def test_rewrite_for_range_replay_says_what_it_dropped():
+    opts = ProfileOptions(kernel=KernelFilter("v22", True), import_source=True, profile_from_start=False,
+                          launch_skip=3).replace(replay_mode="range")
+    new, notes = rewrite_for_replay(opts)
+    assert new.kernel is None and new.import_source is None and new.profile_from_start is None
+    assert new.launch_skip is None
+    assert len(notes) == 4
+    same, none = rewrite_for_replay(ProfileOptions(kernel=KernelFilter("v22", True)))
+    assert same.kernel is not None and none == []
+
+
+@pytest.mark.parametrize("user,names,matches,misses", [
+    (None, ["k"], ["vec_add", "k2", "kk"], ["k"]),
+    (KernelFilter("v22.*", True), ["v22_bad"], ["v22_good", "xv22"], ["v22_bad", "other"]),
+    (KernelFilter("^v22", True), ["v22_bad"], ["v22_good"], ["xv22", "v22_bad"]),
+    (KernelFilter("vec_add", False), ["k"], ["vec_add"], ["vec_add2", "k"]),
+])
+def test_exclusion_filter(user, names, matches, misses):
+    f = exclude_kernels(user, names)
+    assert f.regex
+    for m in matches:
+        assert re.search(f.pattern, m), m
+    for m in misses:
+        assert not re.search(f.pattern, m), m
