@@ -8,17 +8,32 @@
 Everything public is importable from here; other modules are internal.
 """
 
+from .api import ChildError, NotProfilable, ProfileResult, profile, profiled
 from .attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
 from .engine import ProfileInterrupted, RunConfig, profile_command
 from .errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ToolError, ToolNotFound
 from .options import KernelFilter, ProfileOptions, ReplayMode
 from .rules import Stall, StallRule, TotalTimeout, WatchRule
 from .tools import NcuInfo, find_ncu, probe_ncu
+from .ladder import Ladder, Rung, load_ladder
+from .ranges import range
+from .walk import LadderResult, walk_ladder
 from .watchdog import StopPolicy
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChildError",
+    "Ladder",
+    "LadderResult",
+    "NotProfilable",
+    "ProfileResult",
+    "Rung",
+    "load_ladder",
+    "profile",
+    "profiled",
+    "range",
+    "walk_ladder",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",

@@ -138,11 +138,12 @@ def walk_ladder(
     on_output: Optional[Callable[[str], None]] = None,
     max_attempts: int = 64,
     retry_wait: tuple[float, float] = (1.0, 8.0),
-    reader: Callable[[Attempt], pd.DataFrame] = report_rows,
+    reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
 ) -> LadderResult:
     """Profile `command`, stepping down `ladder` for each kernel that hangs."""
     options = options or ProfileOptions()
     config = config or RunConfig()
+    reader = reader or report_rows
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     command = list(command)
     info = probe_ncu(find_ncu(config.ncu, config.env), Path(config.cache_dir) if config.cache_dir else None,

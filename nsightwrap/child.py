@@ -1,0 +1,153 @@
+"""The child process in which profile(fn) runs fn, under ncu or for calibration.
+
+fn never runs in the caller: a replay deadlock inside the caller's process
+could not be undone. The child imports fn by reference (module and
+qualified name; a script's __main__ is loaded from its file without running
+its main block), unpickles the arguments, makes `warmup` calls outside any
+profiled range, then `repeat` calls inside one profiler range and one NVTX
+range. It writes what happened (timings, return value, or the traceback) to
+a result file, which the parent reads.
+
+    python -m nsightwrap.child SPEC.pkl
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pickle
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+RANGE_NAME = "nsightwrap"
+
+
+@dataclass
+class CallSpec:
+    """What the child needs: where fn lives, its arguments, how to call it."""
+
+    module: str
+    qualname: str
+    file: Optional[str]  # for functions of a script run as __main__
+    args_pickle: bytes
+    warmup: int
+    repeat: int
+    sys_path: list[str]
+    result_path: str
+    mark_range: bool = True
+
+
+@dataclass
+class CallResult:
+    ok: bool
+    call_s: list[float] = field(default_factory=list)  # wall time of each measured call
+    value_pickle: Optional[bytes] = None
+    value_error: Optional[str] = None  # why the value could not be pickled
+    error: Optional[str] = None  # the child's traceback
+    range_api: str = ""
+
+
+def _load_main(file: str):
+    """A script's module without its `if __name__ == "__main__"` block."""
+    spec = importlib.util.spec_from_file_location("__nsightwrap_main__", file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["__nsightwrap_main__"] = module
+    spec.loader.exec_module(module)
+    sys.modules["__main__"] = module  # so pickles that name __main__.X find X
+    return module
+
+
+def resolve(spec: CallSpec):
+    if spec.module == "__main__":
+        if not spec.file:
+            raise RuntimeError("the function was defined in an interactive __main__ with no file; "
+                               "define it in a module or a script file")
+        module = _load_main(spec.file)
+    else:
+        module = importlib.import_module(spec.module)
+    obj = module
+    for part in spec.qualname.split("."):
+        obj = getattr(obj, part)
+    while hasattr(obj, "__nsightwrap_wrapped__"):  # @profiled: call the function, not the profiler
+        obj = obj.__nsightwrap_wrapped__
+    return obj
+
+
+def _sync() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - synchronisation is best effort here
+            pass
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            cupy.cuda.Device().synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def run(spec: CallSpec) -> CallResult:
+    from .ranges import find_range_api
+
+    sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
+    fn = resolve(spec)
+    args, kwargs = pickle.loads(spec.args_pickle)
+    for _ in range(spec.warmup):
+        fn(*args, **kwargs)
+    _sync()
+    api = find_range_api()
+    result = CallResult(ok=True, range_api=api.describe)
+    value = None
+    if spec.mark_range:
+        api.push(RANGE_NAME)
+        api.start()
+    try:
+        for _ in range(spec.repeat):
+            t = time.perf_counter()
+            value = fn(*args, **kwargs)
+            _sync()
+            result.call_s.append(time.perf_counter() - t)
+    finally:
+        if spec.mark_range:
+            api.stop()
+            api.pop()
+    try:
+        result.value_pickle = pickle.dumps(value)
+    except Exception as e:  # noqa: BLE001 - an unpicklable return value is not an error
+        result.value_error = f"{type(value).__name__} could not be pickled: {e}"
+    return result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0], "rb") as f:
+        spec: CallSpec = pickle.load(f)
+    if len(argv) > 1:
+        spec.result_path = argv[1]
+    try:
+        result = run(spec)
+        code = 0
+    except BaseException:  # noqa: BLE001 - everything goes back to the caller
+        result = CallResult(ok=False, error=traceback.format_exc())
+        code = 1
+    tmp = spec.result_path + f".{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(result, f)
+    os.replace(tmp, spec.result_path)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    # Run the module's own copy, so that pickled results name nsightwrap.child.CallResult.
+    from nsightwrap.child import main as _main
+
+    sys.exit(_main())

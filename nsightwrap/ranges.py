@@ -1,0 +1,112 @@
+"""Mark profiler ranges (cudaProfilerStart/Stop) and NVTX ranges from Python.
+
+Range replay needs the program to mark what to profile, and profile(fn)
+marks the measured calls so that warm-up kernels are never profiled. The
+profiler API is the CUDA driver's cuProfilerStart/Stop through ctypes (no
+framework needed); NVTX goes through torch or the `nvtx` package when one
+is importable. NSIGHTWRAP_PROFILER_API=module:start:stop names other
+functions to call instead (the tests use it for their fake CUDA).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+PROFILER_API_VAR = "NSIGHTWRAP_PROFILER_API"
+
+
+@dataclass(frozen=True)
+class RangeAPI:
+    """What start/stop/push/pop call here, and what was found (for logs)."""
+
+    start: Callable[[], None]
+    stop: Callable[[], None]
+    push: Callable[[str], None]
+    pop: Callable[[], None]
+    describe: str
+
+
+def _noop(*_a) -> None:
+    return None
+
+
+def _driver() -> Optional[ctypes.CDLL]:
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
+    def call(fn_name: str) -> Callable[[], None]:
+        fn = getattr(lib, fn_name)
+
+        def run() -> None:
+            if fn_name == "cuProfilerStop":
+                lib.cuCtxSynchronize()  # the measured kernels belong inside the range
+            rc = fn()
+            if rc not in (0, 201):  # 201: no current context yet (nothing launched)
+                raise RuntimeError(f"{fn_name} failed with CUDA error {rc}")
+
+        return run
+
+    return call("cuProfilerStart"), call("cuProfilerStop")
+
+
+def _nvtx() -> tuple[Callable[[str], None], Callable[[], None], str]:
+    if "torch" in sys.modules:
+        try:
+            import torch.cuda.nvtx as tnvtx
+
+            return tnvtx.range_push, tnvtx.range_pop, "torch.cuda.nvtx"
+        except Exception:  # noqa: BLE001 - a CPU-only torch has no NVTX; try the next
+            pass
+    try:
+        import nvtx  # type: ignore
+
+        return (lambda name: nvtx.push_range(name)), nvtx.pop_range, "nvtx"
+    except Exception:  # noqa: BLE001
+        return _noop, _noop, "no NVTX (install nvtx or torch to mark NVTX ranges)"
+
+
+def find_range_api(environ=None) -> RangeAPI:
+    environ = os.environ if environ is None else environ
+    push, pop, nvtx_desc = _nvtx()
+    spec = environ.get(PROFILER_API_VAR)
+    if spec:
+        module, start, stop = spec.split(":")
+        mod = importlib.import_module(module)
+        return RangeAPI(getattr(mod, start), getattr(mod, stop), push, pop, f"{spec}; {nvtx_desc}")
+    lib = _driver()
+    if lib is None:
+        return RangeAPI(_noop, _noop, push, pop, f"no CUDA driver: profiler ranges not marked; {nvtx_desc}")
+    start, stop = _driver_calls(lib)
+    return RangeAPI(start, stop, push, pop, f"cuProfilerStart/Stop; {nvtx_desc}")
+
+
+@contextmanager
+def range(name: str = "nsightwrap", *, api: Optional[RangeAPI] = None) -> Iterator[None]:  # noqa: A001
+    """Mark a profiler range and an NVTX range around a block of code.
+
+        with nsightwrap.range("step"):
+            model(x)
+
+    Under ncu with range replay (or profile-from-start off) only what runs
+    inside is profiled; outside a profiler it costs next to nothing.
+    """
+    api = api or find_range_api()
+    api.push(name)
+    api.start()
+    try:
+        yield
+    finally:
+        api.stop()
+        api.pop()

@@ -1,0 +1,187 @@
+"""profile(fn): the child is a real Python process; only ncu is faked."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import nsightwrap
+from nsightwrap.api import ChildError, NotProfilable, profile, profiled
+from nsightwrap.engine import RunConfig
+from nsightwrap.watchdog import COOKIE_VAR, StopPolicy, processes_with
+
+FAKE = str(Path(__file__).parent / "fake_ncu")
+if FAKE not in sys.path:
+    sys.path.insert(0, FAKE)
+import fakecuda  # noqa: E402
+
+
+# --- functions the child imports by name --------------------------------------------
+
+def matmul_softmax(n, tag="x"):
+    fakecuda.launch("gemm_kernel")
+    fakecuda.launch("softmax_kernel")
+    return {"n": n, "tag": tag}
+
+
+def step_with_hang(n):
+    fakecuda.launch("vec_add")
+    fakecuda.launch("wait_for_host", hang=True)
+    fakecuda.launch("vec_add")
+    return n
+
+
+def raises(n):
+    raise ValueError(f"bad n={n}")
+
+
+def returns_unpicklable():
+    fakecuda.launch("k")
+    return lambda: None
+
+
+@profiled(kernel="softmax", set="basic")
+def decorated(n):
+    fakecuda.launch("gemm_kernel")
+    fakecuda.launch("softmax_kernel")
+    return n * 2
+
+
+@pytest.fixture
+def cfg(tmp_path, fake_env, monkeypatch):
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
+    return RunConfig(report_dir=str(tmp_path), check_gpu=False, stall_timeout=0.8,
+                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+
+
+def rows(attempt):
+    import pandas as pd
+
+    return pd.DataFrame({"function": [k.name for k in attempt.kernels]})
+
+
+@pytest.fixture(autouse=True)
+def fake_rows(monkeypatch):
+    """The fake's reports are copies of real ones: take the rows from the attempts instead."""
+    import nsightwrap.walk
+
+    monkeypatch.setattr(nsightwrap.walk, "report_rows", rows)
+
+
+def no_leftovers():
+    mine = [p for p, env in processes_with(COOKIE_VAR) if env.get("NSIGHTWRAP_OWNER") == str(os.getpid())]
+    assert mine == []
+
+
+def test_profile_returns_dataframe_value_and_summary(cfg):
+    r = profile(matmul_softmax, 64, tag="y", set="basic", config=cfg)
+    assert list(r.df["function"]) == ["gemm_kernel", "softmax_kernel"]
+    assert set(r.df["rung"]) == {"requested"}
+    assert r.value == {"n": 64, "tag": "y"}
+    assert not r.hung and r.hangs == []
+    assert len(r.report_paths) == 1 and "gemm_kernel" in r.summary()
+    assert "ProfileResult" in repr(r)
+    # warm-up calls are outside the profiled range: only one call's kernels.
+    cmd = r.attempts[0].command
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    no_leftovers()
+
+
+def test_kernel_filter_and_repeat(cfg):
+    r = profile(matmul_softmax, 8, kernel="soft.*", repeat=3, warmup=2, set="basic", config=cfg)
+    assert list(r.df["function"]) == ["softmax_kernel"] * 3
+
+
+def test_hanging_callable_returns_a_hung_result(cfg):
+    r = profile(step_with_hang, 1, set="basic", profile="quick", config=cfg)
+    assert r.hung
+    assert ("wait_for_host", "requested") in r.hangs
+    assert "wait_for_host" in r.walk.unprofiled
+    assert list(r.df["function"]) == ["vec_add", "vec_add"]
+    assert r.value == 1  # from the plain calibration call, which does not hang
+    no_leftovers()
+
+
+def test_calibration_sets_the_stall_allowance(cfg):
+    r = profile(matmul_softmax, 1, set="basic", config=cfg)
+    assert r.calibration_s is not None and r.calibration_s < 5
+    assert r.stall_timeout >= cfg.stall_timeout
+
+
+def test_child_exception_comes_back_with_traceback(cfg):
+    with pytest.raises(ChildError) as info:
+        profile(raises, 3, config=cfg)
+    assert "ValueError: bad n=3" in info.value.child_traceback
+    assert isinstance(info.value, nsightwrap.NsightwrapError)
+
+
+def test_what_cannot_travel_is_refused_clearly(cfg):
+    with pytest.raises(NotProfilable, match="lambda"):
+        profile(lambda: 1, config=cfg)
+
+    def local():
+        pass
+
+    with pytest.raises(NotProfilable, match="module level"):
+        profile(local, config=cfg)
+    with pytest.raises(NotProfilable, match="pickled"):
+        profile(matmul_softmax, lambda: 2, config=cfg)
+
+
+def test_unpicklable_value_is_reported_not_fatal(cfg):
+    r = profile(returns_unpicklable, set="basic", config=cfg)
+    assert list(r.df["function"]) == ["k"]
+    with pytest.raises(nsightwrap.NsightwrapError, match="could not be pickled"):
+        r.value
+
+
+def test_decorator(cfg):
+    r = decorated(21, config=cfg)
+    assert list(r.df["function"]) == ["softmax_kernel"]
+    assert r.value == 42
+
+
+def test_function_of_a_script_run_as_main(cfg, tmp_path):
+    script = tmp_path / "bench_script.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {FAKE!r})\n"
+        "import fakecuda\n"
+        "import nsightwrap\n"
+        "from nsightwrap.engine import RunConfig\n"
+        "def work(n):\n"
+        "    fakecuda.launch('script_kernel')\n"
+        "    return n + 1\n"
+        "if __name__ == '__main__':\n"
+        "    print('MAIN BLOCK RAN', flush=True)\n"
+        "    r = nsightwrap.profile(work, 1, set='basic', config=RunConfig(check_gpu=False, report_dir=sys.argv[1]))\n"
+        "    print('kernels', [k.name for a in r.attempts for k in a.kernels], 'value', r.value)\n")
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("MAIN BLOCK RAN") == 1  # the child loaded the file without its main block
+    assert "kernels ['script_kernel'] value 2" in out.stdout
+
+
+def test_range_fixture(tmp_path):
+    calls = []
+
+    class API:
+        start = staticmethod(lambda: calls.append("start"))
+        stop = staticmethod(lambda: calls.append("stop"))
+        push = staticmethod(lambda name: calls.append(f"push {name}"))
+        pop = staticmethod(lambda: calls.append("pop"))
+
+    with nsightwrap.range("step", api=API):
+        calls.append("body")
+    assert calls == ["push step", "start", "body", "stop", "pop"]
+
+
+def test_pytest_fixture(cfg, nsight_profile):
+    r = nsight_profile(matmul_softmax, 2, set="basic", config=cfg)
+    assert len(r.df) == 2
