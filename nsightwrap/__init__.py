@@ -17,6 +17,9 @@ from .rules import Stall, StallRule, TotalTimeout, WatchRule
 from .tools import NcuInfo, find_ncu, probe_ncu
 from .ladder import Ladder, Rung, load_ladder
 from .ranges import range
+from .debuglog import debug_log
+from .store import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel
+from .sweep import SweepResult, sweep_sections
 from .walk import LadderResult, walk_ladder
 from .watchdog import StopPolicy
 
@@ -34,6 +37,15 @@ __all__ = [
     "profiled",
     "range",
     "walk_ladder",
+    "Environment",
+    "HangStore",
+    "ProfileKey",
+    "Record",
+    "StoreError",
+    "SweepResult",
+    "debug_log",
+    "normalize_kernel",
+    "sweep_sections",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",

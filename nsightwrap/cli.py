@@ -55,10 +55,34 @@ def build_parser() -> argparse.ArgumentParser:
                      help="after SIGINT, how long ncu may take to write the report and exit")
     run.add_argument("-o", "--export", metavar="REPORT", help="report path (never overwritten; default: ./nsightwrap-reports/)")
     run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
+    run.add_argument("--profile", metavar="NAME|FILE",
+                     help="walk down this fallback ladder (default, quick, deep, or a YAML file) for kernels that hang")
+    run.add_argument("--store", metavar="PATH", help="hang store for --profile (default: $NSIGHTWRAP_STORE or "
+                                                      "~/.cache/nsightwrap/hangs.db)")
+    run.add_argument("--retry-known-hangs", action="store_true", help="with --profile: try rungs the store knows to hang")
     run.add_argument("--json", action="store_true", help="print one JSON object describing the attempt on stdout")
     run.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
     run.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
+    sweep = sub.add_parser("sweep-sections", help="find which sections hang on which kernels",
+                           usage="%(prog)s [options] -- COMMAND [ARGS...]")
+    sweep.add_argument("--ncu", metavar="PATH")
+    sweep.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches REGEX")
+    sweep.add_argument("--set", dest="section_set", default="full", metavar="SET", help="sections of this set (default full)")
+    sweep.add_argument("--section", action="append", default=[], metavar="ID", help="these sections instead of a set")
+    sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
+                       help="ladder whose first rung's stall timeout the probes use")
+    sweep.add_argument("--stall-timeout", type=_positive, default=DEFAULT_STALL_TIMEOUT, metavar="SEC")
+    sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
+    sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
+    sweep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
+    sweep.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
+    sweep.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    from .store import add_hangs_parser
+
+    add_hangs_parser(sub)
     sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
     doctor = sub.add_parser("doctor", help="say which tools are found and what is missing")
     doctor.add_argument("--ncu", metavar="PATH")
@@ -97,20 +121,96 @@ def cmd_run(args) -> int:
                              launch_count=args.launch_count, export=args.export)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
-    echo = None if args.quiet else (lambda text: (sys.stderr.write(text), sys.stderr.flush()))
-    old = {s: signal.signal(s, _terminate_as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        attempt = profile_command(command, options, config, on_output=echo)
-    except ProfileInterrupted as e:
-        attempt = e.attempt
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    echo = None if args.quiet else _echo
+    if args.profile:
+        return _run_ladder(args, command, options, config, echo)
+    with _signals_as_interrupt():
+        try:
+            attempt = profile_command(command, options, config, on_output=echo)
+        except ProfileInterrupted as e:
+            attempt = e.attempt
     if args.json:
         print(attempt.to_json())
     else:
         print("\n" + attempt.describe(), file=sys.stderr)
     return attempt.exit_code
+
+
+def _echo(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+class _signals_as_interrupt:
+    """SIGTERM and SIGHUP stop the tree like Ctrl-C does (no orphan when a CI job is cancelled)."""
+
+    def __enter__(self):
+        self.old = {s: signal.signal(s, _terminate_as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def __exit__(self, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+
+def _open_store(path):
+    from .store import HangStore
+
+    return HangStore(path)
+
+
+def _run_ladder(args, command, options, config, echo) -> int:
+    from .walk import walk_ladder
+
+    store = _open_store(args.store)
+    with _signals_as_interrupt():
+        try:
+            result = walk_ladder(command, options, args.profile, config, store=store, on_output=echo,
+                                 retry_known_hangs=args.retry_known_hangs)
+        except ProfileInterrupted as e:
+            print(e.attempt.to_json() if args.json else e.attempt.describe())
+            return EXIT_CODES["interrupted"]
+    df = result.df
+    if args.json:
+        print(json.dumps({
+            "ladder": result.ladder.name,
+            "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
+                       "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
+            "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
+            "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
+            "reports": result.report_paths}))
+    else:
+        print("\n" + result.summary(), file=sys.stderr)
+    if result.stopped:
+        return EXIT_CODES["error"]
+    return EXIT_CODES["hang"] if result.unprofiled else 0
+
+
+def cmd_sweep(args) -> int:
+    from .debuglog import debug_log
+    from .sweep import result_json, sweep_sections
+
+    command = _split_command(args.extra)
+    if not command:
+        print("nsightwrap sweep-sections: give the command after `--`", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    from .ladder import load_ladder
+
+    first = load_ladder(args.profile).rungs[0]
+    config = RunConfig(ncu=args.ncu, stall_timeout=first.stall_timeout or args.stall_timeout)
+    store = _open_store(args.store)
+    echo = None if args.quiet else _echo
+    with _signals_as_interrupt():
+        result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
+                                config=config.replace(), store=store, jobs=args.jobs,
+                                on_probe=lambda p: echo and echo(f"\n[sweep] {p.kernel}: {p.label()} -> {p.outcome}\n"))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")
+    if args.json:
+        print(result_json(result))
+    else:
+        print(result.table())
+    return 0
 
 
 def cmd_cleanup(args) -> int:
@@ -156,7 +256,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return USAGE_EXIT_CODE
     try:
-        return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor}[args.cmd](args)
+        from .store import cmd_hangs
+
+        return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
+                "hangs": cmd_hangs}[args.cmd](args)
     except NsightwrapError as e:
         print(f"nsightwrap: {e}", file=sys.stderr)
         return USAGE_EXIT_CODE

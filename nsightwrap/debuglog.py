@@ -12,6 +12,7 @@ marked, and never used for the comparison or the advice.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Optional, Sequence
 
@@ -223,13 +224,18 @@ def _table(working: Optional[_Attempt], hanging: Optional[_Attempt]) -> list[str
     return lines
 
 
-def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record]) -> list[str]:
+def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], working: Optional[_Attempt],
+                hanging: Optional[_Attempt]) -> list[str]:
     trusted = [a for a in attempts if a.trusted]
     hung = [a for a in trusted if a.outcome in HANG_OUTCOMES]
     worked = [a for a in trusted if a.outcome == OK]
     tried = {a.key for a in trusted if a.outcome in (OK, *HANG_OUTCOMES)}
-    k = shlex.quote(kernel)
-    run = f"python -m nsightwrap run --kernel-name {k}"
+    if kernel.endswith("..."):  # ncu truncated the name: select by its start
+        k = shlex.quote("^" + re.escape(kernel[:-3]))
+        run = f"python -m nsightwrap run --kernel {k}"
+    else:
+        k = shlex.quote(kernel)
+        run = f"python -m nsightwrap run --kernel-name {k}"
     steps = []
     if not attempts:
         steps.append(f"profile it with a small set first: {_code(run + ' --set basic -- <your program>')}")
@@ -253,17 +259,17 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record]) ->
                          "the host sets after the launch), which kernel replay never lets happen. Profile a "
                          "range that holds the launch and the host's action (range or app-range replay), or "
                          f"leave this kernel out ({_code('--kernel-name regex:...')} or {_code('--launch-skip')})")
-    if hung and worked:
-        h, w = hung[-1].key, worked[-1].key
+    if hanging is not None and working is not None:
+        h, w = hanging.key, working.key
         if h.set and h.set != w.set:
             steps.append(f"find which sections of set {h.set} hang: "
                          f"{_code(f'python -m nsightwrap sweep-sections --kernel {k} --set {h.set} -- <your program>')}"
                          f" (or add sections of set {h.set} missing from {w.describe()} one at a time; "
                          f"{_code('ncu --list-sets')} lists them)")
-        if len(h.sections) > 1:
-            steps.append("try each of sections " + ", ".join(h.sections) + " alone: "
-                         + ", ".join(_code(f"--section {s}") for s in h.sections if ProfileKey(
-                             sections=(s,), replay_mode=h.replay_mode) not in tried))
+        untried = [s for s in h.sections if ProfileKey(sections=(s,), replay_mode=h.replay_mode) not in tried]
+        if len(h.sections) > 1 and untried:
+            steps.append("try each of sections " + ", ".join(h.sections) + " alone, not yet tried: "
+                         + ", ".join(_code(f"--section {s}") for s in untried))
         if len(h.metrics) > 1:
             steps.append("split the metrics: try " + " and ".join(
                 _code("--metrics " + ",".join(half)) for half in (h.metrics[:len(h.metrics) // 2],
@@ -272,7 +278,8 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record]) ->
             ranged = ProfileKey(h.set, h.sections, h.metrics, "range")
             steps.append(f"try the hanging settings in range replay: {_code(key_flags(ranged))} (the program "
                          "must mark the range with cudaProfilerStart/Stop or NVTX)")
-        steps.append(f"to profile this kernel now, use the working settings: {_code(run + ' ' + key_flags(w) + ' -- <your program>')}")
+        use = f"{run} {key_flags(w)} -- <your program>"
+        steps.append(f"to profile this kernel now, use the working settings: {_code(use)}")
     if worked and not hung:
         steps.append(f"nothing hung: {worked[-1].key.describe()} works here; richer sets may be tried "
                      "(a hang is stopped and recorded, so it costs one stall timeout)")
@@ -350,5 +357,6 @@ def debug_log(store: HangStore, kernel: str, env: Optional[Environment] = None) 
     lines += ["## Key differences between working and hanging settings", ""]
     lines += _table(working, hanging) + [""]
     lines += ["## What to try next", ""]
-    lines += [f"- {s}" for s in _next_steps(kernel, attempts, records)] or ["- nothing: no advice from these records"]
+    steps = _next_steps(kernel, attempts, records, working, hanging)
+    lines += [f"- {s}" for s in steps] or ["- nothing: these records give no advice"]
     return "\n".join(lines).rstrip() + "\n"

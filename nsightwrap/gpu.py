@@ -50,3 +50,15 @@ def foreign(processes: Optional[Sequence[GpuProcess]], ours: Sequence[int]) -> l
         return []
     mine = set(ours)
     return [p for p in processes if p.pid not in mine]
+
+
+def gpu_count(nvidia_smi: Optional[str] = None) -> Optional[int]:
+    """Number of GPUs nvidia-smi lists, or None when it cannot say."""
+    exe = nvidia_smi or shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        done = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")) if done.returncode == 0 else None

@@ -549,7 +549,7 @@ def _walk_blocks(report: Path, fh: io.BufferedReader, size: int) -> _FileScan:
     problem = None
     while offset < size and problem is None:
         if size - offset < 4:
-            problem = f"is truncated: {size - offset} stray byte(s) after block {block - 1} at byte {offset:,}"
+            problem = f"is truncated: it ends {size - offset} byte(s) into the size of block {block} at byte {offset:,}"
             break
         fh.seek(offset)
         (block_header_size,) = struct.unpack("<I", fh.read(4))
@@ -817,20 +817,28 @@ class _Table:
 
 
 class _Api:
-    """The handful of ncu_report calls used, looked up once per module."""
+    """The handful of ncu_report calls used, looked up once per module: the
+    SWIG functions themselves where the module exposes them (a tenth faster
+    than the methods that wrap them), else the methods."""
 
     def __init__(self, module: Any):
         action, metric = module.IAction, module.IMetric
-        self.metric_by_name = action.metric_by_name
-        self.metric_names = action.metric_names
+        flat = getattr(module, "_ncu_report", None)
+
+        def pick(cls: Any, method: str) -> Any:
+            direct = getattr(flat, f"{cls.__name__}_{method}", None)
+            return direct if callable(direct) else getattr(cls, method)
+
+        self.metric_by_name = pick(action, "metric_by_name")
+        self.metric_names = pick(action, "metric_names")
+        self.kind = pick(metric, "kind")
+        self.as_double = pick(metric, "as_double")
+        self.as_uint64 = pick(metric, "as_uint64")
+        self.as_string = pick(metric, "as_string")
+        self.unit = pick(metric, "unit")
         self.name = action.name
         self.sections = action.sections
         self.nvtx_state = getattr(action, "nvtx_state", None)
-        self.kind = metric.kind
-        self.as_double = metric.as_double
-        self.as_uint64 = metric.as_uint64
-        self.as_string = metric.as_string
-        self.unit = metric.unit
         self.demangled = action.NameBase_DEMANGLED
         self.mangled = action.NameBase_MANGLED
         self.floats = frozenset({metric.ValueKind_FLOAT, metric.ValueKind_DOUBLE})
@@ -859,7 +867,7 @@ def _read_api(report: Path, module: Any, specs: list[_Spec] | None, wanted_secti
     located: list[tuple[int, Any]] = []
     for r in range(context.num_ranges()):
         rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
+        for a in range(rng.num_actions() if rng is not None else 0):
             located.append((r, rng.action_by_idx(a)))
     actions = [a for _, a in located]
     broken = [i for i, a in enumerate(actions) if api.name(a) is None]
@@ -1242,49 +1250,59 @@ def _column_kind(values: Sequence[Any]) -> str:
     return "other"
 
 
+#: Above this many columns, numeric columns are stacked into one 2-D block
+#: each (float, int) rather than handed to pandas one by one.
+_BLOCK_THRESHOLD = 64
+
+
 def _build_wide(table: _Table) -> "pandas.DataFrame":
+    """One frame in one go: lists become typed arrays (float64, int64, Int64,
+    or left to pandas for strings and mixed), identity columns first."""
     import numpy as np
     import pandas as pd
 
     columns: dict[str, list] = {c: table.identity[c] for c in IDENTITY_COLUMNS}
-    order = list(columns)
     for name, values in table.metrics.items():
-        if name not in columns:
-            columns[name] = values
-            order.append(name)
-
-    floats: list[str] = []
-    ints: list[str] = []
-    others: dict[str, Any] = {}
-    for name in order:
-        values = columns[name]
+        columns.setdefault(name, values)
+    kinds = {}
+    for name, values in columns.items():
         kind = _column_kind(values)
-        if kind == "float":
-            floats.append(name)
-        elif kind == "int":
-            ints.append(name)
-        elif kind == "nullable-int":
-            others[name] = pd.array(values, dtype="Int64")
-        elif name in _INT_IDENTITY and all(v is None for v in values):
-            others[name] = pd.array(values, dtype="Int64")
-        else:
-            others[name] = values
+        if kind == "other" and name in _INT_IDENTITY and all(v is None for v in values):
+            kind = "nullable-int"
+        kinds[name] = kind
+
     n = table.n
-    parts = []
-    if floats:
-        block = np.array([columns[c] for c in floats], dtype=np.float64).reshape(len(floats), n).T
-        parts.append(pd.DataFrame(block, columns=floats, copy=False))
-    if ints:
-        block = np.array([columns[c] for c in ints], dtype=np.int64).reshape(len(ints), n).T
-        parts.append(pd.DataFrame(block, columns=ints, copy=False))
-    if others:
-        parts.append(pd.DataFrame(others, index=pd.RangeIndex(n)))
-    frame = pd.concat(parts, axis=1, copy=False) if len(parts) > 1 else parts[0]
-    frame = frame[order]
-    units = {c: u for c, u in IDENTITY_UNITS.items()}
+    if len(columns) <= _BLOCK_THRESHOLD:
+        data = {name: _typed(values, kinds[name]) for name, values in columns.items()}
+        frame = pd.DataFrame(data, index=pd.RangeIndex(n))
+    else:
+        parts = []
+        for kind, dtype in (("float", np.float64), ("int", np.int64)):
+            names = [c for c, k in kinds.items() if k == kind]
+            if names:
+                block = np.array([columns[c] for c in names], dtype=dtype).reshape(len(names), n).T
+                parts.append(pd.DataFrame(block, columns=names))
+        rest = {c: _typed(v, kinds[c]) for c, v in columns.items() if kinds[c] not in ("float", "int")}
+        if rest:
+            parts.append(pd.DataFrame(rest, index=pd.RangeIndex(n)))
+        frame = pd.concat(parts, axis=1)[list(columns)]
+    units = dict(IDENTITY_UNITS)
     units.update(table.units)
     frame.attrs["units"] = units
     return frame
+
+
+def _typed(values: list, kind: str) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    if kind == "float":
+        return np.array(values, dtype=np.float64)
+    if kind == "int":
+        return np.array(values, dtype=np.int64)
+    if kind == "nullable-int":
+        return pd.array(values, dtype="Int64")
+    return values
 
 
 def _build_tidy(table: _Table) -> "pandas.DataFrame":

@@ -470,6 +470,9 @@ class HangStore:
         except sqlite3.Error as e:
             self.close()
             raise self._error(e, "open") from None
+        except BaseException:
+            self.close()
+            raise
 
     # --- plumbing ------------------------------------------------------------
     def _error(self, e: Exception, doing: str) -> StoreError:
@@ -515,7 +518,8 @@ class HangStore:
                 conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     def _write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[int]:
@@ -628,8 +632,10 @@ class HangStore:
         if attempt.status in (OK, HANG) and (attempt.status == OK or stall is not None):
             best: dict[str, list[int]] = {}
             for k in attempt.kernels:
-                if stall is not None and (k.replay != "kernel" or (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)):
-                    continue  # unfinished: application replay stopped mid-way, or the stalled launch itself
+                # Unfinished: application replay stopped mid-way, or the stalled launch itself.
+                if stall is not None and (k.replay != "kernel" or (k.name, k.kernel_id) == (stall.kernel,
+                                                                                            stall.kernel_id)):
+                    continue
                 passes, launches = best.get(k.name, (0, 0))
                 best[k.name] = [max(passes, k.passes), launches + 1]
             for name, (passes, launches) in best.items():

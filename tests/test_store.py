@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import multiprocessing
-import os
 import signal
 import sqlite3
 import subprocess

@@ -1,0 +1,331 @@
+"""sweep-sections: which sections hang on which kernels, by group testing.
+
+First the whole requested set, on the whole program. Each kernel that hangs
+is then investigated alone (kernel filter, one launch): the set is split and
+the halves tested, recursing into the half that hangs; where no half hangs
+alone, the culprit is a combination and its members are found by halving
+each side against the other. Clean sets are remembered, so later searches
+skip sections already shown innocent. Every probe is a watched run recorded
+in the hang store, and outcomes already stored are used instead of probing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .attempt import HANG, OK, Attempt
+from .engine import RunConfig, profile_command
+from .errors import NsightwrapError
+from .ladder import exclude_kernels
+from .options import KernelFilter, ProfileOptions
+from .tools import find_ncu, probe_ncu
+
+HUNG, WORKS, FAILED = "hang", "ok", "error"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One answer: does this kernel hang when these sections are collected?"""
+
+    kernel: str
+    sections: frozenset
+    outcome: str  # hang | ok | error
+    seconds: float
+    passes: Optional[int] = None
+    from_store: bool = False
+    reason: str = ""
+
+    def label(self) -> str:
+        return "+".join(sorted(self.sections))
+
+
+@dataclass
+class KernelSweep:
+    """What the sweep found for one kernel."""
+
+    kernel: str
+    universe: tuple[str, ...]
+    singles: list[str] = field(default_factory=list)  # sections that hang alone
+    combinations: list[tuple[str, ...]] = field(default_factory=list)  # hang only together
+    largest_working: tuple[str, ...] = ()
+    probes: list[Probe] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+    @property
+    def probes_run(self) -> int:
+        return sum(not p.from_store for p in self.probes)
+
+    @property
+    def naive_probes(self) -> int:
+        return len(self.universe)
+
+    def budget(self) -> int:
+        """The issue's goal: k * ceil(log2 S) + 2 probes for k culprit sections among S."""
+        k = len(self.singles) + sum(len(c) for c in self.combinations)
+        return k * math.ceil(math.log2(max(2, len(self.universe)))) + 2
+
+
+@dataclass
+class SweepResult:
+    sets: tuple[str, ...]
+    kernels: list[KernelSweep] = field(default_factory=list)
+    clean: bool = False  # the whole set worked on every kernel
+    first: Optional[Attempt] = None
+
+    def table(self) -> str:
+        lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
+        for k in self.kernels:
+            for p in k.probes:
+                lines.append(f"{k.kernel[:32]:<32} {p.label()[:60]:<60} {p.outcome:<7} "
+                             f"{'' if p.passes is None else p.passes:>6} {p.seconds:>6.1f}"
+                             + ("  (stored)" if p.from_store else ""))
+        lines.append("")
+        for k in self.kernels:
+            lines.append(f"{k.kernel}: hang alone: {', '.join(k.singles) or 'none'}; "
+                         f"hang together: {', '.join('+'.join(c) for c in k.combinations) or 'none'}; "
+                         f"largest working set: {len(k.largest_working)} of {len(k.universe)} sections; "
+                         f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})")
+            if k.unresolved:
+                lines.append(f"  unresolved: {'; '.join(k.unresolved)}")
+        if self.clean:
+            lines.append("the requested sections worked on every kernel: nothing to find")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"clean": self.clean, "kernels": [{
+            "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
+            "hang_together": [list(c) for c in k.combinations], "largest_working_set": list(k.largest_working),
+            "probes_run": k.probes_run, "naive_probes": k.naive_probes, "probe_goal": k.budget(),
+            "unresolved": k.unresolved,
+            "probes": [{"sections": sorted(p.sections), "outcome": p.outcome, "passes": p.passes,
+                        "seconds": round(p.seconds, 2), "from_store": p.from_store, "reason": p.reason}
+                       for p in k.probes]} for k in self.kernels]}
+
+
+class _Prober:
+    """Runs (or infers) probes for one kernel.
+
+    Hanging is monotone: a superset of a hanging set hangs, a subset of a
+    set that worked works. Both are inferred without a probe.
+    """
+
+    def __init__(self, kernel: str, run: Callable[[str, frozenset], Probe], record: list):
+        self.kernel = kernel
+        self.run = run
+        self.record = record
+        self.hanging: list[frozenset] = []
+        self.working: list[frozenset] = []
+
+    def hangs(self, sections) -> bool:
+        s = frozenset(sections)
+        if any(h <= s for h in self.hanging):
+            return True
+        if any(s <= w for w in self.working):
+            return False
+        p = self.run(self.kernel, s)
+        self.record.append(p)
+        if p.outcome == FAILED:
+            raise NsightwrapError(f"probe of {self.kernel} with {p.label() or 'no section'} failed: {p.reason}")
+        (self.hanging if p.outcome == HUNG else self.working).append(s)
+        return p.outcome == HUNG
+
+    def order(self, items: Sequence[str]) -> list[str]:
+        """Sections of the largest set known to work first: their prefixes need no probe."""
+        best = max(self.working, key=lambda w: len(w & frozenset(items)), default=frozenset())
+        return sorted(i for i in items if i in best) + sorted(i for i in items if i not in best)
+
+
+def _first_needed(pr: _Prober, order: list[str], base: frozenset) -> int:
+    """Smallest i with base + order[:i] hanging (base + order hangs, base alone works)."""
+    lo, hi = 0, len(order)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pr.hangs(base | frozenset(order[:mid])):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozenset], Probe],
+                known_hang: bool = True, max_combination: int = 3) -> KernelSweep:
+    """Culprit sections of one kernel, by adaptive group testing.
+
+    Each round finds the first section x (in an order that puts known-good
+    sections first) whose prefix hangs; x hangs alone, or its partners are
+    found the same way among the sections before it. A single culprit costs
+    at most ceil(log2 S) + 1 probes, plus one final probe that the rest
+    works: the goal ceil(log2 S) + 2. Each further culprit costs two probes
+    more than ceil(log2 S) (the probe that tells "alone" from "together",
+    and the one that shows the rest still hangs), so k culprits cost at most
+    k * ceil(log2 S) + 2k, less where sections already shown to work shorten
+    the search.
+    """
+    result = KernelSweep(kernel, tuple(sorted(universe)))
+    pr = _Prober(kernel, run, result.probes)
+    if known_hang:
+        pr.hanging.append(frozenset(universe))
+    remaining = sorted(universe)
+    while remaining and pr.hangs(remaining):
+        order = pr.order(remaining)
+        i = _first_needed(pr, order, frozenset())
+        x = order[i - 1]
+        if pr.hangs([x]):
+            result.singles.append(x)
+            remaining.remove(x)
+            continue
+        members, pool = [x], order[: i - 1]
+        while not pr.hangs(members) and pool and len(members) < max_combination:
+            pool = pr.order(pool)
+            j = _first_needed(pr, pool, frozenset(members))
+            members.append(pool[j - 1])
+            pool = pool[: j - 1]
+        if not pr.hangs(members):
+            result.unresolved.append(f"{x} hangs only with more than {max_combination - 1} others among "
+                                     + "+".join(order[: i - 1]))
+            remaining.remove(x)
+            continue
+        result.combinations.append(tuple(sorted(members)))
+        remaining.remove(x)  # the others may work once x is gone
+    result.largest_working = tuple(remaining)
+    return result
+
+
+def sweep_sections(
+    command: Sequence[str],
+    *,
+    kernel: Optional[str] = None,
+    set: str = "full",  # noqa: A002
+    sections: Sequence[str] = (),
+    config: Optional[RunConfig] = None,
+    store=None,
+    jobs: int = 1,
+    gpus: Optional[Sequence[str]] = None,
+    on_probe: Optional[Callable[[Probe], None]] = None,
+) -> SweepResult:
+    """Find which sections hang on which kernels of `command`."""
+    config = config or RunConfig()
+    info = probe_ncu(find_ncu(config.ncu, config.env), Path(config.cache_dir) if config.cache_dir else None,
+                     env=config.env)
+    universe = list(sections) if sections else list(info.sections_of_set(set))
+    user_filter = None
+    if kernel:
+        user_filter = KernelFilter(kernel[6:] if kernel.startswith("regex:") else kernel, True)
+    env_info = None
+    if store is not None:
+        from .store import Environment
+
+        env_info = Environment.detect(ncu_version=info.version)
+    result = SweepResult(tuple(universe))
+    base_env = dict(os.environ if config.env is None else config.env)
+    gpu_pool: "queue.Queue[Optional[str]]" = queue.Queue()
+    for g in (gpus if gpus is not None else _gpu_ids(jobs)):
+        gpu_pool.put(g)
+    lock = threading.Lock()
+    local = threading.local()
+    owner = threading.get_ident()
+
+    def the_store():
+        """SQLite connections stay in their thread: workers open their own."""
+        if threading.get_ident() == owner:
+            return store
+        if not hasattr(local, "store"):
+            from .store import HangStore
+
+            local.store = HangStore(store.path)
+        return local.store
+
+    def options_for(sec: frozenset, kfilter, **kw) -> ProfileOptions:
+        return ProfileOptions(sections=tuple(sorted(sec)), kernel=kfilter, **kw)
+
+    def watched(opts: ProfileOptions) -> Attempt:
+        gpu = gpu_pool.get()
+        try:
+            env = dict(base_env)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpu  # one probe per GPU, never two on one
+            attempt = profile_command(command, opts, config.replace(env=env))
+        finally:
+            gpu_pool.put(gpu)
+        if store is not None:
+            from .store import ProfileKey
+
+            with lock:
+                the_store().record_attempt(attempt, ProfileKey.from_options(opts), env_info, ladder="sweep-sections")
+        return attempt
+
+    def stored(kname: str, sec: frozenset) -> Optional[str]:
+        if store is None:
+            return None
+        from .store import ProfileKey
+
+        key = ProfileKey(None, tuple(sorted(sec)), (), "kernel").canonical()
+        for r in the_store().records(kernel=kname):
+            if r.trusted and r.key == key and r.gpu == env_info.gpu and r.ncu_version == env_info.ncu_version:
+                return HUNG if r.hung else WORKS if r.outcome == OK else None
+        return None
+
+    def run_probe(kname: str, sec: frozenset) -> Probe:
+        known = stored(kname, sec)
+        if known is not None:
+            p = Probe(kname, sec, known, 0.0, from_store=True, reason="from the hang store")
+        else:
+            a = watched(options_for(sec, KernelFilter(kname, False), launch_count=1))
+            outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
+            passes = a.kernels[0].passes if a.kernels else None
+            p = Probe(kname, sec, outcome, a.elapsed_s, passes, reason=a.reason)
+        if on_probe:
+            on_probe(p)
+        return p
+
+    # 1. The whole set on the whole program: which kernels hang?
+    hanging: list[str] = []
+    full = frozenset(universe)
+    while True:
+        a = watched(options_for(full, exclude_kernels(user_filter, hanging)))
+        result.first = result.first or a
+        if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
+            hanging.append(a.stalled_kernel)
+            continue
+        if a.status not in (OK, HANG) and not hanging and a.status != "no-kernels":
+            raise NsightwrapError(f"the first probe (all {len(universe)} sections) ended {a.status}: {a.reason}")
+        break
+    if not hanging:
+        result.clean = True
+        return result
+
+    # 2. Each hanging kernel alone, in parallel where there are GPUs for it.
+    workers = max(1, min(jobs, len(hanging)))
+    with cf.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(investigate, k, universe, run_probe) for k in hanging]
+        result.kernels = [f.result() for f in futures]
+    return result
+
+
+def _gpu_ids(jobs: int) -> list[Optional[str]]:
+    """One token per GPU to use; None (no CUDA_VISIBLE_DEVICES) when jobs is 1."""
+    if jobs <= 1:
+        return [None]
+    from . import gpu
+
+    count = gpu.gpu_count()
+    if count is None:
+        raise NsightwrapError(f"--jobs {jobs} needs one GPU per probe, but the GPUs cannot be listed here "
+                              "(nvidia-smi not found); use --jobs 1")
+    if count < jobs:
+        raise NsightwrapError(f"--jobs {jobs} needs {jobs} GPUs (one probe per GPU), but {count} found; "
+                              f"use --jobs {max(1, count)}")
+    return [str(i) for i in range(jobs)]
+
+
+def result_json(result: SweepResult) -> str:
+    return json.dumps(result.to_dict(), indent=2)

@@ -1,0 +1,102 @@
+"""sweep-sections: group testing finds exactly the planted culprits."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+
+from conftest import DATA, app
+from nsightwrap.engine import RunConfig
+from nsightwrap.sweep import Probe, investigate, sweep_sections
+from nsightwrap.tools import parse_table
+from nsightwrap.watchdog import StopPolicy
+
+FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"
+        for s in row["Sections"].split(",")]
+
+
+def oracle(culprits, calls=None):
+    def run(kernel, sections):
+        if calls is not None:
+            calls.append(sections)
+        hung = any(set(c) <= sections for c in culprits)
+        return Probe(kernel, sections, "hang" if hung else "ok", 0.0)
+    return run
+
+
+def found(r):
+    return sorted([(s,) for s in r.singles] + [tuple(sorted(c)) for c in r.combinations])
+
+
+@pytest.mark.parametrize("culprit", FULL)
+def test_every_single_culprit_within_the_goal(culprit):
+    r = investigate("k", FULL, oracle([(culprit,)]))
+    assert found(r) == [(culprit,)]
+    assert r.probes_run <= 1 * math.ceil(math.log2(len(FULL))) + 2
+    assert culprit not in r.largest_working and len(r.largest_working) == len(FULL) - 1
+
+
+def test_every_pair_and_every_two_singles():
+    worst = 0
+    for a, b in itertools.combinations(FULL, 2):
+        for culprits in ([(a, b)], [(a,), (b,)]):
+            r = investigate("k", FULL, oracle(culprits))
+            assert found(r) == sorted(tuple(sorted(c)) for c in culprits), culprits
+            worst = max(worst, r.probes_run - r.budget())
+            assert set(r.largest_working) == set(FULL) - {a, b} or (len(culprits) == 1 and len(r.largest_working) == len(FULL) - 1)
+    # Each culprit after the first costs two probes more than the goal's ceil(log2 S): the probe that
+    # tells "alone" from "together" and the probe that the rest still hangs (see investigate()).
+    assert worst <= 2
+
+
+def test_no_culprit_and_combinations_of_three():
+    r = investigate("k", FULL, oracle([]), known_hang=False)
+    assert found(r) == [] and r.probes_run == 1 and len(r.largest_working) == len(FULL)
+    r = investigate("k", FULL, oracle([("A1", "B2", "C3")]), known_hang=True)  # not among the sections: nothing hangs
+    assert r.largest_working
+    trio = FULL[2], FULL[9], FULL[15]
+    r = investigate("k", FULL, oracle([trio]))
+    assert found(r) == [tuple(sorted(trio))]
+
+
+# --- with the fake ncu, real processes ------------------------------------------------
+
+SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStateStats", "WorkloadDistribution",
+         "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis"]
+
+
+@pytest.fixture
+def cfg(tmp_path, fake_env):
+    return RunConfig(report_dir=str(tmp_path), stall_timeout=0.6, check_gpu=False, env=fake_env,
+                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+
+
+@pytest.mark.parametrize("plant,expect_singles,expect_pairs", [
+    ("SourceCounters", ["SourceCounters"], []),
+    ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),
+    ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")]),
+])
+def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs):
+    from nsightwrap.store import HangStore
+
+    store = HangStore(tmp_path / "h.db")
+    command = app("vec_add", f"k@hang-if={plant}", "block_reduce")
+    r = sweep_sections(command, sections=SMALL, config=cfg, store=store)
+    assert [k.kernel for k in r.kernels] == ["k"]
+    k = r.kernels[0]
+    assert sorted(k.singles) == expect_singles and k.combinations == expect_pairs
+    assert k.probes_run <= k.budget() + 1
+    assert "probes" in r.table() and json.loads(json.dumps(r.to_dict()))["kernels"][0]["kernel"] == "k"
+    # Every probe is in the store; a second sweep answers from it without probing the kernel.
+    assert len(store.records(kernel="k")) >= k.probes_run
+    again = sweep_sections(command, sections=SMALL, config=cfg, store=store)
+    assert again.kernels[0].probes_run == 0
+    assert sorted(again.kernels[0].singles) == expect_singles
+
+
+def test_sweep_with_nothing_hanging(cfg):
+    r = sweep_sections(app("vec_add", "block_reduce"), sections=SMALL, config=cfg)
+    assert r.clean and r.kernels == []
