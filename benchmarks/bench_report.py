@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from nsightwrap.errors import ToolNotFound  # noqa: E402
-from nsightwrap.report import IDENTITY_COLUMNS, load_report, raw_csv_argv  # noqa: E402
+from nsightwrap.report import IDENTITY_COLUMNS, _choose_reader, load_report, raw_csv_argv  # noqa: E402
 from nsightwrap.tools import find_ncu  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "reports"
@@ -75,7 +75,7 @@ def csv_path(ncu: str, path: str, columns=None) -> pd.DataFrame:
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
     df = pd.read_csv(io.StringIO("\n".join(lines[start:])), skiprows=[1], thousands=",")
-    return df[["Kernel Name", *columns]] if columns else df
+    return df[["Kernel Name", *[c for c in columns if c in df]]] if columns else df
 
 
 def timed(fn) -> float:
@@ -104,21 +104,20 @@ def main() -> int:
     except ToolNotFound:
         ncu = None
 
-    first = load_report(path)  # warm up: imports, caches
-    module = sys.modules["ncu_report"] if first.attrs["reader"] == "wheel" else None
-    if module is None:  # the extras module nsightwrap chose; the plain loop uses the same one
-        from nsightwrap.report import _PRIVATE
-
-        module = _PRIVATE[first.attrs["reader_origin"]]
+    first = load_report(path, ncu=args.ncu)  # warm up: imports, caches
+    module = _choose_reader(args.ncu).module  # the plain loop uses the module nsightwrap chose
+    if module is None:
+        ap.error("no ncu_report module imports here: pip install ncu-report")
     names = list(first.columns[len(IDENTITY_COLUMNS):])
     ten = [m for m in TEN if m in names]
     ten += [m for m in names if m not in ten][: 10 - len(ten)]
     plain_loop(module, path)
 
     cases = {
-        "all metrics": (lambda: load_report(path), lambda: plain_loop(module, path),
+        "all metrics": (lambda: load_report(path, ncu=args.ncu), lambda: plain_loop(module, path),
                         (lambda: csv_path(ncu, path)) if ncu else None),
-        "10 selected metrics": (lambda: load_report(path, metrics=ten), lambda: plain_loop(module, path, ten),
+        "10 selected metrics": (lambda: load_report(path, metrics=ten, ncu=args.ncu),
+                                lambda: plain_loop(module, path, ten),
                                 (lambda: csv_path(ncu, path, ten)) if ncu else None),
     }
     results = {}

@@ -628,7 +628,7 @@ def _install_candidates(ncu: Path) -> Iterator[Path]:
         yield ncu.parent
     for target in _script_targets(real):
         yield target if target.is_dir() else target.parent
-    for bin_dir in {real.parent, ncu.parent}:
+    for bin_dir in dict.fromkeys((real.parent, ncu.parent)):
         if bin_dir.name == "bin":
             kits = glob.glob(str(bin_dir.parent / "nsight-compute*"))
             for kit in sorted(kits, key=_version_key, reverse=True):
@@ -761,7 +761,7 @@ def _choose_reader(ncu: str | os.PathLike | None) -> _Reader:
             if extension is None or extension in builds or not builds:
                 try:
                     module = _import_private(extras)
-                    return _Reader("extras", str(extras), module)
+                    return _Reader("extras", _module_file(module), module)
                 except Exception as exc:  # a broken or foreign module: fall back, and say why if all fails
                     failures.append(f"{extras}: {type(exc).__name__}: {exc}")
             else:
@@ -1302,7 +1302,7 @@ def _typed(values: list, kind: str) -> Any:
         return np.array(values, dtype=np.int64)
     if kind == "nullable-int":
         return pd.array(values, dtype="Int64")
-    return values
+    return values if values else np.array([], dtype=object)
 
 
 def _build_tidy(table: _Table) -> "pandas.DataFrame":

@@ -215,7 +215,11 @@ def walk_ladder(
             store.record_attempt(attempt, key_of(opts), env, rung=rung.name, ladder=ladder.name)
         log.info(result.steps[-1].describe())
 
-        if attempt.status in (OK, NO_KERNELS):
+        if attempt.status == OK or (attempt.status == NO_KERNELS and job.kernel is None):
+            continue
+        if attempt.status == NO_KERNELS:
+            # This rung profiled nothing of the kernel (e.g. range replay without marked ranges): go on down.
+            jobs.insert(0, _Job(job.kernel, job.rung_index + 1, job.skip))
             continue
         if attempt.status == HANG and attempt.stall is not None:
             hung = attempt.stalled_kernel

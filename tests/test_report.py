@@ -136,6 +136,21 @@ def test_partial_report_loads_the_finished_kernels():
     assert df.attrs["units"]["gpu__time_duration.sum"] == "ns"
 
 
+def test_report_of_a_run_stopped_before_any_result(tmp_path):
+    """Blocks 0 and 1 of a real report (session, module): no result yet."""
+    data = BASIC.read_bytes()
+    offset = 8 + int.from_bytes(data[4:8], "little")
+    for _ in range(2):
+        size = int.from_bytes(data[offset:offset + 4], "little")
+        offset += 4 + size + rpt._pb_fields(data[offset + 4:offset + 4 + size]).get(5, 0)
+    empty = tmp_path / "none.ncu-rep"
+    empty.write_bytes(data[:offset])
+    df = load_report(empty)
+    assert df.shape == (0, len(IDENTITY_COLUMNS)) and list(df.columns) == list(IDENTITY_COLUMNS)
+    assert list(load_report(empty, tidy=True).columns) == list(TIDY_COLUMNS)
+    assert metric_columns(load_report(empty, metrics="gpu__time_duration.sum")) == ["gpu__time_duration.sum"]
+
+
 def test_an_attempt_gives_its_report():
     assert load_report(SimpleNamespace(report=DURATION, status="ok")).shape[0] == 8
     with pytest.raises(ReportError, match="kept no report"):
@@ -580,7 +595,7 @@ def test_extras_module_of_the_given_ncu_is_used(tmp_path):
     assert len(used) == 1 and used[0].endswith(f".ncu_report {DURATION}")
     assert used[0].startswith("_nsightwrap_ncu_report_")
     assert df.attrs["reader"] == "extras"
-    assert df.attrs["reader_origin"] == str(ncu.parent / "extras" / "python" / "ncu_report.py")
+    assert df.attrs["reader_origin"] == os.path.realpath(ncu.parent / "extras" / "python" / "ncu_report.py")
     assert df["gpu__time_duration.sum"].tolist()[0] == 6304.0
     assert set(sys.modules) - before <= {"ncu_report"}  # the private names are gone again
     assert sys.modules["ncu_report"].__file__.endswith(os.path.join("ncu_report", "__init__.py"))

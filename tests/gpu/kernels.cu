@@ -6,6 +6,9 @@
 //   app mixed [S]     3 vec_add, then the hanging kernel, then 2 vec_add
 //   app slow [MS]     one kernel that runs MS milliseconds (default 1500) per launch
 //   app range         kernels inside cudaProfilerStart/Stop
+//   app third [S]     inside one profiler range: vec_add, block_reduce, the hanging kernel, vec_add, block_reduce
+//   app many N        N short kernels (alternating vec_add / block_reduce)
+//   app two           one vec_add and one block_reduce
 //   app none          no kernel at all
 #include <cstdio>
 #include <cstdlib>
@@ -105,6 +108,18 @@ int main(int argc, char** argv) {
     add(); reduce();
     CHECK(cudaProfilerStop());
     add();
+  } else if (!strcmp(mode, "third")) {
+    CHECK(cudaProfilerStart());
+    add(); reduce();
+    CHECK(cudaDeviceSynchronize());
+    hang(argc > 2 ? atof(argv[2]) : 60.0);
+    add(); reduce();
+    CHECK(cudaProfilerStop());
+  } else if (!strcmp(mode, "many")) {
+    int n = argc > 2 ? atoi(argv[2]) : 300;
+    for (int i = 0; i < n; i++) { if (i % 2) reduce(); else add(); }
+  } else if (!strcmp(mode, "two")) {
+    add(); reduce();
   } else if (!strcmp(mode, "none")) {
   } else {
     fprintf(stderr, "unknown mode %s\n", mode); return 2;
