@@ -134,8 +134,10 @@ def main() -> int:
     print(f"report: {path} ({size:,} bytes, {len(first)} results, {len(names)} metric columns)")
     print(f"reader: {first.attrs['reader']} ({first.attrs['reader_origin']}); ncu: {ncu or 'none found'}")
     print(f"median of {args.repeat} rounds (CSV: {min(args.repeat, 5)}), from the file to a DataFrame\n")
-    print("| case                | nsightwrap (ms) | plain loop (ms) | ncu --csv (ms) | loop/nsightwrap | csv/nsightwrap | goal")
-    print("|---------------------|-----------------|-----------------|----------------|-----------------|----------------|-----")
+    print("| case                | nsightwrap (ms) | plain loop (ms) | ncu --csv (ms) "
+          "| loop/nsightwrap | csv/nsightwrap | goal")
+    print("|---------------------|-----------------|-----------------|----------------"
+          "|-----------------|----------------|-----")
     for case, r in results.items():
         ours, loop, csv = r["ours"], r["loop"], r["csv"]
         csv_ms = f"{csv * 1e3:14.1f}" if csv else f"{'n/a (no ncu)':>14}"

@@ -11,12 +11,13 @@ Everything public is importable from here; other modules are internal.
 from .api import ChildError, NotProfilable, ProfileResult, profile, profiled
 from .attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
 from .engine import ProfileInterrupted, RunConfig, profile_command
-from .errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ToolError, ToolNotFound
+from .errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, ToolError, ToolNotFound
 from .options import KernelFilter, ProfileOptions, ReplayMode
 from .rules import Stall, StallRule, TotalTimeout, WatchRule
 from .tools import NcuInfo, find_ncu, probe_ncu
 from .ladder import Ladder, Rung, load_ladder
 from .ranges import range
+from .report import load_report, parse_raw_csv
 from .debuglog import debug_log
 from .store import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel
 from .sweep import SweepResult, sweep_sections
@@ -46,6 +47,9 @@ __all__ = [
     "debug_log",
     "normalize_kernel",
     "sweep_sections",
+    "ReportError",
+    "load_report",
+    "parse_raw_csv",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import os
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from .attempt import Attempt
@@ -44,3 +45,20 @@ class AttemptFailed(NsightwrapError):
 
 class AttemptHung(AttemptFailed):
     """The profiled program stalled and was stopped."""
+
+
+class ReportError(NsightwrapError):
+    """A report could not be read, or what was asked of it is not in it.
+
+    Carries ``path`` (None when there is no file to name), ``problem`` and
+    ``hint`` (what to do next).
+    """
+
+    def __init__(self, path: Union[str, os.PathLike, None], problem: str, hint: str = ""):
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        self.hint = hint
+        message = f"{self.path}: {problem}" if self.path else problem
+        if hint:
+            message += "\n" + hint
+        super().__init__(message)

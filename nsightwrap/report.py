@@ -70,10 +70,10 @@ that matches nothing just adds no column.
 ``sections`` is a section identifier or a list of them (``"SpeedOfLight"``,
 as ``ncu --list-sections`` prints them; case-insensitive): the metrics each
 section shows, from the report itself through ``ISection.header_metrics()``
-and ``ISection.body_metrics()``. A body's ``breakdown:NAME`` item (the
-throughput breakdown tables of SpeedOfLight) stands for the metrics it lists,
-which are included in its place. ``metrics`` and ``sections`` together give
-the union. Neither: every metric.
+and ``ISection.body_metrics()``, those of them the report holds. A body's
+``breakdown:NAME`` item (the throughput breakdown tables of SpeedOfLight)
+stands for the metrics it lists, which are included in its place.
+``metrics`` and ``sections`` together give the union. Neither: every metric.
 
 How a report is read
 --------------------
@@ -89,7 +89,8 @@ Otherwise the ``ncu_report`` wheel from PyPI. One caveat: every build of
 into the same process takes over the Python classes of the first (checked),
 which is unsafe across versions. So when another build is already loaded in
 this process, that build is used again instead of loading a second one (a
-``RuntimeWarning`` says so once).
+``RuntimeWarning`` says so once); and when the install's own build is
+already loaded (imported from ``sys.path``, say), that module is used as is.
 
 When no ``ncu_report`` imports at all, ``ncu --import FILE --csv --page raw
 --print-units base`` is run and its output parsed by :func:`parse_raw_csv`
@@ -133,7 +134,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .errors import NsightwrapError, ToolError, ToolNotFound
+from .errors import NsightwrapError, ReportError, ToolError, ToolNotFound
 from .tools import find_ncu, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,23 +151,6 @@ __all__ = [
     "parse_raw_csv",
     "raw_csv_argv",
 ]
-
-
-class ReportError(NsightwrapError):
-    """A report could not be read, or what was asked of it is not in it.
-
-    Carries ``path`` (None when there is no file to name), ``problem`` and
-    ``hint`` (what to do next).
-    """
-
-    def __init__(self, path: str | os.PathLike | None, problem: str, hint: str = ""):
-        self.path = None if path is None else str(path)
-        self.problem = problem
-        self.hint = hint
-        message = f"{self.path}: {problem}" if self.path else problem
-        if hint:
-            message += "\n" + hint
-        super().__init__(message)
 
 
 # --------------------------------------------------------------------------
@@ -509,7 +493,8 @@ def _check_report_file(report: Path) -> _FileScan:
         raise ReportError(report, "no such file",
                           "Check the path; ncu writes NAME.ncu-rep where -o/--export NAME says.") from None
     except OSError as exc:
-        raise ReportError(report, f"cannot be read ({exc.strerror or exc})", "Check the path and its permissions.") from exc
+        raise ReportError(report, f"cannot be read ({exc.strerror or exc})",
+                          "Check the path and its permissions.") from exc
     if not report.is_file():
         raise ReportError(report, "is not a file", "Give the path of the .ncu-rep file itself.")
     if size == 0:
@@ -530,7 +515,8 @@ def _walk_blocks(report: Path, fh: io.BufferedReader, size: int) -> _FileScan:
         raise ReportError(
             report,
             f"is not an Nsight Compute report: it does not start with the report signature (it starts with {head!r})",
-            "Pass the .ncu-rep file that ncu wrote with -o/--export; `ncu --import FILE` tells whether ncu can open it.",
+            "Pass the .ncu-rep file that ncu wrote with -o/--export; `ncu --import FILE` tells whether ncu "
+            "can open it.",
         )
     if len(head) < 8:
         raise ReportError(report, f"is truncated: it ends inside the file header ({size:,} bytes)", _TRUNCATED_HINT)
@@ -742,8 +728,8 @@ def _choose_reader(ncu: str | os.PathLike | None) -> _Reader:
     else ``ncu --import --csv``; never a second _ncu_report build in one process."""
     ncu_path: str | None
     if ncu is not None:
-        ncu_path = os.fspath(ncu)
-        if not os.path.exists(os.path.expanduser(ncu_path)):
+        ncu_path = os.path.expanduser(os.fspath(ncu))
+        if not os.path.exists(ncu_path):
             raise ReportError(None, f"ncu={ncu_path!r} does not exist",
                               "Pass the ncu binary or the Nsight Compute install folder, or leave ncu= out.")
     else:
@@ -758,7 +744,10 @@ def _choose_reader(ncu: str | os.PathLike | None) -> _Reader:
         if extras is not None:
             builds = _loaded_builds()
             extension = _extension_of(extras.parent)
-            if extension is None or extension in builds or not builds:
+            if extension is not None and extension in builds:  # this very build is loaded: use it
+                module = builds[extension]
+                return _Reader("extras", _module_file(module), module)
+            if extension is None or not builds:
                 try:
                     module = _import_private(extras)
                     return _Reader("extras", _module_file(module), module)
@@ -837,7 +826,7 @@ class _Api:
         self.as_string = pick(metric, "as_string")
         self.unit = pick(metric, "unit")
         self.name = action.name
-        self.sections = action.sections
+        self.sections = getattr(action, "sections", None)  # ISection came with ncu 2024
         self.nvtx_state = getattr(action, "nvtx_state", None)
         self.demangled = action.NameBase_DEMANGLED
         self.mangled = action.NameBase_MANGLED
@@ -957,17 +946,24 @@ def _read_some(actions: Sequence[Any], api: _Api, plan: Sequence[str]) -> tuple[
 
 def _section_metrics(report: Path, actions: Sequence[Any], api: _Api, wanted: Sequence[str]) -> list[str]:
     """Metric names the wanted sections show (header, then body; ``breakdown:``
-    items expanded into the metrics they list), in the order asked."""
-    lowered = {w.lower(): w for w in wanted}
+    items expanded into the metrics they list) that the report holds, in the
+    order asked. A section's list is read from the first result that has it."""
+    if api.sections is None:
+        raise ReportError(report, "sections= needs IAction.sections(), which this ncu_report lacks",
+                          "Read with a newer ncu_report (pip install -U ncu-report), or choose metrics= instead.")
+    keys = list(dict.fromkeys(w.lower() for w in wanted))
     found: dict[str, list[str]] = {}
     available: dict[str, None] = {}
     for action in actions:
+        held: set[str] | None = None
         for section in api.sections(action):
             identifier = section.identifier()
             available.setdefault(identifier, None)
-            asked = lowered.get(identifier.lower())
-            if asked is None or asked in found:
+            key = identifier.lower()
+            if key not in keys or key in found:
                 continue
+            if held is None:
+                held = set(api.metric_names(action))
             names: list[str] = []
             for m in list(section.header_metrics()) + list(section.body_metrics()):
                 name = m.name()
@@ -976,10 +972,10 @@ def _section_metrics(report: Path, actions: Sequence[Any], api: _Api, wanted: Se
                     names.extend(x.strip() for x in (listed or "").split(",") if x.strip())
                 else:
                     names.append(name)
-            found[asked] = list(dict.fromkeys(names))
-        if len(found) == len(lowered):
+            found[key] = [x for x in dict.fromkeys(names) if x in held]
+        if len(found) == len(keys):
             break
-    missing = [w for w in wanted if w not in found]
+    missing = [w for w in wanted if w.lower() not in found]
     if missing and actions:
         ids = list(available)
         close = sorted({c for w in missing for c in difflib.get_close_matches(w, ids, n=3, cutoff=0.5)})
@@ -991,8 +987,8 @@ def _section_metrics(report: Path, actions: Sequence[Any], api: _Api, wanted: Se
             "a report holds the ones it was profiled with (--section/--set).",
         )
     out: dict[str, None] = {}
-    for w in wanted:
-        out.update(dict.fromkeys(found.get(w, ())))
+    for key in keys:
+        out.update(dict.fromkeys(found.get(key, ())))
     return list(out)
 
 
@@ -1031,7 +1027,7 @@ def _identity(located: Sequence[tuple[int, Any]], api: _Api, metrics: Mapping[st
     ident[HOST] = [p.host for p in processes] if processes else [None] * n
 
     nvtx_state = api.nvtx_state
-    ident[NVTX] = [nvtx_text(nvtx_state(a)) if nvtx_state else None for a in actions]
+    ident[NVTX] = [_nvtx_text(nvtx_state(a)) if nvtx_state else None for a in actions]
     return ident
 
 
@@ -1041,7 +1037,7 @@ def _dims(x: Any, y: Any, z: Any) -> str | None:
     return f"({x}, {y}, {z})"
 
 
-def nvtx_text(state: Any) -> str | None:
+def _nvtx_text(state: Any) -> str | None:
     """One line for an ``INvtxState``: per domain, the push/pop stack as
     ``domain@outer/inner`` and each start/end range as ``domain@range``,
     joined by ``"; "`` (no ``domain@`` for the default domain); None when

@@ -46,15 +46,9 @@ def cfg(tmp_path):
 
 
 def load_report_names(path):
-    try:
-        import ncu_report
-    except ImportError:
-        extras = sorted(glob.glob("/opt/nvidia/nsight-compute/*/extras/python"))
-        sys.path.insert(0, extras[-1])
-        import ncu_report
-    ctx = ncu_report.load_report(str(path))
-    rng = ctx.range_by_idx(0)
-    return [rng.action_by_idx(i).name() for i in range(rng.num_actions())]
+    from nsightwrap.report import load_report
+
+    return list(load_report(path)["function"])
 
 
 def no_gpu_process_of(attempt):
