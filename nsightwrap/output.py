@@ -115,6 +115,17 @@ class OutputParser:
         return self._kernel
 
     @property
+    def pending_header(self) -> Optional[KernelStarted]:
+        """A complete kernel header whose first mark has not come yet.
+
+        ncu prints `0%` about 0.1 s after the header, but a range or a first
+        pass may take longer: the watchdog must know a kernel is in progress.
+        """
+        if self._mode == _HEADER_DONE and isinstance(self._start, KernelStarted):
+            return self._start
+        return None
+
+    @property
     def pending(self) -> str:
         """Text buffered but not yet turned into events (for logs)."""
         return "".join(self._parts) + self._digits

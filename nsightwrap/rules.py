@@ -93,6 +93,12 @@ class WatchState:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
 
+    def header_seen(self, header: KernelStarted, now: float) -> None:
+        """A kernel's header is complete but undecided (see OutputParser.pending_header)."""
+        cur = self.current
+        if cur is None or cur.kernel_id != header.kernel_id or cur.name != header.name:
+            self.current = KernelInProgress(header.name, header.kernel_id, now, now)
+
     def _mark(self, cur: KernelInProgress, now: float) -> None:
         if cur.marks:
             self.longest_gap = max(self.longest_gap, now - cur.last_mark_at)

@@ -259,6 +259,9 @@ class _Watch:
         for ev in events:
             self.events.append((now - self.t0, ev))
             self.state.observe(ev, now)
+        header = self.parser.pending_header
+        if header is not None:
+            self.state.header_seen(header, now)
         if text and self.on_output:
             self.on_output(text)
         if self.on_event:

@@ -154,7 +154,7 @@ def test_real_walk_third_kernel_hangs_then_store_skips(cuda_app, cfg, tmp_path):
         {"name": "speed-of-light", "sections": ["SpeedOfLight"]},
         {"name": "range-replay", "sections": ["SpeedOfLight"], "replay_mode": "range"}]})
     store = HangStore(tmp_path / "hangs.db")
-    cfg = cfg.replace(stall_timeout=5.0)
+    cfg = cfg.replace(stall_timeout=5.0, timeout=90.0)
     runs = []
     for i in range(2):
         t = time.monotonic()
@@ -192,7 +192,7 @@ def test_real_profile_fn_matches_raw_ncu(cfg, tmp_path):
 
     w = _workloads()
     t = time.monotonic()
-    r = profile(w.matmul_softmax, 2048, kernel="softmax", set="basic", config=cfg)
+    r = profile(w.matmul_softmax, 2048, kernel="softmax", set="basic", timeout=120.0, config=cfg)
     took = time.monotonic() - t
     print(f"\nprofile(fn) took {took:.1f} s; calibration {r.calibration_s:.3f} s; stall timeout {r.stall_timeout:.1f} s")
     print(r.summary())
@@ -216,7 +216,7 @@ def test_real_profile_fn_that_hangs(cfg):
 
     w = _workloads()
     t = time.monotonic()
-    r = profile(w.cupy_spin, 60.0, profile="quick", stall_timeout=5.0, config=cfg)
+    r = profile(w.cupy_spin, 60.0, profile="quick", stall_timeout=5.0, timeout=60.0, config=cfg)
     took = time.monotonic() - t
     print(f"\nhanging callable: {took:.1f} s\n{r.summary()}")
     assert r.hung and "wait_for_host" in [k for k, _ in r.hangs]
@@ -234,7 +234,7 @@ def test_real_sweep_on_hanging_kernel(cuda_app, cfg, tmp_path):
 
     store = HangStore(tmp_path / "sweep.db")
     t = time.monotonic()
-    r = sweep_sections([cuda_app, "mixed", "60"], set="basic", config=cfg.replace(stall_timeout=4.0), store=store)
+    r = sweep_sections([cuda_app, "mixed", "60"], set="basic", config=cfg.replace(stall_timeout=4.0, timeout=60.0), store=store)
     took = time.monotonic() - t
     print(f"\nsweep took {took:.1f} s\n{r.table()}")
     assert [k.kernel for k in r.kernels] == ["wait_for_host"]

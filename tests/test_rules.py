@@ -125,3 +125,17 @@ def test_cut_progress_line_resumes_after_the_warning():
     s = WatchState(0.0, 0.0)
     feed(s, 1.0, *events)
     assert s.kernels_done == 1
+
+
+def test_a_header_without_its_first_mark_is_watched():
+    """`Profiling "range" - 0: ` and then nothing (a range whose first pass never ends)."""
+    parser = OutputParser()
+    assert parser.feed('==PROF== Profiling "range" - 0: ') == []
+    header = parser.pending_header
+    assert header == KernelStarted("range", 0)
+    s = WatchState(0.0, 0.0)
+    s.header_seen(header, 1.0)
+    v = StallRule(5.0)(s, 6.0)
+    assert v.stall.kernel == "range" and v.stall.where == "before its first progress mark"
+    s.header_seen(header, 2.0)  # the same header again does not reset the clock
+    assert StallRule(5.0)(s, 6.0) is not None
