@@ -36,6 +36,11 @@ _ERROR_HINTS = (
     ("did not match any section", "run `ncu --list-sections` (or `--list-sets`) for the valid ids"),
     ("already exists", "choose another report path, or pass force_overwrite / -f"),
     ("Failed to launch", "check that the program exists and is executable"),
+    ("Failed to prepare kernel for profiling", "the GPU's performance counters were busy or the GPU is in a bad "
+                                               "state: look for leftover processes (nvidia-smi; `python -m "
+                                               "nsightwrap cleanup`) or a monitor such as DCGM, then retry"),
+    ("Unknown Error on device", "the profiler could not use the GPU: look for leftover processes (nvidia-smi; "
+                                "`python -m nsightwrap cleanup`), then retry"),
 )
 
 
@@ -204,6 +209,9 @@ def classify(outcome: RunOutcome, kernels, errors, warnings) -> tuple[str, str]:
     if rc == 0:
         if kernels:
             return OK, f"{len(kernels)} kernel(s) profiled"
+        if errors:
+            # ncu can fail to profile and still exit 0 with "No kernels were profiled".
+            return ERROR, errors[0] + _hint(errors)
         why = next((w for w in warnings if "No kernels were profiled" in w or "No ranges were profiled" in w),
                    "ncu profiled nothing")
         return NO_KERNELS, (f"{why} Check the kernel filter, or, for range replay, that the program marks "

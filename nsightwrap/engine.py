@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
@@ -21,7 +22,7 @@ from .events import Event
 from .options import ProfileOptions, build_argv, validate
 from .rules import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule, TotalTimeout, WatchRule
 from .tools import find_ncu, probe_ncu
-from .watchdog import StopPolicy, find_orphans, watch
+from .watchdog import OWNER_VAR, StopPolicy, find_orphans, processes_with, watch
 
 log = logging.getLogger("nsightwrap")
 
@@ -97,7 +98,8 @@ def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConf
         base = Path(config.report_dir)
         if config.cwd and not base.is_absolute():
             base = Path(config.cwd) / base
-        wanted = base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}{REPORT_SUFFIX}"
+        # The random part keeps runs started in the same second (parallel probes) apart.
+        wanted = base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}{REPORT_SUFFIX}"
     if options.force_overwrite:
         path = wanted if wanted.name.endswith(REPORT_SUFFIX) else wanted.with_name(wanted.name + REPORT_SUFFIX)
     else:
@@ -106,6 +108,18 @@ def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConf
             notes.append(f"{wanted} already exists and is kept; this run writes {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     return options.replace(export=str(path.absolute())), path.absolute(), notes
+
+
+def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]:
+    """Processes of this run that the GPU still lists; a killed process may take a moment to leave."""
+    ours = set(pids)
+    deadline = time.monotonic() + settle_s
+    while True:
+        after = gpu.compute_processes() or []
+        left = [f"{p.pid} ({p.name})" for p in after if p.pid in ours]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.5)
 
 
 def profile_command(
@@ -140,7 +154,9 @@ def profile_command(
 
     foreign_before: list[str] = []
     if config.check_gpu:
-        held = gpu.compute_processes()
+        # Our own parallel runs (sweep --jobs, one per GPU) are not foreign.
+        siblings = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+        held = [p for p in (gpu.compute_processes() or []) if p.pid not in siblings]
         if held:
             foreign_before = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
             msg = ("the GPU already holds compute processes that are not this run's: "
@@ -157,14 +173,12 @@ def profile_command(
     outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
                     clock=clock, on_output=on_output, on_event=on_event)
 
-    left_after: list[str] = []
-    if config.check_gpu and outcome.pids:
-        after = gpu.compute_processes()
-        if after:
-            ours = set(outcome.pids)
-            left_after = [f"{p.pid} ({p.name})" for p in after if p.pid in ours]
-            if left_after:
-                notes.append("the GPU still lists processes of this run: " + ", ".join(left_after))
+    left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
+    if left_after:
+        msg = ("the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
+               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
+        notes.append(msg)
+        log.warning(msg)
     attempt = build_attempt(outcome, export=report, notes=notes,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
     if outcome.interrupted:

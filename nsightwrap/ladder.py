@@ -244,7 +244,8 @@ def exclude_kernels(user: Optional[KernelFilter], names: Sequence[str]) -> Optio
     if not names:
         return user
     neg = "|".join(re.escape(n) for n in sorted(set(names)))
+    # The trailing .* makes the pattern right whether ncu searches or matches the whole name.
     if user is None:
-        return KernelFilter(f"^(?!(?:{neg})$)", True)
+        return KernelFilter(f"^(?!(?:{neg})$).*", True)
     base = user.pattern if user.regex else f"^{re.escape(user.pattern)}$"
-    return KernelFilter(f"^(?!(?:{neg})$).*?(?:{base})", True, user.base)
+    return KernelFilter(f"^(?!(?:{neg})$).*?(?:{base}).*", True, user.base)

@@ -256,6 +256,9 @@ def sweep_sections(
             attempt = profile_command(command, opts, config.replace(env=env))
         finally:
             gpu_pool.put(gpu)
+        if attempt.gpu_left_after:
+            raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
+                                  + "): the sweep stops so as not to record false hangs; free the GPU and run again")
         if store is not None:
             from .store import ProfileKey
 

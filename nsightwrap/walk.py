@@ -214,6 +214,11 @@ def walk_ladder(
         if store is not None:
             store.record_attempt(attempt, key_of(opts), env, rung=rung.name, ladder=ladder.name)
         log.info(result.steps[-1].describe())
+        if attempt.gpu_left_after:
+            # FACTS: a target left spinning makes every later run on that GPU hang; what follows would be false.
+            result.stopped = ("the GPU still runs processes of the last attempt (" + ", ".join(attempt.gpu_left_after)
+                              + "): stopped so as not to record false hangs; free the GPU and run again")
+            break
 
         if attempt.status == OK or (attempt.status == NO_KERNELS and job.kernel is None):
             continue

@@ -1,0 +1,116 @@
+"""The GPU checks around a watched run, with a fake nvidia-smi (no GPU here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import app
+from nsightwrap.engine import RunConfig, profile_command
+from nsightwrap.options import ProfileOptions
+from nsightwrap.watchdog import StopPolicy
+
+FAKE_SMI = Path(__file__).parent / "fake_nvidia_smi"
+
+
+@pytest.fixture
+def smi(fake_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    return tmp_path
+
+
+def cfg(tmp_path, **kw):
+    return RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
+                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0), **kw)
+
+
+def test_clean_run_checks_the_gpu_before_and_after(smi):
+    a = profile_command(app("vec_add"), ProfileOptions(set="basic"), cfg(smi))
+    assert a.status == "ok" and a.gpu_foreign_before == () and a.gpu_left_after == ()
+
+
+def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_path):
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               env=dict(os.environ, FAKE_GPU_USER="1", FAKE_GPU_TARGET="0"))
+    try:
+        a = profile_command(app("vec_add", "k@hang"), ProfileOptions(set="basic"), cfg(smi))
+    finally:
+        foreign.kill()
+    assert a.status == "hang"
+    assert any(str(foreign.pid) in f for f in a.gpu_foreign_before)
+    assert any("not this run's" in n for n in a.notes)
+    from nsightwrap.store import Environment, HangStore, ProfileKey
+
+    store = HangStore(tmp_path / "h.db")
+    env = Environment("h", "NVIDIA H200", "580", "2025.3.1.0")
+    store.record_attempt(a, ProfileKey("basic"), env)
+    assert not store.hangs_for("k", ProfileKey("basic"), env)  # untrusted: never used to skip
+
+
+def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
+    from nsightwrap.walk import walk_ladder
+
+    sticky = tmp_path / "sticky"
+    monkeypatch.setenv("FAKE_SMI_STICKY", str(sticky))
+    sticky.write_text("")
+
+    def stick(text):
+        # The hanging target stays listed after it is killed (a kernel still spinning).
+        if "0%.." in text and not sticky.read_text():
+            from nsightwrap.watchdog import COOKIE_VAR, processes_with
+
+            pids = [p.pid for p, env in processes_with(COOKIE_VAR) if "app.py" in " ".join(p.cmdline())]
+            sticky.write_text(" ".join(map(str, pids)))
+
+    import pandas as pd
+
+    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), "quick",
+                    cfg(tmp_path).replace(env=dict(os.environ)), on_output=stick,
+                    reader=lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
+    assert len(r.attempts) == 1
+    assert r.attempts[0].gpu_left_after
+    assert "false hangs" in r.stopped
+
+
+def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
+    from nsightwrap.sweep import sweep_sections
+
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    seen, lock, active = [], threading.Lock(), {}
+
+    import nsightwrap.sweep as sweep_mod
+
+    real = sweep_mod.profile_command
+
+    def spy(command, opts, config, **kw):
+        gpu = config.env.get("CUDA_VISIBLE_DEVICES")
+        with lock:
+            assert gpu not in active, "two probes on one GPU"
+            active[gpu] = True
+            seen.append(gpu)
+        try:
+            return real(command, opts, config, **kw)
+        finally:
+            with lock:
+                del active[gpu]
+
+    monkeypatch.setattr(sweep_mod, "profile_command", spy)
+    r = sweep_sections(app("a@hang-if=SourceCounters", "b@hang-if=Occupancy"),
+                       sections=["SourceCounters", "Occupancy", "LaunchStats"], config=cfg(tmp_path), jobs=2)
+    assert sorted(k.kernel for k in r.kernels) == ["a", "b"]
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+    assert set(seen) == {"0", "1"}
+
+
+def test_jobs_beyond_the_gpus_is_refused(smi, tmp_path, monkeypatch):
+    from nsightwrap.errors import NsightwrapError
+    from nsightwrap.sweep import sweep_sections
+
+    with pytest.raises(NsightwrapError, match="needs 3 GPUs"):
+        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), jobs=3)
