@@ -18,6 +18,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -191,6 +192,32 @@ def _send(p: psutil.Process, sig: int) -> bool:
         return False
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """While a tree is watched, SIGTERM and SIGHUP stop it like Ctrl-C.
+
+    Without this, a script killed by `timeout` or a cancelled CI job dies
+    at once and leaves ncu and its target running (a kernel spinning on the
+    GPU). Only default handlers are replaced, only in the main thread, and
+    they are put back when the watch ends.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    replaced = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            replaced[sig] = signal.signal(sig, _raise_interrupt)
+
+    def restore():
+        for sig, handler in replaced.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
 class _Watch:
     """One watched process tree: the pipe, the parser, the rules, the stop."""
 
@@ -359,6 +386,7 @@ def watch(
     """
     w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names)
     verdict, interrupted, error, stop = None, False, None, None
+    restore = _terminate_as_interrupt()
     try:
         try:
             verdict = w.watch()
@@ -378,6 +406,7 @@ def watch(
         interrupted = True
         stop = w.stop("interrupted")
     finally:
+        restore()
         w.close()
     return RunOutcome(
         argv=w.argv, cookie=w.cookie, returncode=w.proc.returncode, events=w.events, log="".join(w.log),

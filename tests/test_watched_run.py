@@ -321,3 +321,38 @@ def test_sigterm_to_the_cli_stops_the_tree(fake_env, tmp_path):
     d = json.loads(out)
     assert d["status"] == "interrupted"
     assert processes_with(COOKIE_VAR, d["cookie"]) == []
+
+
+def test_sigterm_to_a_python_caller_stops_the_tree(fake_env, tmp_path):
+    """A script using the library, killed by `timeout` (SIGTERM), leaves nothing behind."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys, json\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from conftest import app\n"
+        "from nsightwrap import profile_command, ProfileOptions, RunConfig, ProfileInterrupted\n"
+        "try:\n"
+        "    profile_command(app('k@hang'), ProfileOptions(set='basic'),\n"
+        f"                    RunConfig(stall_timeout=60, check_gpu=False, report_dir={str(tmp_path)!r}),\n"
+        "                    on_output=lambda t: print(t, end='', flush=True))\n"
+        "except ProfileInterrupted as e:\n"
+        "    print('\\nCOOKIE', e.attempt.cookie, e.attempt.status, flush=True)\n"
+        "    raise SystemExit(130)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env=fake_env)
+    try:
+        buf = b""
+        os.set_blocking(p.stdout.fileno(), False)
+        deadline = time.monotonic() + 20
+        while b"0%.." not in buf and time.monotonic() < deadline:
+            time.sleep(0.05)
+            buf += p.stdout.read() or b""
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    text = (buf + out).decode()
+    assert p.returncode == 130, text
+    cookie = text.split("COOKIE ")[1].split()[0]
+    assert "interrupted" in text
+    assert processes_with(COOKIE_VAR, cookie) == []
