@@ -72,6 +72,17 @@ def _slug(command: Sequence[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
 
 
+def report_stem(command: Sequence[str], config: "RunConfig") -> Path:
+    """A default report path without suffix: report_dir/program-args-time-random.
+
+    The random part keeps runs started in the same second (parallel probes) apart.
+    """
+    base = Path(config.report_dir)
+    if config.cwd and not base.is_absolute():
+        base = Path(config.cwd) / base
+    return base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
 def unique_report_path(wanted: Path) -> Path:
     """`wanted`, or `stem-N.ncu-rep` if it exists: a kept report is never overwritten."""
     if not wanted.name.endswith(REPORT_SUFFIX):
@@ -95,11 +106,8 @@ def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConf
         if config.cwd and not wanted.is_absolute():
             wanted = Path(config.cwd) / wanted
     else:
-        base = Path(config.report_dir)
-        if config.cwd and not base.is_absolute():
-            base = Path(config.cwd) / base
-        # The random part keeps runs started in the same second (parallel probes) apart.
-        wanted = base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}{REPORT_SUFFIX}"
+        stem = report_stem(command, config)
+        wanted = stem.with_name(stem.name + REPORT_SUFFIX)  # not with_suffix: names hold dots (app.py)
     if options.force_overwrite:
         path = wanted if wanted.name.endswith(REPORT_SUFFIX) else wanted.with_name(wanted.name + REPORT_SUFFIX)
     else:

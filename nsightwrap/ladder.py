@@ -57,16 +57,9 @@ class Rung:
     def describe(self) -> str:
         if self.requested:
             return "the requested settings"
-        parts = []
-        if self.set:
-            parts.append(f"set {self.set}")
-        if self.sections:
-            parts.append("sections " + "+".join(self.sections))
-        if self.metrics:
-            parts.append("metrics " + ",".join(self.metrics))
-        if self.replay_mode and self.replay_mode != "kernel":
-            parts.append(f"{self.replay_mode} replay")
-        return ", ".join(parts) or "ncu's default set"
+        from .store import ProfileKey
+
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode or "kernel").describe()
 
 
 def rewrite_for_replay(opts: ProfileOptions) -> tuple[ProfileOptions, list[str]]:

@@ -69,8 +69,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from .attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, TIMEOUT
-from .engine import RunConfig
+from .engine import RunConfig, report_stem
 from .errors import NsightwrapError, OptionsError, ToolError, ToolNotFound
+from .tools import _check_given, _is_executable, _version_key
 from .rules import TotalTimeout, Verdict, WatchRule, WatchState
 from .watchdog import RunOutcome, StopRecord, find_orphans, watch
 
@@ -178,33 +179,6 @@ class NsysInterrupted(KeyboardInterrupt):
 # --------------------------------------------------------------------------
 
 
-def _is_executable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def _version_key(name: str) -> tuple[int, ...]:
-    """2025.10.0 sorts after 2025.3.1 (string order gets it wrong)."""
-    return tuple(int(part) for part in re.findall(r"\d+", name))
-
-
-def _check_given(path: str, origin: str, env: Mapping[str, str]) -> str:
-    """A path the user named must work: falling through would hide their typo."""
-    expanded = os.path.expanduser(path)
-    if os.sep not in expanded:
-        found = shutil.which(expanded, path=env.get("PATH", ""))
-        if found:
-            return os.path.abspath(found)
-        raise ToolNotFound("nsys", [f"{origin}: {path} (not on PATH)"],
-                           f"{origin} names {path!r}, which is not on PATH; give a full path to nsys.")
-    if not os.path.exists(expanded):
-        problem = "does not exist"
-    elif not _is_executable(expanded):
-        problem = "is not an executable file"
-    else:
-        return os.path.abspath(expanded)
-    raise ToolNotFound("nsys", [f"{origin}: {path} ({problem})"], f"{origin} names {path!r}, which {problem}; fix it or remove it.")
-
-
 def _newest(pattern: str, version_of: Callable[[str], str]) -> Optional[str]:
     found = [p for p in glob.glob(pattern) if _is_executable(p)]
     return os.path.abspath(max(found, key=lambda p: _version_key(version_of(p)))) if found else None
@@ -229,9 +203,9 @@ def find_nsys(
     """
     env = os.environ if env is None else env
     if explicit:
-        return _check_given(explicit, "nsys=", env)
+        return _check_given(explicit, "nsys=", env, tool="nsys")
     if env.get(ENV_NSYS):
-        return _check_given(env[ENV_NSYS], ENV_NSYS, env)
+        return _check_given(env[ENV_NSYS], ENV_NSYS, env, tool="nsys")
     searched: list[str] = []
     path_var = env.get("PATH", "")
     found = shutil.which("nsys", path=path_var) if path_var else None
@@ -368,11 +342,6 @@ def unique_nsys_path(wanted: str | os.PathLike) -> Path:
     return path.with_name(f"{stem}-{n}{NSYS_SUFFIX}")
 
 
-def _slug(command: Sequence[str]) -> str:
-    words = [os.path.basename(command[0])] + [os.path.basename(a) for a in command[1:3] if not a.startswith("-")]
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
-
-
 def plan_nsys_report(options: NsysOptions, command: Sequence[str], config: RunConfig) -> tuple[NsysOptions, Path, list[str]]:
     """Where this run's report goes (never an existing one), and options that say so."""
     notes = []
@@ -381,10 +350,7 @@ def plan_nsys_report(options: NsysOptions, command: Sequence[str], config: RunCo
         if config.cwd and not wanted.is_absolute():
             wanted = Path(config.cwd) / wanted
     else:
-        base = Path(config.report_dir)
-        if config.cwd and not base.is_absolute():
-            base = Path(config.cwd) / base
-        wanted = base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        wanted = report_stem(command, config)
     path = unique_nsys_path(wanted)
     if options.output and path != Path(nsys_report_path(wanted)):
         notes.append(f"{nsys_report_path(wanted)} (or its .qdstrm/.sqlite) already exists and is kept; "

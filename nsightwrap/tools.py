@@ -70,7 +70,7 @@ def _version_key(name: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", name))
 
 
-def _check_given(path: str, origin: str, env: Mapping[str, str]) -> str:
+def _check_given(path: str, origin: str, env: Mapping[str, str], tool: str = "ncu") -> str:
     """A path the user named must work: falling through would hide their typo."""
     expanded = os.path.expanduser(path)
     if os.sep not in expanded and (os.altsep is None or os.altsep not in expanded):
@@ -79,9 +79,9 @@ def _check_given(path: str, origin: str, env: Mapping[str, str]) -> str:
         if found:
             return os.path.abspath(found)
         raise ToolNotFound(
-            "ncu",
+            tool,
             searched=[f"{origin}: {path} (not on PATH)"],
-            hint=f"{origin} names {path!r}, which is not on PATH; give a full path to ncu.",
+            hint=f"{origin} names {path!r}, which is not on PATH; give a full path to {tool}.",
         )
     if not os.path.exists(expanded):
         problem = "does not exist"
@@ -90,7 +90,7 @@ def _check_given(path: str, origin: str, env: Mapping[str, str]) -> str:
     else:
         return os.path.abspath(expanded)
     raise ToolNotFound(
-        "ncu",
+        tool,
         searched=[f"{origin}: {path} ({problem})"],
         hint=f"{origin} names {path!r}, which {problem}; fix it or remove it.",
     )
