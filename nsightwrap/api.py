@@ -210,10 +210,13 @@ def profile(
     if calibrate:
         calibration = _calibrate(spec_path, result_path, env, timeout)
     call_s = max(calibration.call_s) if calibration and calibration.call_s else None
+    explicit = stall_timeout
+    floor = None
     if stall_timeout is None:
         base = config.stall_timeout
         # A single replay pass replays at most a whole call: allow three of them, plus start-up.
         stall_timeout = max(base, 3 * call_s + 2.0) if call_s is not None else base
+        floor = 3 * call_s + 2.0 if call_s is not None else None
 
     kfilter = None
     if kernel:
@@ -231,7 +234,8 @@ def profile(
     walk_result = work / "walk-result.pkl"
     command = [sys.executable, "-m", "nsightwrap.child", str(spec_path), str(walk_result)]
     try:
-        walk = walk_ladder(command, options, profile, cfg, store=store, on_output=on_output)
+        walk = walk_ladder(command, options, profile, cfg, store=store, on_output=on_output, stall_timeout_floor=floor,
+                           stall_timeout=explicit)
     except AttemptFailed as e:
         child = _read_result(walk_result)
         if child is not None and not child.ok:

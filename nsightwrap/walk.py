@@ -139,8 +139,15 @@ def walk_ladder(
     max_attempts: int = 64,
     retry_wait: tuple[float, float] = (1.0, 8.0),
     reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
+    stall_timeout_floor: Optional[float] = None,
+    stall_timeout: Optional[float] = None,
 ) -> LadderResult:
-    """Profile `command`, stepping down `ladder` for each kernel that hangs."""
+    """Profile `command`, stepping down `ladder` for each kernel that hangs.
+
+    reader turns an attempt into rows (default: its report, through
+    load_report); stall_timeout_floor is the least stall timeout any rung
+    may use, and stall_timeout, when given, is used at every rung.
+    """
     options = options or ProfileOptions()
     config = config or RunConfig()
     reader = reader or report_rows
@@ -158,7 +165,10 @@ def walk_ladder(
     result = LadderResult(ladder)
 
     def run(opts: ProfileOptions, rung: Rung) -> Attempt:
-        cfg = config.replace(stall_timeout=rung.stall_timeout) if rung.stall_timeout else config
+        # A rung's own stall timeout wins over the config's, but never goes below the floor
+        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
+        stall = stall_timeout or max(rung.stall_timeout or config.stall_timeout, stall_timeout_floor or 0.0)
+        cfg = config.replace(stall_timeout=stall)
         retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
                             wait=wait_exponential(min=retry_wait[0], max=retry_wait[1]), reraise=True,
                             retry_error_callback=lambda state: state.outcome.result())

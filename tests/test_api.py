@@ -96,7 +96,7 @@ def test_kernel_filter_and_repeat(cfg):
 
 
 def test_hanging_callable_returns_a_hung_result(cfg):
-    r = profile(step_with_hang, 1, set="basic", profile="quick", config=cfg)
+    r = profile(step_with_hang, 1, set="basic", profile="quick", stall_timeout=0.8, config=cfg)
     assert r.hung
     assert ("wait_for_host", "requested") in r.hangs
     assert "wait_for_host" in r.walk.unprofiled
