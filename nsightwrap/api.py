@@ -10,12 +10,10 @@ a pipe that the watchdog always closes.
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import pickle
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -28,7 +26,7 @@ from .engine import RunConfig
 from .errors import AttemptFailed, NsightwrapError
 from .options import KernelFilter, ProfileOptions, ReplayMode
 from .rules import DEFAULT_STALL_TIMEOUT
-from .walk import LadderResult, report_rows, walk_ladder
+from .walk import LadderResult, walk_ladder
 
 
 class ChildError(NsightwrapError):
@@ -56,6 +54,7 @@ class ProfileResult:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     _value: Any = field(default=_NO_VALUE, repr=False)
     value_error: Optional[str] = None
+    range_api: str = ""  # how the child marked the profiled range (for "nothing profiled" messages)
 
     @property
     def df(self) -> pd.DataFrame:
@@ -89,6 +88,9 @@ class ProfileResult:
 
     def summary(self) -> str:
         df = self.df
+        if not len(df) and not self.hangs:
+            return (f"no kernel was profiled in {len(self.attempts)} attempt(s): check kernel= (a regex on the "
+                    f"function name); the measured calls were marked with {self.range_api or 'an unknown API'}")
         lines = [f"{len(df)} profiled launch(es) in {len(self.attempts)} attempt(s); "
                  f"stall timeout {self.stall_timeout:.1f} s"
                  + (f" (one plain call took {self.calibration_s:.3f} s)" if self.calibration_s is not None else "")]
@@ -153,8 +155,6 @@ def _read_result(path: Path) -> Optional[CallResult]:
 
 def _calibrate(spec_path: Path, result_path: Path, env, timeout: Optional[float]) -> CallResult:
     """One plain run of the child, without ncu: fn's time, value and errors."""
-    import subprocess
-
     from .rules import TotalTimeout
     from .watchdog import watch
 
@@ -247,6 +247,8 @@ def profile(
             raise ChildError(f"fn raised in the child process under ncu ({walk.stopped})", child.error or "",
                              walk.attempts)
     result = ProfileResult(walk, call_s, stall_timeout)
+    child = _read_result(walk_result)
+    result.range_api = child.range_api if child is not None else (calibration.range_api if calibration else "")
     if calibration is not None:
         if calibration.value_pickle is not None:
             result._value = pickle.loads(calibration.value_pickle)

@@ -21,8 +21,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 RANGE_NAME = "nsightwrap"
 

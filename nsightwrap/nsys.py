@@ -64,11 +64,11 @@ import shutil
 import sqlite3
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-from .attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, TIMEOUT
+from .attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
 from .engine import RunConfig, report_stem
 from .errors import NsightwrapError, OptionsError, ToolError, ToolNotFound
 from .tools import _check_given, _is_executable, _version_key

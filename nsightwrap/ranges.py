@@ -53,12 +53,44 @@ def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
             if fn_name == "cuProfilerStop":
                 lib.cuCtxSynchronize()  # the measured kernels belong inside the range
             rc = fn()
-            if rc not in (0, 201):  # 201: no current context yet (nothing launched)
+            if rc == 201:
+                raise RuntimeError(f"{fn_name}: no current CUDA context on this thread (CUDA error 201), so no "
+                                   "profiler range could be marked; launch work on the GPU before the range "
+                                   f"(warmup >= 1), or set {PROFILER_API_VAR}=module:start:stop")
+            if rc != 0:
                 raise RuntimeError(f"{fn_name} failed with CUDA error {rc}")
 
         return run
 
     return call("cuProfilerStart"), call("cuProfilerStop")
+
+
+def _framework_calls() -> Optional[tuple[Callable, Callable, str]]:
+    """cudaProfilerStart/Stop through a framework already in use (the runtime API ncu documents)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                def stop() -> None:
+                    torch.cuda.synchronize()
+                    torch.cuda.profiler.stop()
+
+                return torch.cuda.profiler.start, stop, "torch.cuda.profiler (cudaProfilerStart/Stop)"
+        except Exception:  # noqa: BLE001 - a CPU-only torch: try the next
+            pass
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            from cupy.cuda import profiler  # type: ignore
+
+            def cstop() -> None:
+                cupy.cuda.Device().synchronize()
+                profiler.stop()
+
+            return profiler.start, cstop, "cupy.cuda.profiler (cudaProfilerStart/Stop)"
+        except Exception:  # noqa: BLE001
+            pass
+    return None
 
 
 def _nvtx() -> tuple[Callable[[str], None], Callable[[], None], str]:
@@ -85,6 +117,10 @@ def find_range_api(environ=None) -> RangeAPI:
         module, start, stop = spec.split(":")
         mod = importlib.import_module(module)
         return RangeAPI(getattr(mod, start), getattr(mod, stop), push, pop, f"{spec}; {nvtx_desc}")
+    framework = _framework_calls()
+    if framework is not None:
+        start, stop, desc = framework
+        return RangeAPI(start, stop, push, pop, f"{desc}; {nvtx_desc}")
     lib = _driver()
     if lib is None:
         return RangeAPI(_noop, _noop, push, pop, f"no CUDA driver: profiler ranges not marked; {nvtx_desc}")

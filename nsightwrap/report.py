@@ -134,7 +134,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .errors import NsightwrapError, ReportError, ToolError, ToolNotFound
+from .errors import ReportError, ToolError, ToolNotFound
 from .tools import find_ncu, run_command
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -17,7 +17,6 @@ import math
 import os
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence

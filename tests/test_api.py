@@ -185,3 +185,28 @@ def test_range_fixture(tmp_path):
 def test_pytest_fixture(cfg, nsight_profile):
     r = nsight_profile(matmul_softmax, 2, set="basic", config=cfg)
     assert len(r.df) == 2
+
+
+def test_nothing_profiled_says_how_the_range_was_marked(cfg):
+    r = profile(matmul_softmax, 1, kernel="no_such_kernel", set="basic", config=cfg)
+    assert len(r.df) == 0
+    assert "no kernel was profiled" in r.summary() and "fakecuda" in r.summary()
+
+
+def test_range_api_prefers_the_framework_in_use(monkeypatch):
+    import types
+
+    from nsightwrap.ranges import find_range_api
+
+    calls = []
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_available=lambda: True, is_initialized=lambda: True, synchronize=lambda: calls.append("sync"),
+        profiler=types.SimpleNamespace(start=lambda: calls.append("start"), stop=lambda: calls.append("stop")),
+        nvtx=None))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.delenv("NSIGHTWRAP_PROFILER_API", raising=False)
+    api = find_range_api()
+    assert "torch.cuda.profiler" in api.describe
+    api.start()
+    api.stop()
+    assert calls == ["start", "sync", "stop"]

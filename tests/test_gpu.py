@@ -7,7 +7,6 @@ kernel that spins on a host-mapped flag: fine alone, hangs under ncu),
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil

@@ -12,7 +12,7 @@ import yaml
 from conftest import app
 from nsightwrap.engine import RunConfig
 from nsightwrap.errors import AttemptFailed
-from nsightwrap.ladder import (LadderError, Rung, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
+from nsightwrap.ladder import (LadderError, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
                                rewrite_for_replay)
 from nsightwrap.options import KernelFilter, ProfileOptions
 from nsightwrap.tools import probe_ncu

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAKE_NCU, app
+from conftest import app
 from nsightwrap.engine import ProfileInterrupted, RunConfig, profile_command
 from nsightwrap.errors import OptionsError
 from nsightwrap.options import KernelFilter, ProfileOptions
@@ -63,6 +63,8 @@ def test_hang_is_detected_stopped_and_partial_report_kept(fake_env, tmp_path):
     assert 0.8 <= a.detection_s < 1.5
     assert [k.name for k in a.kernels] == ["vec_add"] * 3
     assert a.report is not None and a.report.exists() and not a.report_complete
+    # The fake keeps a real partial report (three vec_add made on the GPU machine): it reads back.
+    assert list(a.dataframe()["function"]) == ["vec_add"] * 3
     # SIGINT to the inner front end was enough: the report line came, the tree exited.
     assert a.stop.graceful and a.stop.steps[0].startswith("SIGINT to profiler")
     assert any("Report:" in line for line in a.log.splitlines())
@@ -239,8 +241,8 @@ def test_report_is_never_overwritten(fake_env, tmp_path):
 
 def test_leftover_processes_of_the_program_are_stopped(fake_env, tmp_path):
     # The program starts a daemon in its own session that outlives it.
-    daemon = (f"import subprocess,sys; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], "
-              f"start_new_session=True, stdout=subprocess.DEVNULL)")
+    daemon = ("import subprocess,sys; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'], "
+              "start_new_session=True, stdout=subprocess.DEVNULL)")
     a = profile_command([sys.executable, "-c", daemon], ProfileOptions(set="basic"), config(tmp_path))
     assert a.status == "no-kernels"
     assert any("left processes behind" in n for n in a.notes)
