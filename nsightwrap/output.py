@@ -51,6 +51,9 @@ _HEADER_END_MAX = 24
 _HEADER = re.compile(r'==PROF== Profiling "(.*)" - (\d+): ', re.S)
 _PASSES = re.compile(r"\s*-\s*(\d+)\s*pass(?:es)?\s*")
 _DIGITS = "0123456789"
+# ncu's line prefixes, which may follow program output on the same line.
+_MARKERS = ("==PROF== ", "==WARNING==", "==ERROR==")
+_MARKER_MAX = max(map(len, _MARKERS)) - 1
 _MARK_START = _DIGITS + "."
 
 _LINE_EVENTS = [
@@ -97,6 +100,8 @@ class OutputParser:
     def _reset(self) -> None:
         self._mode = _LINE
         self._parts: list[str] = []  # buffered text of the line or tail
+        self._line_len = 0  # characters of the current ordinary line so far
+        self._tail = ""  # its last few characters: a marker may straddle two chunks
         self._kind = _UNKNOWN
         self._window = ""  # last scanned chars of a kernel header candidate
         self._start: Optional[Event] = None  # what the complete header starts
@@ -173,6 +178,8 @@ class OutputParser:
                 self._parts.append(chunk[pos:stop])
                 header = "".join(self._parts)
                 self._parts = [header]
+                self._line_len = len(header)
+                self._tail = header[-_MARKER_MAX:]
                 if header == _REPORT_CREATION:
                     self._start = ReportCreation()
                 else:
@@ -181,11 +188,57 @@ class OutputParser:
                 self._cut = None
                 self._mode = _HEADER_DONE
                 return stop
-        self._parts.append(chunk[pos:end])
+        seg = chunk[pos:end]
+        if self._kind == _PLAIN:
+            split = self._glued_marker(seg, pos)
+            if split is not None:
+                return split
+        self._parts.append(seg)
+        self._line_len += len(seg)
+        self._tail = (self._tail + seg)[-_MARKER_MAX:]
         if nl < 0:
             return end
         self._finish_line()
         return nl + 1
+
+    def _glued_marker(self, seg: str, pos: int) -> Optional[int]:
+        """Where ncu's output starts inside a line of the program's (no newline between).
+
+        A program that prints without a newline (tqdm, print(end="")) glues
+        ncu's next `==PROF==` line to its own text; unsplit, a kernel's
+        header and progress would be lost. The text before the marker is the
+        program's line; the marker starts a new line. Returns where parsing
+        resumes in the chunk, or None.
+        """
+        hay = self._tail + seg
+        # Only markers after the line's first character: a line that starts with one is ncu's own.
+        lo = max(0, len(self._tail) - self._line_len + 1)
+        found = [i for i in (hay.find(m, lo) for m in _MARKERS) if i >= 0]
+        if not found:
+            return None
+        j = min(found)
+        k = j - len(self._tail)
+        carry = ""
+        if k >= 0:
+            self._parts.append(seg[:k])
+        else:
+            carry = self._tail[j:]  # the marker began in text already buffered
+            self._drop_last(len(carry))
+        self._finish_line()
+        if carry:
+            self._parts = [carry]
+            self._line_len = len(carry)
+            self._tail = carry
+        return pos + max(k, 0)
+
+    def _drop_last(self, n: int) -> None:
+        while n > 0 and self._parts:
+            last = self._parts.pop()
+            if len(last) > n:
+                self._parts.append(last[:-n])
+                n = 0
+            else:
+                n -= len(last)
 
     def _header_end(self, chunk: str, pos: int, end: int) -> int:
         """Index in chunk where a header completes, or -1.
@@ -216,6 +269,8 @@ class OutputParser:
     def _finish_line(self) -> None:
         text = "".join(self._parts).removesuffix("\r")
         self._parts = []
+        self._line_len = 0
+        self._tail = ""
         self._kind = _UNKNOWN
         self._window = ""
         if text.strip():
@@ -263,6 +318,8 @@ class OutputParser:
                 # Not progress: read the rest as an ordinary line, keeping
                 # the digits of an unfinished mark.
                 self._parts = [self._digits] if self._digits else []
+                self._line_len = len(self._digits)
+                self._tail = self._digits
                 self._end_progress()
                 return i
         return len(chunk)

@@ -337,7 +337,8 @@ def test_profiling_lookalikes_are_notes():
     assert parse_all('==PROF== Profiling "k" - 3:0%\n') == [ProfNote('Profiling "k" - 3:0%')]
     assert parse_all('==PROF== Profiling "k" - 3: range foo\n') == [ProfNote('Profiling "k" - 3: range foo')]
     assert parse_all("==PROF== Profiling is slow\n") == [ProfNote("Profiling is slow")]
-    assert parse_all("  ==PROF== Profiling \"k\" - 0: 0%\n") == [Output('  ==PROF== Profiling "k" - 0: 0%')]
+    # ncu's line glued after program text (here blanks) is still ncu's: see test_glued_to_program_output.
+    assert parse_all("  ==PROF== Profiling \"k\" - 0: 0%\n") == [KernelStarted("k", 0), Progress(0, "0%", 0, 0)]
 
 
 def test_unexpected_char_in_progress_falls_back_to_a_line():
@@ -396,3 +397,25 @@ def test_many_small_chunks_of_a_long_line_is_linear():
         p.feed(big[i : i + 16])
     assert p.feed('" - 1: 0%\n')[0] == KernelStarted("y" * 200_000, 1)
     assert time.perf_counter() - t0 < 1.0
+
+
+GLUED = [
+    '==PROF== Profiling "k" - 0: 0%....50%....100% - 10 passes\n',
+    '==PROF== Profiling "k" - 3: 0%..',
+    "==PROF== Connected to process 12 (/bin/app)\n",
+    "==WARNING== Launching the workload is taking more time than expected.\n",
+    "==ERROR== Failed to profile\n",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(st.sampled_from("abc XYZ 019 .,:;|#%-_\t\r"), min_size=1, max_size=30),
+       seg=st.sampled_from(GLUED), data=st.data())
+def test_glued_to_program_output(text, seg, data):
+    """A program that prints without a newline (tqdm, print(end="")) glues ncu's next line to its own."""
+    whole = text + seg
+    expected = ([Output(text.removesuffix("\r"))] if text.removesuffix("\r").strip() else []) + parse_all(seg)
+    assert parse_all(whole) == expected
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(whole)), max_size=8)))
+    pieces = [whole[a:b] for a, b in zip([0] + cuts, cuts + [len(whole)])]
+    assert feed_chunks(pieces) == expected
