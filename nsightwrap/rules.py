@@ -184,13 +184,22 @@ class StallRule(WatchRule):
 
     timeout: float = DEFAULT_STALL_TIMEOUT
     growth: float = DEFAULT_GROWTH
+    #: In application replay the program runs on between kernels, so silence
+    #: after a pass line may be its own CPU work. Both real hangs there were
+    #: followed by ncu's slow-launch warning within 3 s; without it, the
+    #: allowance is this many times longer.
+    quiet_replay_factor: float = 3.0
 
     def __post_init__(self):
         if not self.timeout > 0:
             raise ValueError("stall timeout must be > 0 seconds")
 
     def allowance(self, state: WatchState) -> float:
-        return max(self.timeout, self.growth * state.longest_gap)
+        base = max(self.timeout, self.growth * state.longest_gap)
+        cur = state.current
+        if cur is not None and cur.replay_pass is not None and not any(t >= cur.started_at for t in state.slow_warnings):
+            return base * self.quiet_replay_factor
+        return base
 
     def deadline(self, state):
         if state.current is None:

@@ -87,11 +87,24 @@ def test_gaps_between_kernels_are_not_progress_gaps():
 
 
 def test_application_replay_pass_is_in_progress_until_the_next_event():
+    # hang-application-replay.jsonl: the pass line, the warning 3 s later, silence.
     s = WatchState(0.0, 0.0)
     feed(s, 1.0, ReplayPass("k", 0, 1))
+    feed(s, 4.0, NcuWarning(WARNING))
     assert StallRule(2.0)(s, 3.5).stall.where == "application replay pass 1"
     feed(s, 1.5, Output("program output"))
     assert StallRule(2.0)(s, 100.0) is None
+
+
+def test_quiet_application_replay_gets_a_longer_allowance():
+    """Silence after a pass line without ncu's warning may be the program's own CPU work."""
+    s = WatchState(0.0, 0.0)
+    feed(s, 1.0, ReplayPass("k", 0, 1))
+    rule = StallRule(2.0)
+    assert rule(s, 3.5) is None and rule(s, 6.9) is None
+    assert rule(s, 7.0).stall.allowance_s == pytest.approx(6.0)
+    feed(s, 4.0, NcuWarning(WARNING))
+    assert rule(s, 3.5).stall.allowance_s == pytest.approx(2.0)
 
 
 def test_total_timeout_and_composition():
