@@ -137,8 +137,10 @@ def find_orphans() -> list[psutil.Process]:
 class ProcessTree:
     """Every process of one run: by cookie, by descent, or seen before."""
 
-    def __init__(self, root_pid: int, cookie: str, frontend_names: Sequence[str] = ("ncu",)):
+    def __init__(self, root_pid: int, cookie: str, frontend_names: Sequence[str] = ("ncu",),
+                 root_running: Callable[[], bool] = lambda: True):
         self.root_pid = root_pid
+        self.root_running = root_running  # once the root is reaped its pid may be reused: stop using it
         self.cookie = cookie
         self.frontend_names = tuple(frontend_names)
         self._seen: dict[int, psutil.Process] = {}
@@ -147,14 +149,15 @@ class ProcessTree:
         found: dict[int, psutil.Process] = {}
         for p, _ in processes_with(COOKIE_VAR, self.cookie):
             found[p.pid] = p
-        try:
-            root = psutil.Process(self.root_pid)
-            if _alive(root):
-                found[root.pid] = root
-            for c in root.children(recursive=True):
-                found.setdefault(c.pid, c)
-        except psutil.Error:
-            pass
+        if self.root_running():
+            try:
+                root = psutil.Process(self.root_pid)
+                if _alive(root):
+                    found[root.pid] = root
+                for c in root.children(recursive=True):
+                    found.setdefault(c.pid, c)
+            except psutil.Error:
+                pass
         for pid, p in list(self._seen.items()):
             if pid not in found and _alive(p):  # is_running() also checks the pid was not reused
                 found[pid] = p
@@ -237,7 +240,8 @@ class _Watch:
         self.proc = subprocess.Popen(
             self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=full_env, cwd=cwd, start_new_session=True, close_fds=True)
-        self.tree = ProcessTree(self.proc.pid, self.cookie, frontend_names)
+        self.tree = ProcessTree(self.proc.pid, self.cookie, frontend_names,
+                                root_running=lambda: self.proc.returncode is None)
         self.fd = self.proc.stdout.fileno()
         os.set_blocking(self.fd, False)
         self.selector = selectors.DefaultSelector()
