@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from typing import Optional, Sequence
 
@@ -18,7 +17,7 @@ from .engine import ProfileInterrupted, RunConfig, profile_command
 from .errors import NsightwrapError
 from .options import KernelFilter, ProfileOptions
 from .rules import DEFAULT_STALL_TIMEOUT
-from .watchdog import StopPolicy, find_orphans
+from .watchdog import StopPolicy, find_orphans, terminate_as_interrupt
 
 EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
 
@@ -72,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--section", action="append", default=[], metavar="ID", help="these sections instead of a set")
     sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
                        help="ladder whose first rung's stall timeout the probes use")
-    sweep.add_argument("--stall-timeout", type=_positive, default=DEFAULT_STALL_TIMEOUT, metavar="SEC")
+    sweep.add_argument("--stall-timeout", type=_positive, metavar="SEC",
+                       help=f"stall timeout of every probe (default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -94,10 +94,6 @@ def _split_command(extra: Sequence[str]) -> list[str]:
     if extra and extra[0] == "--":
         extra = extra[1:]
     return extra
-
-
-def _terminate_as_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def cmd_run(args) -> int:
@@ -142,14 +138,14 @@ def _echo(text: str) -> None:
 
 
 class _signals_as_interrupt:
-    """SIGTERM and SIGHUP stop the tree like Ctrl-C does (no orphan when a CI job is cancelled)."""
+    """SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
+    (probing ncu and walking a ladder included): no orphan when a CI job is cancelled."""
 
     def __enter__(self):
-        self.old = {s: signal.signal(s, _terminate_as_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+        self.restore = terminate_as_interrupt()
 
     def __exit__(self, *exc):
-        for s, h in self.old.items():
-            signal.signal(s, h)
+        self.restore()
 
 
 def _open_store(path):
@@ -196,13 +192,21 @@ def cmd_sweep(args) -> int:
     from .ladder import load_ladder
 
     first = load_ladder(args.profile).rungs[0]
-    config = RunConfig(ncu=args.ncu, stall_timeout=first.stall_timeout or args.stall_timeout)
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT)
     store = _open_store(args.store)
-    echo = None if args.quiet else _echo
+
+    def said(probe) -> None:
+        if not args.quiet:
+            _echo(f"\n[sweep] {probe.kernel}: {probe.label()} -> {probe.outcome}\n")
+
     with _signals_as_interrupt():
-        result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                config=config.replace(), store=store, jobs=args.jobs,
-                                on_probe=lambda p: echo and echo(f"\n[sweep] {p.kernel}: {p.label()} -> {p.outcome}\n"))
+        try:
+            result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
+                                    config=config, store=store, jobs=args.jobs, on_probe=said)
+        except ProfileInterrupted as e:
+            print(f"\nsweep interrupted; every probe so far is in the store ({store.path})\n{e.attempt.describe()}",
+                  file=sys.stderr)
+            return EXIT_CODES["interrupted"]
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")

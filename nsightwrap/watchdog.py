@@ -199,7 +199,7 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _terminate_as_interrupt() -> Callable[[], None]:
+def terminate_as_interrupt() -> Callable[[], None]:
     """While a tree is watched, SIGTERM and SIGHUP stop it like Ctrl-C.
 
     Without this, a script killed by `timeout` or a cancelled CI job dies
@@ -390,7 +390,7 @@ def watch(
     """
     w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names)
     verdict, interrupted, error, stop = None, False, None, None
-    restore = _terminate_as_interrupt()
+    restore = terminate_as_interrupt()
     try:
         try:
             verdict = w.watch()

@@ -100,3 +100,22 @@ def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs)
 def test_sweep_with_nothing_hanging(cfg):
     r = sweep_sections(app("vec_add", "block_reduce"), sections=SMALL, config=cfg)
     assert r.clean and r.kernels == []
+
+
+def test_sweep_cli(fake_env, tmp_path):
+    import subprocess
+    import sys
+
+    md = tmp_path / "debug.md"
+    r = subprocess.run([sys.executable, "-m", "nsightwrap", "sweep-sections", "-q", "--json", "--stall-timeout", "0.6",
+                        "--store", str(tmp_path / "s.db"), "--markdown", str(md),
+                        "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
+                        *app("vec_add", "k@hang-if=SourceCounters")],
+                       capture_output=True, text=True, env=fake_env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["kernels"][0]["kernel"] == "k" and d["kernels"][0]["hang_alone"] == ["SourceCounters"]
+    assert md.read_text().startswith("# Debug log: k")
+    listed = subprocess.run([sys.executable, "-m", "nsightwrap", "hangs", "list", "--store", str(tmp_path / "s.db")],
+                            capture_output=True, text=True, env=fake_env, timeout=60)
+    assert listed.returncode == 0 and "k" in listed.stdout
