@@ -8,7 +8,6 @@ NCU=${NCU:-/usr/local/cuda/bin/ncu}
 mkdir -p "$OUT" /tmp/nw
 cd /tmp/nw || exit 1   # a neutral folder: no personal path ends up in the reports
 nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nw/app "$OLDPWD/tests/gpu/kernels.cu" || exit 1
-run() { echo "+ $*"; timeout 300 "$@" > "$OUT/$(basename "${@: -1}")-$RANDOM.log" 2>&1; echo "  rc=$?"; }
 set -x
 timeout 120 $NCU --set full -o "$OUT/full_two" /tmp/nw/app two
 timeout 120 $NCU --set basic --replay-mode application -o "$OUT/app_replay_ok" /tmp/nw/app ok
