@@ -83,6 +83,15 @@ def report_stem(command: Sequence[str], config: "RunConfig") -> Path:
     return base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
+def wanted_report(given: Optional[str], command: Sequence[str], config: "RunConfig", suffix: str) -> Path:
+    """The path asked for (relative to config.cwd), or the default one with `suffix`."""
+    if given:
+        wanted = Path(given)
+        return Path(config.cwd) / wanted if config.cwd and not wanted.is_absolute() else wanted
+    stem = report_stem(command, config)
+    return stem.with_name(stem.name + suffix)  # not with_suffix: names hold dots (app.py)
+
+
 def unique_report_path(wanted: Path) -> Path:
     """`wanted`, or `stem-N.ncu-rep` if it exists: a kept report is never overwritten."""
     if not wanted.name.endswith(REPORT_SUFFIX):
@@ -101,13 +110,7 @@ def unique_report_path(wanted: Path) -> Path:
 def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
     """Where this run's report goes, and options that say so to ncu."""
     notes = []
-    if options.export:
-        wanted = Path(options.export)
-        if config.cwd and not wanted.is_absolute():
-            wanted = Path(config.cwd) / wanted
-    else:
-        stem = report_stem(command, config)
-        wanted = stem.with_name(stem.name + REPORT_SUFFIX)  # not with_suffix: names hold dots (app.py)
+    wanted = wanted_report(options.export, command, config, REPORT_SUFFIX)
     if options.force_overwrite:
         path = wanted if wanted.name.endswith(REPORT_SUFFIX) else wanted.with_name(wanted.name + REPORT_SUFFIX)
     else:

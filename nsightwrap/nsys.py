@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from .attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
-from .engine import RunConfig, report_stem
+from .engine import RunConfig, wanted_report
 from .errors import NsightwrapError, OptionsError, ToolError, ToolNotFound
 from .tools import _check_given, _is_executable, _version_key
 from .rules import TotalTimeout, Verdict, WatchRule, WatchState
@@ -345,12 +345,7 @@ def unique_nsys_path(wanted: str | os.PathLike) -> Path:
 def plan_nsys_report(options: NsysOptions, command: Sequence[str], config: RunConfig) -> tuple[NsysOptions, Path, list[str]]:
     """Where this run's report goes (never an existing one), and options that say so."""
     notes = []
-    if options.output:
-        wanted = Path(options.output)
-        if config.cwd and not wanted.is_absolute():
-            wanted = Path(config.cwd) / wanted
-    else:
-        wanted = report_stem(command, config)
+    wanted = wanted_report(options.output, command, config, NSYS_SUFFIX)
     path = unique_nsys_path(wanted)
     if options.output and path != Path(nsys_report_path(wanted)):
         notes.append(f"{nsys_report_path(wanted)} (or its .qdstrm/.sqlite) already exists and is kept; "

@@ -522,15 +522,15 @@ class HangStore:
                 conn.execute("ROLLBACK")
             raise
 
-    def _write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[int]:
-        """Run statements in one IMMEDIATE transaction; the lastrowids."""
+    def _write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[sqlite3.Cursor]:
+        """Run statements in one IMMEDIATE transaction: all of them or none."""
         conn = self.conn
-        ids = []
+        done = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for sql, params in statements:
-                    ids.append(conn.execute(sql, params).lastrowid)
+                    done.append(conn.execute(sql, params))
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -538,7 +538,7 @@ class HangStore:
                 raise
         except sqlite3.Error as e:
             raise self._error(e, "write to") from None
-        return ids
+        return done
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         try:
@@ -595,7 +595,7 @@ class HangStore:
         cols = [c for c in COLUMNS if c != "id"]
         sql = (f"INSERT INTO records ({', '.join(_SQL_NAME.get(c, c) for c in cols)}) "
                f"VALUES ({', '.join('?' * len(cols))})")
-        ids = self._write((sql, [r[c] for c in cols]) for r in rows)
+        ids = [c.lastrowid for c in self._write((sql, [r[c] for c in cols]) for r in rows)]
         return [_row_to_record((rid, *[r[c] for c in cols])) for rid, r in zip(ids, rows)]
 
     def record(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], outcome: str, *, env: Environment,
@@ -674,19 +674,7 @@ class HangStore:
             sql, params = "DELETE FROM records WHERE kernel = ?", (kernel,)
         else:
             sql, params = "DELETE FROM records WHERE id = ?", (int(record_id),)
-        try:
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                n = conn.execute(sql, params).rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as e:
-            raise self._error(e, "write to") from None
-        return n
+        return self._write([(sql, params)])[0].rowcount
 
     # --- reading -------------------------------------------------------------
     def records(self, kernel: Optional[str] = None, pattern: Optional[str] = None,
