@@ -8,7 +8,6 @@
 Everything public is importable from here; other modules are internal.
 """
 
-from .api import ChildError, NotProfilable, ProfileResult, profile, profiled
 from .attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
 from .engine import ProfileInterrupted, RunConfig, profile_command
 from .errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, ToolError, ToolNotFound
@@ -17,12 +16,32 @@ from .rules import Stall, StallRule, TotalTimeout, WatchRule
 from .tools import NcuInfo, find_ncu, probe_ncu
 from .ladder import Ladder, Rung, load_ladder
 from .ranges import range
-from .report import load_report, parse_raw_csv
-from .debuglog import debug_log
 from .store import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel
-from .sweep import SweepResult, sweep_sections
-from .walk import LadderResult, walk_ladder
 from .watchdog import StopPolicy
+
+# Names whose modules import pandas (or the report reader) load on first use,
+# so that `python -m nsightwrap run` and the watched run start fast.
+_LAZY = {
+    "ChildError": "api", "NotProfilable": "api", "ProfileResult": "api", "profile": "api", "profiled": "api",
+    "load_report": "report", "parse_raw_csv": "report", "debug_log": "debuglog",
+    "SweepResult": "sweep", "sweep_sections": "sweep", "LadderResult": "walk", "walk_ladder": "walk",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nsightwrap' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

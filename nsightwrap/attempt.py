@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -77,7 +77,6 @@ class Attempt:
     slow_launch_warnings: int = 0
     gpu_foreign_before: tuple[str, ...] = ()
     gpu_left_after: tuple[str, ...] = ()
-    extra: dict = field(default_factory=dict)
 
     # --- derived -------------------------------------------------------------
     @property

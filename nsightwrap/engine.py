@@ -167,7 +167,7 @@ def profile_command(
     if config.check_gpu:
         # Our own parallel runs (sweep --jobs, one per GPU) are not foreign.
         siblings = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
-        held = [p for p in (gpu.compute_processes() or []) if p.pid not in siblings]
+        held = gpu.foreign(gpu.compute_processes(), siblings)
         if held:
             foreign_before = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
             msg = ("the GPU already holds compute processes that are not this run's: "
