@@ -241,13 +241,11 @@ def profile(
         if child is not None and not child.ok:
             raise ChildError("fn raised in the child process under ncu", child.error or "", [e.attempt]) from None
         raise
-    if walk.stopped:
-        child = _read_result(walk_result)
-        if child is not None and not child.ok:
-            raise ChildError(f"fn raised in the child process under ncu ({walk.stopped})", child.error or "",
-                             walk.attempts)
-    result = ProfileResult(walk, call_s, stall_timeout)
     child = _read_result(walk_result)
+    if walk.stopped and child is not None and not child.ok:
+        raise ChildError(f"fn raised in the child process under ncu ({walk.stopped})", child.error or "",
+                         walk.attempts)
+    result = ProfileResult(walk, call_s, stall_timeout)
     result.range_api = child.range_api if child is not None else (calibration.range_api if calibration else "")
     if calibration is not None:
         if calibration.value_pickle is not None:
