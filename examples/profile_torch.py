@@ -14,7 +14,8 @@ def matmul_softmax(n: int):
 
 
 if __name__ == "__main__":
-    result = nsightwrap.profile(matmul_softmax, 4096, kernel="softmax", set="basic", warmup=2)
+    # PyTorch picks softmax_warp_forward or cunn_SoftMaxForward by size: match both.
+    result = nsightwrap.profile(matmul_softmax, 4096, kernel="[Ss]oft[Mm]ax", set="basic", warmup=2)
     print(result.summary())
     print(result.df[["function", "rung", "gpu__time_duration.sum"]])
     print("value:", result.value)

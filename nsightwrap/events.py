@@ -28,7 +28,10 @@ class Disconnected:
 
 @dataclass(frozen=True)
 class KernelStarted:
-    """`==PROF== Profiling "NAME" - ID: ` (kernel replay; before any progress)."""
+    """`==PROF== Profiling "NAME" - ID: ` (kernel replay; before any progress).
+
+    With a kernel-name filter ncu prints no ID; the parser then numbers the
+    kernels of each process in order."""
 
     name: str
     kernel_id: int

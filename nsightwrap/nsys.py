@@ -817,15 +817,24 @@ def stats_tables(
     timeout: float = STATS_TIMEOUT_S,
     env: Optional[Mapping[str, str]] = None,
 ) -> dict[str, StatsTable]:
-    """`nsys stats` of each report (one call each; the SQLite export is refreshed by the first); stdlib only."""
+    """`nsys stats` of each report (one call each); stdlib only.
+
+    A .nsys-rep is first exported to SQLite (``nsys export``, beside it) and
+    the stats read from that file. Asking `nsys stats` to export (the first
+    call with ``--force-export=true``) is not enough: on the GPU machine nsys
+    2025.3.1 then called its own fresh export "older than input file" in the
+    next call and printed only its usage (exit 1).
+    """
     if isinstance(reports, str):
         reports = (reports,)
     path = _input_report(report)
     env = dict(os.environ if env is None else env)
     nsys = find_nsys(nsys, env)
+    if path.name.endswith(NSYS_SUFFIX):
+        path = nsys_export_sqlite(path, nsys, timeout=timeout, env=env)
     tables = {}
-    for i, name in enumerate(reports):
-        argv = stats_argv(nsys, path, name, force_export=(i == 0))
+    for name in reports:
+        argv = stats_argv(nsys, path, name)
         out = _run_tool(argv, timeout, env).log
         unknown = _lines_with(out, _UNKNOWN_REPORT)
         if unknown:

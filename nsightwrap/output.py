@@ -9,7 +9,11 @@ gives the same events however the stream happens to be split.
 
 Choices where the format leaves room:
 - A header `==PROF== Profiling "NAME" - ID: ` is complete at the first
-  `" - ID: `; whether it starts a progress line (KernelStarted) or is an
+  `" - ID: `. With a kernel-name filter, ncu 2025.3.1 prints no ID
+  (`==PROF== Profiling "NAME": `, seen on the GPU machine); such headers are
+  numbered here in order of appearance, starting again at each new process
+  (ncu numbers the results of each process from 0). A kernel name holding
+  `": ` would end such a header early. Whether it starts a progress line (KernelStarted) or is an
   application-replay line (`Application replay pass N`, a ReplayPass) is
   decided by the next character, so KernelStarted waits for that character.
   A header left undecided at close() still gives its KernelStarted.
@@ -46,9 +50,9 @@ _PROFILING = '==PROF== Profiling "'
 _REPORT_CREATION = "==PROF== Creating report from application replay data: "
 # End of a kernel header. The ID is capped so that a match has a bounded
 # length and can be found across chunks by keeping only the last few chars.
-_HEADER_END = re.compile(r'" - (\d{1,18}): ')
+_HEADER_END = re.compile(r'"(?: - (\d{1,18}))?: ')
 _HEADER_END_MAX = 24
-_HEADER = re.compile(r'==PROF== Profiling "(.*)" - (\d+): ', re.S)
+_HEADER = re.compile(r'==PROF== Profiling "(.*?)"(?: - (\d+))?: ', re.S)
 _PASSES = re.compile(r"\s*-\s*(\d+)\s*pass(?:es)?\s*")
 _DIGITS = "0123456789"
 # ncu's line prefixes, which may follow program output on the same line.
@@ -63,8 +67,8 @@ _LINE_EVENTS = [
      lambda m: Disconnected(int(m[1]))),
     (re.compile(r"==PROF== Report: (.*\S)\s*", re.S),
      lambda m: ReportWritten(m[1])),
-    (re.compile(r'==PROF== Profiling "(.*?)" - (\d+): Application replay pass (\d+)\s*', re.S),
-     lambda m: ReplayPass(m[1], int(m[2]), int(m[3]))),
+    (re.compile(r'==PROF== Profiling "(.*?)"(?: - (\d+))?: Application replay pass (\d+)\s*', re.S),
+     lambda m: ReplayPass(m[1], None if m[2] is None else int(m[2]), int(m[3]))),
     (re.compile(r"==WARNING==(.*)", re.S), lambda m: NcuWarning(m[1].strip())),
     (re.compile(r"==ERROR==(.*)", re.S), lambda m: NcuError(m[1].strip())),
     (re.compile(r"==PROF==(.*)", re.S), lambda m: ProfNote(m[1].strip())),
@@ -95,6 +99,7 @@ class OutputParser:
     """
 
     def __init__(self) -> None:
+        self._unnumbered = 0  # kernels of this process whose header had no ID
         self._reset()
 
     def _reset(self) -> None:
@@ -184,7 +189,7 @@ class OutputParser:
                     self._start = ReportCreation()
                 else:
                     m = _HEADER.fullmatch(header)
-                    self._start = KernelStarted(m[1], int(m[2]))
+                    self._start = KernelStarted(m[1], self._number(m[2]))
                 self._cut = None
                 self._mode = _HEADER_DONE
                 return stop
@@ -274,7 +279,19 @@ class OutputParser:
         self._kind = _UNKNOWN
         self._window = ""
         if text.strip():
-            self._out.append(_line_event(text))
+            event = _line_event(text)
+            if isinstance(event, Connected):
+                self._unnumbered = 0
+            elif isinstance(event, ReplayPass) and event.kernel_id is None:
+                event = ReplayPass(event.name, self._number(None), event.pass_number)
+            self._out.append(event)
+
+    def _number(self, printed: Optional[str]) -> int:
+        """The kernel's ID as printed, or its place among this process's unnumbered ones."""
+        if printed is not None:
+            return int(printed)
+        self._unnumbered += 1
+        return self._unnumbered - 1
 
     # -- progress lines -------------------------------------------------
 
@@ -288,6 +305,8 @@ class OutputParser:
             self._percent = self._dots = 0
             self._mode = _MARKS
         else:
+            if isinstance(self._start, KernelStarted) and not _HEADER.fullmatch("".join(self._parts))[2]:
+                self._unnumbered -= 1  # not a kernel after all: the line's event numbers itself
             self._kind = _PLAIN
             self._mode = _LINE
         self._start = None

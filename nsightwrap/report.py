@@ -117,6 +117,7 @@ the results that were complete.
 from __future__ import annotations
 
 import difflib
+import functools
 import fnmatch
 import glob
 import hashlib
@@ -126,6 +127,7 @@ import io
 import os
 import re
 import struct
+import subprocess
 import sys
 import threading
 import types
@@ -594,14 +596,64 @@ def find_report_module(ncu: str | os.PathLike) -> Path | None:
     (absolute paths in a small ``#!`` script are followed), or the install
     folder. From each of those, the folder and up to three above it are
     searched (the real front end is ``<install>/target/<platform>/ncu``), and
-    a CUDA toolkit's ``<cuda>/nsight-compute-*`` next to ``<cuda>/bin``.
+    a CUDA toolkit's ``<cuda>/nsight-compute-*`` next to ``<cuda>/bin``. A
+    wrapper script that computes its target is traced once (``sh -x``).
     """
-    for start in _install_candidates(Path(os.fspath(ncu)).expanduser()):
-        for folder in (start, *list(start.parents)[:3]):
-            candidate = folder / "extras" / "python" / "ncu_report.py"
-            if candidate.is_file():
-                return candidate
+    ncu = Path(os.fspath(ncu)).expanduser()
+    for start in _install_candidates(ncu):
+        found = _extras_at_or_above(start)
+        if found is not None:
+            return found
+    if not ncu.is_dir():
+        # A wrapper that computes its target at run time (CUDA 13's bin/ncu picks the newest
+        # Nsight Compute it can see): follow the path it really runs.
+        real = Path(os.path.realpath(ncu))
+        st = real.stat() if real.exists() else None
+        for target in _traced_targets(str(real), st.st_mtime_ns if st else 0):
+            found = _extras_at_or_above(target if target.is_dir() else target.parent)
+            if found is not None:
+                return found
     return None
+
+
+def _extras_at_or_above(start: Path) -> Path | None:
+    for folder in (start, *list(start.parents)[:3]):
+        candidate = folder / "extras" / "python" / "ncu_report.py"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _traced_targets(script: str, mtime_ns: int) -> tuple[Path, ...]:
+    """The ncu paths a ``#!/bin/sh`` wrapper runs, read from ``sh -x SCRIPT --version``.
+
+    The GPU machine's /usr/local/cuda/bin/ncu (CUDA 13.0) names no install in
+    its text; tracing one ``--version`` run shows the ``exec`` it does. Cached
+    per file and mtime.
+    """
+    try:
+        with open(script, "rb") as fh:
+            first = fh.readline(200)
+    except OSError:
+        return ()
+    if not first.startswith(b"#!") or not re.search(rb"\b(sh|bash|dash)\b", first):
+        return ()
+    shell = "bash" if b"bash" in first else "sh"
+    try:
+        done = subprocess.run([shell, "-x", script, "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, errors="replace", timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    out: list[Path] = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("+"):
+            continue
+        for match in _SCRIPT_PATH_RE.finditer(line):
+            candidate = Path(match.group(1))
+            if candidate.name == "ncu" and os.path.realpath(candidate) != script and candidate.exists():
+                out.append(Path(os.path.realpath(candidate)))
+    return tuple(dict.fromkeys(out))
 
 
 def _install_candidates(ncu: Path) -> Iterator[Path]:
@@ -825,6 +877,9 @@ class _Api:
         self.as_uint64 = pick(metric, "as_uint64")
         self.as_string = pick(metric, "as_string")
         self.unit = pick(metric, "unit")
+        # A metric with instance values only (e.g. FBSP.TriageCompute.* of the full set) reads as 0.0
+        # but has no value: ncu's CSV leaves it empty. Asked only of zeros, so it costs little.
+        self.has_value = pick(metric, "has_value") if hasattr(metric, "has_value") else (lambda m: True)
         self.name = action.name
         self.sections = getattr(action, "sections", None)  # ISection came with ncu 2024
         self.nvtx_state = getattr(action, "nvtx_state", None)
@@ -837,12 +892,14 @@ class _Api:
     def value(self, m: Any) -> Any:
         kind = self.kind(m)
         if kind in self.floats:
-            return self.as_double(m)
-        if kind in self.ints:
-            return self.as_uint64(m)
-        if kind == self.string:
+            value = self.as_double(m)
+        elif kind in self.ints:
+            value = self.as_uint64(m)
+        elif kind == self.string:
             return self.as_string(m)
-        return None
+        else:
+            return None
+        return None if value == 0 and not self.has_value(m) else value
 
 
 def _read_api(report: Path, module: Any, specs: list[_Spec] | None, wanted_sections: list[str] | None,
@@ -901,7 +958,7 @@ def _read_all(actions: Sequence[Any], api: _Api) -> tuple[dict[str, list], dict[
     columns: dict[str, list] = {}
     units: dict[str, str] = {}
     by_name, kind, names = api.metric_by_name, api.kind, api.metric_names
-    as_double, as_uint64, as_string = api.as_double, api.as_uint64, api.as_string
+    as_double, as_uint64, as_string, has_value = api.as_double, api.as_uint64, api.as_string, api.has_value
     floats, ints, string = api.floats, api.ints, api.string
     for i, action in enumerate(actions):
         for name in names(action):
@@ -911,8 +968,12 @@ def _read_all(actions: Sequence[Any], api: _Api) -> tuple[dict[str, list], dict[
             k = kind(m)
             if k in floats:
                 value = as_double(m)
+                if value == 0 and not has_value(m):
+                    value = None
             elif k in ints:
                 value = as_uint64(m)
+                if value == 0 and not has_value(m):
+                    value = None
             elif k == string:
                 value = as_string(m)
             else:
@@ -1105,7 +1166,7 @@ _CSV_IDENTITY = {
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|nan)", re.IGNORECASE)
 _GROUPED_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
 _INT_RE = re.compile(r"[+-]?\d+")
-_MISSING_TEXT = frozenset({"", "n/a", "N/A"})
+_MISSING_TEXT = frozenset({"", "n/a", "N/A", "no data"})  # "no data": a metric the module reads as None
 _DIMS_RE = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
@@ -1119,7 +1180,7 @@ def parse_raw_csv(text: str) -> "pandas.DataFrame":
     the header (``==PROF==``, ``==WARNING==``) and ``==``-lines after it are
     skipped. A metric column whose values are all numbers (thousands
     separators allowed, as ncu prints them outside base units) becomes int or
-    float; ``""`` and ``n/a`` are missing. ``range``, ``mangled`` and ``nvtx``
+    float; ``""``, ``n/a`` and ``no data`` are missing. ``range``, ``mangled`` and ``nvtx``
     are None (the CSV does not carry them); ``function`` is the demangled name
     without return type, scope, template arguments and parameters. Units go
     to ``attrs["units"]`` as printed. ValueError when there is no header.

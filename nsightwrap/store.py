@@ -619,6 +619,11 @@ class HangStore:
         - any other status: one row, for the stalled kernel, else ``kernel``,
           else ``"*"``.
 
+        In range and app-range replay ncu names the stalled thing ``range``:
+        when ``kernel`` is given (the kernel this rung was tried for), the
+        hang is recorded under that kernel, so that the rung is skipped for
+        it next time.
+
         Kernels profiled several times give one row (the most passes). The
         records are untrusted when foreign processes held the GPU before the
         run (``attempt.gpu_foreign_before``).
@@ -649,8 +654,12 @@ class HangStore:
                        if k.replay != "kernel" and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
             note = f"stalled at {stall.where!r}" + (f" in application replay pass {max(reached)}" if reached else "")
             note += f": {attempt.reason}" + (f"; {extra}" if extra else "")
+            subject = stall.kernel
+            if kernel is not None and _as_key(key).replay_mode in ("range", "app-range"):
+                subject = kernel
+                note = f"the range holding it stalled ({stall.kernel!r}); " + note
             # Last, so that it is the newest row of this kernel (see hangs_for).
-            rows.append(self._row(stall.kernel, key, HANG, env, passes=None, stall_s=stall.silent_s, note=note,
+            rows.append(self._row(subject, key, HANG, env, passes=None, stall_s=stall.silent_s, note=note,
                                   **common))
         if not rows:
             name = attempt.stalled_kernel or kernel or "*"

@@ -42,6 +42,7 @@ class Probe:
     passes: Optional[int] = None
     from_store: bool = False
     reason: str = ""
+    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1
 
     def label(self) -> str:
         return "+".join(sorted(self.sections))
@@ -79,20 +80,27 @@ class SweepResult:
     kernels: list[KernelSweep] = field(default_factory=list)
     clean: bool = False  # the whole set worked on every kernel
     first: Optional[Attempt] = None
+    whole_runs: list[Attempt] = field(default_factory=list)  # step 1: the whole set on the whole program
 
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
+        for a in self.whole_runs:
+            lines.append(f"{'(whole program)':<32} {'all ' + str(len(self.sets)) + ' sections':<60} "
+                         f"{a.status[:7]:<7} {'':>6} {a.elapsed_s:>6.1f}"
+                         + (f"  on {a.stalled_kernel}" if a.status == HANG and a.stalled_kernel else ""))
         for k in self.kernels:
             for p in k.probes:
                 lines.append(f"{k.kernel[:32]:<32} {p.label()[:60]:<60} {p.outcome:<7} "
                              f"{'' if p.passes is None else p.passes:>6} {p.seconds:>6.1f}"
-                             + ("  (stored)" if p.from_store else ""))
+                             + ("  (stored)" if p.from_store else "") + (f"  GPU {p.gpu}" if p.gpu else ""))
         lines.append("")
         for k in self.kernels:
             lines.append(f"{k.kernel}: hang alone: {', '.join(k.singles) or 'none'}; "
                          f"hang together: {', '.join('+'.join(c) for c in k.combinations) or 'none'}; "
                          f"largest working set: {len(k.largest_working)} of {len(k.universe)} sections; "
                          f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})")
+        if self.kernels:
+            lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
             if k.unresolved:
                 lines.append(f"  unresolved: {'; '.join(k.unresolved)}")
         if self.clean:
@@ -106,8 +114,11 @@ class SweepResult:
             "probes_run": k.probes_run, "naive_probes": k.naive_probes, "probe_goal": k.budget(),
             "unresolved": k.unresolved,
             "probes": [{"sections": sorted(p.sections), "outcome": p.outcome, "passes": p.passes,
-                        "seconds": round(p.seconds, 2), "from_store": p.from_store, "reason": p.reason}
-                       for p in k.probes]} for k in self.kernels]}
+                        "seconds": round(p.seconds, 2), "from_store": p.from_store, "reason": p.reason,
+                        "gpu": p.gpu}
+                       for p in k.probes]} for k in self.kernels],
+            "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
+                                    "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]}
 
 
 class _Prober:
@@ -246,7 +257,7 @@ def sweep_sections(
     def options_for(sec: frozenset, kfilter, **kw) -> ProfileOptions:
         return ProfileOptions(sections=tuple(sorted(sec)), kernel=kfilter, **kw)
 
-    def watched(opts: ProfileOptions) -> Attempt:
+    def watched(opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
         gpu = gpu_pool.get()
         try:
             env = dict(base_env)
@@ -263,7 +274,7 @@ def sweep_sections(
 
             with lock:
                 the_store().record_attempt(attempt, ProfileKey.from_options(opts), env_info, ladder="sweep-sections")
-        return attempt
+        return attempt, gpu
 
     def stored(kname: str, sec: frozenset) -> Optional[str]:
         if store is None:
@@ -281,10 +292,10 @@ def sweep_sections(
         if known is not None:
             p = Probe(kname, sec, known, 0.0, from_store=True, reason="from the hang store")
         else:
-            a = watched(options_for(sec, KernelFilter(kname, False), launch_count=1))
+            a, gpu = watched(options_for(sec, KernelFilter(kname, False), launch_count=1))
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
-            p = Probe(kname, sec, outcome, a.elapsed_s, passes, reason=a.reason)
+            p = Probe(kname, sec, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu)
         if on_probe:
             on_probe(p)
         return p
@@ -293,8 +304,9 @@ def sweep_sections(
     hanging: list[str] = []
     full = frozenset(universe)
     while True:
-        a = watched(options_for(full, exclude_kernels(user_filter, hanging)))
+        a, _ = watched(options_for(full, exclude_kernels(user_filter, hanging)))
         result.first = result.first or a
+        result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
             continue

@@ -222,7 +222,8 @@ def walk_ladder(
         result.steps.append(Step(name, rung, job.rung_index, attempt, notes=tuple(notes)))
         result.frames.append(_frame(attempt, rung, index, name, reader))
         if store is not None:
-            store.record_attempt(attempt, key_of(opts), env, rung=rung.name, ladder=ladder.name)
+            store.record_attempt(attempt, key_of(opts), env, kernel=job.kernel, rung=rung.name,
+                                 ladder=ladder.name)
         log.info(result.steps[-1].describe())
         if attempt.gpu_left_after:
             # FACTS: a target left spinning makes every later run on that GPU hang; what follows would be false.

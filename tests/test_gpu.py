@@ -241,3 +241,24 @@ def test_real_sweep_on_hanging_kernel(cuda_app, cfg, tmp_path):
     # The spin on a host flag hangs whenever the launch is profiled: sections that need a counter pass hang alone.
     assert "SpeedOfLight" in k.singles and "SpeedOfLight" not in k.largest_working
     assert gpu.compute_processes() == []
+
+
+def test_real_sweep_jobs_2_on_two_gpus(cuda_app, cfg, tmp_path):
+    """Two hanging kernels investigated at once, one per GPU; the same sweep with --jobs 1 beside it."""
+    from nsightwrap import HangStore, sweep_sections
+
+    if (gpu.gpu_count() or 0) < 2:
+        pytest.skip("needs two GPUs")
+    timings = {}
+    for jobs in (2, 1):
+        store = HangStore(tmp_path / f"jobs{jobs}.db")  # apart: the second sweep must not answer from the first
+        t = time.monotonic()
+        r = sweep_sections([cuda_app, "twohang", "60"], set="basic", jobs=jobs,
+                           config=cfg.replace(stall_timeout=4.0, timeout=60.0), store=store)
+        timings[jobs] = time.monotonic() - t
+        print(f"\n--jobs {jobs}: sweep took {timings[jobs]:.1f} s\n{r.table()}")
+        assert sorted(k.kernel for k in r.kernels) == ["wait_for_host", "wait_for_host_b"]
+        used = {p.gpu for k in r.kernels for p in k.probes if not p.from_store}
+        assert used == ({"0", "1"} if jobs == 2 else {None})
+        assert gpu.compute_processes() == []
+    print(f"\n--jobs 2: {timings[2]:.1f} s, --jobs 1: {timings[1]:.1f} s, ratio {timings[1] / timings[2]:.2f}")

@@ -106,6 +106,7 @@ def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
     assert sorted(k.kernel for k in r.kernels) == ["a", "b"]
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     assert set(seen) == {"0", "1"}
+    assert {p.gpu for k in r.kernels for p in k.probes} <= {"0", "1"} and "GPU " in r.table()
 
 
 def test_jobs_beyond_the_gpus_is_refused(smi, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 from pandas.api.types import is_float_dtype, is_integer_dtype, is_numeric_dtype, is_string_dtype
@@ -676,7 +677,52 @@ def test_find_report_module_follows_links_scripts_and_layouts(tmp_path):
     kit_module = kit / "nsight-compute-2025.3.1" / "extras" / "python" / "ncu_report.py"
     assert find_report_module(kit / "bin" / "ncu") == kit_module
 
+    # CUDA 13.0's bin/ncu on the GPU machine names no install: it picks one at run time.
+    cuda13 = tmp_path / "cuda-13.1" / "bin"
+    cuda13.mkdir(parents=True)
+    computed = cuda13 / "ncu"
+    computed.write_text('#!/bin/sh\nDIR="$(dirname "$(readlink -f -- "$0")")"\n'
+                        'for d in "$DIR"/../../opt/nsight-compute/*; do T="$d"; done\nexec "$T/ncu" "$@"\n')
+    computed.chmod(0o755)
+    (install / "ncu").chmod(0o755)
+    assert find_report_module(computed) == module
+
     lonely = tmp_path / "elsewhere" / "ncu"
     lonely.parent.mkdir()
     lonely.write_text("#!/bin/sh\n")
     assert find_report_module(lonely) is None
+
+
+# --- values against ncu's own CSV export of the same files (captured on the GPU machine) -------
+
+# Columns whose CSV form differs by design: the CSV has no range index and no mangled name,
+# and shows the process by its base name.
+CSV_DIFFERS = {"range", "mangled", "process_name"}
+
+
+@needs_wheel
+@pytest.mark.parametrize("name, n", [("basic_ok", 8), ("partial_mixed_basic", 3), ("full_two", 2),
+                                     ("app_replay_two", 2)])
+def test_values_match_ncu_csv_export(name, n):
+    """`ncu --import F --csv --page raw --print-units base` on the GPU machine (devtools/make_fixtures.sh)."""
+    df = load_report(REPORTS / f"{name}.ncu-rep")
+    raw = parse_raw_csv((CSV / f"{name}.raw.csv").read_text())
+    assert len(df) == len(raw) == n
+    assert list(df["function"]) == list(raw["function"])
+    common = [c for c in raw.columns if c in df.columns and c not in CSV_DIFFERS]
+    assert len(common) >= 0.98 * len(raw.columns) - len(CSV_DIFFERS)
+    numeric = 0
+    for c in common:
+        mine, theirs = df[c], raw[c]
+        if pd.api.types.is_numeric_dtype(theirs) and theirs.notna().any():
+            numeric += 1
+            # The CSV prints two decimals: compare to that precision.
+            np.testing.assert_allclose(pd.to_numeric(mine).astype(float), theirs.astype(float), rtol=1e-3,
+                                       atol=0.006, equal_nan=True, err_msg=c)
+        elif theirs.notna().any():
+            assert [str(v) for v in mine] == [str(v) for v in theirs], c
+        else:  # empty in the CSV: no value here either (instanced-only metrics of the full set)
+            assert mine.isna().all() or (mine == "").all(), c
+        if c in raw.attrs.get("units", {}) and raw.attrs["units"][c]:
+            assert df.attrs["units"].get(c) == raw.attrs["units"][c], c
+    assert numeric > 500

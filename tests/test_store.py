@@ -484,3 +484,15 @@ def test_cli_hooks(tmp_path, monkeypatch):
     assert rc == 2 and str(bad) in err and "Traceback" not in err
     rc, _, err = run_cli("hangs")
     assert rc == 2 and "list" in err
+
+
+def test_range_replay_hang_is_recorded_for_the_kernel_it_was_tried_for(store):
+    # ncu calls the stalled thing "range" in range replay (GPU machine, 2026-11-26); the walk
+    # tries that rung for one kernel, and the next walk must skip it for that kernel.
+    key = ProfileKey(sections=("SpeedOfLight",), replay_mode="range")
+    a = make_attempt("hang", stall=make_stall("range", 0), cookie="r")
+    [row] = store.record_attempt(a, key, H200, kernel="wait_for_host")
+    assert (row.kernel, row.outcome) == ("wait_for_host", "hang") and "'range'" in row.note
+    assert store.hangs_for("wait_for_host", key, H200)
+    [plain] = store.record_attempt(make_attempt("hang", stall=make_stall("range", 0), cookie="s"), key, H200)
+    assert plain.kernel == "range"

@@ -90,6 +90,9 @@ def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs)
     assert sorted(k.singles) == expect_singles and k.combinations == expect_pairs
     assert k.probes_run <= k.budget() + 1
     assert "probes" in r.table() and json.loads(json.dumps(r.to_dict()))["kernels"][0]["kernel"] == "k"
+    # The whole-program runs before the search are shown too: one hung on k, one worked without it.
+    assert [(a.status, a.stalled_kernel) for a in r.whole_runs] == [("hang", "k"), ("ok", None)]
+    assert "(whole program)" in r.table() and "2 run(s) of the whole set" in r.table()
     # Every probe is in the store; a second sweep answers from it without probing the kernel.
     assert len(store.records(kernel="k")) >= k.probes_run
     again = sweep_sections(command, sections=SMALL, config=cfg, store=store)

@@ -120,11 +120,13 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None):
         return
     kid = _state["profiled"]
     _state["profiled"] += 1
+    # ncu 2025.3.1 prints no ID after the name when a kernel-name filter is given (GPU machine, 2026-11-26).
+    label = f'"{name}"' if _SESSION.get("kernel") else f'"{name}" - {kid}'
     passes = _SESSION["passes"]
     scale = _scale()
     if _SESSION["replay"] == "application":
         _set_current(name)
-        _out(f'==PROF== Profiling "{name}" - {kid}: Application replay pass {_SESSION["app_pass"]}\n')
+        _out(f'==PROF== Profiling {label}: Application replay pass {_SESSION["app_pass"]}\n')
         if _hangs(spec):
             _hang_forever("app-range")
         time.sleep(0.02 * scale if slow is None else slow)
@@ -133,7 +135,7 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None):
             _record(name, kid, passes)
         return
     _set_current(name)
-    _out(f'==PROF== Profiling "{name}" - {kid}: ')
+    _out(f'==PROF== Profiling {label}: ')
     if _hangs(spec):
         time.sleep(0.02 * scale)
         _out("0%..")

@@ -9,6 +9,8 @@
 //   app third [S]     inside one profiler range: vec_add, block_reduce, the hanging kernel, vec_add, block_reduce
 //   app many N        N short kernels (alternating vec_add / block_reduce)
 //   app two           one vec_add and one block_reduce
+//   app twohang [S]   vec_add, the hanging kernel, block_reduce, a second hanging kernel
+//                     (wait_for_host_b): two kernels for a sweep with --jobs 2
 //   app none          no kernel at all
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +50,14 @@ __global__ void wait_for_host(volatile int* flag, unsigned long long limit_ns, i
   *result = 1;
 }
 
+__global__ void wait_for_host_b(volatile int* flag, unsigned long long limit_ns, int* result) {
+  unsigned long long t0 = gtime();
+  while (*flag == 0) {
+    if (gtime() - t0 > limit_ns) { *result = -1; return; }
+  }
+  *result = 1;
+}
+
 __global__ void slow_kernel(unsigned long long ns, int* result) {
   unsigned long long t0 = gtime();
   while (gtime() - t0 < ns) {}
@@ -69,14 +79,15 @@ static void setup() {
 static void add() { vec_add<<<N / 256, 256>>>(da, db, dc, N); CHECK(cudaGetLastError()); }
 static void reduce() { block_reduce<<<N / 256, 256>>>(da, dsum, N); CHECK(cudaGetLastError()); }
 
-static int hang(double seconds) {
+static int hang(double seconds, bool second = false) {
   int *flag, *dflag, *result, *dresult;
   CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
   CHECK(cudaHostAlloc(&result, sizeof(int), cudaHostAllocMapped));
   *flag = 0; *result = 0;
   CHECK(cudaHostGetDevicePointer(&dflag, flag, 0));
   CHECK(cudaHostGetDevicePointer(&dresult, result, 0));
-  wait_for_host<<<1, 1>>>(dflag, (unsigned long long)(seconds * 1e9), dresult);
+  if (second) wait_for_host_b<<<1, 1>>>(dflag, (unsigned long long)(seconds * 1e9), dresult);
+  else wait_for_host<<<1, 1>>>(dflag, (unsigned long long)(seconds * 1e9), dresult);
   CHECK(cudaGetLastError());
   *(volatile int*)flag = 1;  // under ncu this line is reached only after profiling ends
   CHECK(cudaDeviceSynchronize());
@@ -115,6 +126,12 @@ int main(int argc, char** argv) {
     hang(argc > 2 ? atof(argv[2]) : 60.0);
     add(); reduce();
     CHECK(cudaProfilerStop());
+  } else if (!strcmp(mode, "twohang")) {
+    double s = argc > 2 ? atof(argv[2]) : 60.0;
+    add(); CHECK(cudaDeviceSynchronize());
+    hang(s);
+    reduce(); CHECK(cudaDeviceSynchronize());
+    hang(s, true);
   } else if (!strcmp(mode, "many")) {
     int n = argc > 2 ? atoi(argv[2]) : 300;
     for (int i = 0; i < n; i++) { if (i % 2) reduce(); else add(); }
