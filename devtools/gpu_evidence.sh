@@ -44,7 +44,7 @@ step() {  # limit name command...
   local t0=$SECONDS
   timeout --signal=TERM --kill-after=20 "$limit" "$@" > "$W/$name.log" 2>&1
   echo "[$name] rc=$? in $((SECONDS - t0)) s" | tee -a "$S"
-  grep -E "PASSED|FAILED|passed|failed|took|walk [0-9]|hang alone|probes|met|NOT MET|### |chooses|find_report_module" "$W/$name.log" | head -20 >> "$S"
+  grep -E "PASSED|FAILED|passed|failed|took|walk [0-9]|hang alone|probes|met|NOT MET|### |chooses|find_report_module|^=== |ok$" "$W/$name.log" | head -20 >> "$S"
   gpu_check "$name"
   cp "$S" "$W/"
   tar czf "$OUT/evidence.tgz" -C /tmp $(cd /tmp && find evidence -type f -size -3000k)
@@ -58,6 +58,7 @@ want profile  && step 110 profile  python3 -m pytest -m gpu -v -s -p no:cachepro
 want sweep    && step 110 sweep    python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k sweep
 want nsys     && step 170 nsys     env NSYS_GPU_BUDGET_S=165 bash devtools/nsys_on_gpu.sh "$W/nsys"
 want extras   && step 30  extras   python3 devtools/extras_probe.py /usr/local/cuda/bin/ncu
+want crash    && step 120 crash    python3 devtools/extras_crash.py "$PWD/tests/data/reports/basic_ok.ncu-rep"
 want jobs     && step 240 jobs     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k jobs_2
 want many     && step 120 many     bash -c 'mkdir -p /tmp/nw "$0" && nvcc -O2 -arch=sm_90 -o /tmp/nw/app tests/gpu/kernels.cu && cd /tmp/nw && /usr/local/cuda/bin/ncu --set basic -o "$0/many300" /tmp/nw/app many 300 | tail -3' "$W/fx"
 want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_nvtx csv

@@ -4,8 +4,8 @@
 # Usage: bash devtools/make_fixtures.sh OUTDIR [NAME...]   (default: all of them)
 #   full_two        --set full, 2 kernels
 #   app_replay_two  --set basic, application replay, 2 kernels
-#   torch_nvtx      PyTorch matmul + softmax inside two NVTX ranges, --nvtx, the softmax kernel only
-#                   (every profiled kernel's module is embedded: all of PyTorch's kernels made 21 MB)
+#   torch_nvtx      a Triton kernel on PyTorch tensors, twice, inside nested NVTX ranges (--nvtx); each
+#                   profiled kernel's module is embedded: all of PyTorch's kernels made 21 MB, softmax alone 6 MB
 #   many300         --set basic, 300 kernels (16 MB: for the benchmark, not committed)
 #   csv             the raw CSV exports of all of the above and of the committed basic reports
 set -u
@@ -21,19 +21,34 @@ set -x
 want full_two && timeout 120 $NCU --set full -o "$OUT/full_two" /tmp/nw/app two
 want app_replay_two && timeout 120 $NCU --set basic --replay-mode application -o "$OUT/app_replay_two" /tmp/nw/app two
 if want torch_nvtx; then
+  # A Triton kernel on PyTorch tensors: its module is small (PyTorch's own softmax, alone, made 6 MB).
   cat > /tmp/nw/torch_nvtx.py <<'PY'
 import torch
+import triton
+import triton.language as tl
 
-torch.cuda.nvtx.range_push("outer")
-torch.cuda.nvtx.range_push("matmul_softmax")
-a = torch.randn(1024, 1024, device="cuda")
-c = torch.softmax(a @ a, dim=-1)
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+x = torch.rand(1 << 20, device="cuda")
+out = torch.empty_like(x)
+scale_kernel[(x.numel() // 1024,)](x, out, x.numel(), BLOCK=1024)  # compile outside the ranges
 torch.cuda.synchronize()
+torch.cuda.nvtx.range_push("outer")
+for step in range(2):
+    torch.cuda.nvtx.range_push(f"step{step}")
+    scale_kernel[(x.numel() // 1024,)](x, out, x.numel(), BLOCK=1024)
+    torch.cuda.nvtx.range_pop()
 torch.cuda.nvtx.range_pop()
-torch.cuda.nvtx.range_pop()
-print("torch nvtx ok", tuple(c.shape))
+torch.cuda.synchronize()
+print("torch nvtx ok", float(out.sum()))
 PY
-  timeout 180 $NCU --set basic --nvtx --kernel-name regex:softmax --launch-count 1 -o "$OUT/torch_nvtx" \
+  timeout 180 $NCU --set basic --nvtx --kernel-name regex:scale_kernel --launch-skip 1 -o "$OUT/torch_nvtx" \
     python3 /tmp/nw/torch_nvtx.py
 fi
 want many300 && timeout 300 $NCU --set basic -o "$OUT/many300" /tmp/nw/app many 300

@@ -92,9 +92,16 @@ this process, that build is used again instead of loading a second one (a
 ``RuntimeWarning`` says so once); and when the install's own build is
 already loaded (imported from ``sys.path``, say), that module is used as is.
 
+A second caveat, measured on the GPU machine: the extras module of ncu
+2025.3.1 crashes the process (SIGSEGV in ``IMetric.unit()``) when it is
+loaded after numpy, which PyTorch and pandas import; loaded before numpy it
+works. So once numpy is imported, an extras build not yet loaded is passed
+over for the wheel (or the CSV path below), and ``df.attrs["reader_note"]``
+says so.
+
 When no ``ncu_report`` imports at all, ``ncu --import FILE --csv --page raw
 --print-units base`` is run and its output parsed by :func:`parse_raw_csv`
-(no ``sections``, no ``range``/``mangled``/``nvtx`` there; units as ncu
+(no ``sections``, no ``range``/``mangled`` there; units as ncu
 prints them).
 
 Facts the Python API does not offer are read from the report file itself:
@@ -107,8 +114,8 @@ nameless one).
 NVTX: ``IAction.nvtx_state()`` holds the NVTX state only when the program was
 profiled with ``ncu --nvtx``. The ``nvtx`` column then lists, per domain, the
 push/pop stack from outermost (``domain@outer/inner``) and each open
-start/end range (``domain@range``), joined by ``"; "``; the default domain has
-no ``domain@`` prefix. None when there is no state or nothing is open.
+start/end range (``domain@range``), joined by ``"; "``; the default domain
+(``<default domain>`` to ncu 2025.3.1) has no ``domain@`` prefix: ``outer/step0``. None when there is no state or nothing is open.
 
 Partial reports (ncu stopped during a hang) load like any other: they hold
 the results that were complete.
@@ -273,6 +280,8 @@ def load_report(path, metrics=None, sections=None, tidy=False, *, ncu=None) -> "
     frame.attrs["report"] = str(report)
     frame.attrs["reader"] = reader.kind
     frame.attrs["reader_origin"] = reader.origin
+    if reader.note:
+        frame.attrs["reader_note"] = reader.note
     return frame
 
 
@@ -580,6 +589,7 @@ class _Reader:
     kind: str  # "extras", "wheel" or "csv"
     origin: str  # the module's file, or the ncu binary for "csv"
     module: Any = None
+    note: str = ""  # why a preferred reader was passed over
 
 
 _LOCK = threading.Lock()
@@ -721,6 +731,18 @@ def _loaded_builds() -> dict[str, types.ModuleType]:
     return builds
 
 
+# Measured on the GPU machine (ncu 2025.3.1, Python 3.12): its extras _ncu_report.so dies with SIGSEGV in
+# IMetric.unit() when numpy was imported before it (plainly too, without nsightwrap); imported first, it
+# works. devtools/extras_order.py shows it.
+_NUMPY_FIRST = ("numpy is already imported in this process, and the extras module of ncu 2025.3.1 crashes "
+                "(SIGSEGV) when loaded after numpy: reading with the ncu-report wheel or ncu's CSV export instead "
+                "(read one report before importing numpy to use the extras module)")
+
+
+def _numpy_loaded() -> bool:
+    return "numpy" in sys.modules
+
+
 def _import_private(py_file: Path) -> types.ModuleType:
     """Import an extras ``ncu_report.py`` under a private package name (so its
     ``from . import _ncu_report`` finds the extension next to it), then drop
@@ -799,7 +821,9 @@ def _choose_reader(ncu: str | os.PathLike | None) -> _Reader:
             if extension is not None and extension in builds:  # this very build is loaded: use it
                 module = builds[extension]
                 return _Reader("extras", _module_file(module), module)
-            if extension is None or not builds:
+            if extension is not None and _numpy_loaded():
+                failures.append(f"{extras} not imported: {_NUMPY_FIRST}")
+            elif extension is None or not builds:
                 try:
                     module = _import_private(extras)
                     return _Reader("extras", _module_file(module), module)
@@ -810,18 +834,19 @@ def _choose_reader(ncu: str | os.PathLike | None) -> _Reader:
                 _reuse_warning(str(extras), module)
                 return _Reader(_kind_of(module), _module_file(module), module)
 
+        note = "; ".join(failures)
         builds = _loaded_builds()
         if "ncu_report" not in sys.modules and builds:
             module = next(iter(builds.values()))
-            return _Reader(_kind_of(module), _module_file(module), module)
+            return _Reader(_kind_of(module), _module_file(module), module, note)
         try:
             module = _import_wheel()
-            return _Reader("wheel", _module_file(module), module)
+            return _Reader("wheel", _module_file(module), module, note)
         except Exception as exc:
             failures.append(f"ncu_report (wheel): {type(exc).__name__}: {exc}")
 
     if ncu_path:
-        return _Reader("csv", ncu_path)
+        return _Reader("csv", ncu_path, note="; ".join(failures))
     raise ReportError(
         None,
         "no way to read reports here: no ncu_report module imports and no ncu was found"
@@ -1098,6 +1123,32 @@ def _dims(x: Any, y: Any, z: Any) -> str | None:
     return f"({x}, {y}, {z})"
 
 
+_DEFAULT_DOMAINS = ("", "<default domain>")  # ncu 2025.3.1 names the default domain "<default domain>"
+# The CSV export's NVTX columns: `TID  "domain:name:..."  "domain:name:..."` per launch.
+_CSV_PUSH_POP = "thread Domain:Push/Pop_Range"
+_CSV_START_END = "Id:Domain:Start/Stop_Range"
+_CSV_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def _nvtx_from_csv(push_pop: str | None, start_end: str | None) -> str | None:
+    """The ``nvtx`` text (as :func:`_nvtx_text` writes it) from the CSV export's two NVTX cells."""
+    stacks: dict[str, list[str]] = {}
+    ranges: list[tuple[str, str]] = []
+    for cell, into_stack in ((push_pop, True), (start_end, False)):
+        for item in _CSV_QUOTED.findall(cell or ""):
+            domain, _, rest = item.partition(":")
+            name = rest.split(":", 1)[0]
+            if not name or name == "none":
+                continue
+            if into_stack:
+                stacks.setdefault(domain, []).append(name)
+            else:
+                ranges.append((domain, name))
+    parts = [("" if d in _DEFAULT_DOMAINS else f"{d}@") + "/".join(names) for d, names in stacks.items()]
+    parts += [("" if d in _DEFAULT_DOMAINS else f"{d}@") + name for d, name in ranges]
+    return "; ".join(parts) or None
+
+
 def _nvtx_text(state: Any) -> str | None:
     """One line for an ``INvtxState``: per domain, the push/pop stack as
     ``domain@outer/inner`` and each start/end range as ``domain@range``,
@@ -1111,7 +1162,7 @@ def _nvtx_text(state: Any) -> str | None:
         if domain is None:
             continue
         name = domain.name() or ""
-        prefix = f"{name}@" if name else ""
+        prefix = "" if name in _DEFAULT_DOMAINS else f"{name}@"
         stack = [r for r in domain.push_pop_ranges() if r]
         if stack:
             parts.append(prefix + "/".join(stack))
@@ -1180,8 +1231,9 @@ def parse_raw_csv(text: str) -> "pandas.DataFrame":
     the header (``==PROF==``, ``==WARNING==``) and ``==``-lines after it are
     skipped. A metric column whose values are all numbers (thousands
     separators allowed, as ncu prints them outside base units) becomes int or
-    float; ``""``, ``n/a`` and ``no data`` are missing. ``range``, ``mangled`` and ``nvtx``
-    are None (the CSV does not carry them); ``function`` is the demangled name
+    float; ``""``, ``n/a`` and ``no data`` are missing. ``range`` and ``mangled``
+    are None (the CSV does not carry them); ``nvtx`` is read from the CSV's
+    NVTX columns (present with ``ncu --nvtx``) in the same form; ``function`` is the demangled name
     without return type, scope, template arguments and parameters. Units go
     to ``attrs["units"]`` as printed. ValueError when there is no header.
     """
@@ -1209,8 +1261,12 @@ def _parse_csv_table(text: str) -> _Table:
     identity: dict[str, list] = {col: [None] * n for col in IDENTITY_COLUMNS}
     metrics: dict[str, list] = {}
     units: dict[str, str] = {}
+    nvtx_cells: dict[str, list[str]] = {}
     for index, name in enumerate(header):
         values = [v.strip() for v in cells[index]] if n else []
+        if name.startswith((_CSV_PUSH_POP, _CSV_START_END)):
+            nvtx_cells[_CSV_PUSH_POP if name.startswith(_CSV_PUSH_POP) else _CSV_START_END] = values
+            continue
         target = _CSV_IDENTITY.get(name)
         if target is not None:
             identity[target] = _csv_identity(target, values)
@@ -1219,6 +1275,9 @@ def _parse_csv_table(text: str) -> _Table:
         units[name] = units_row[index].strip() if index < len(units_row) else ""
 
     identity[FUNCTION] = [_function_from_demangled(d) if d else None for d in identity[DEMANGLED]]
+    if nvtx_cells:
+        identity[NVTX] = [_nvtx_from_csv(p, q) for p, q in zip(nvtx_cells.get(_CSV_PUSH_POP, [None] * n),
+                                                               nvtx_cells.get(_CSV_START_END, [None] * n))]
     for size, (cx, cy, cz) in ((GRID_SIZE, (GRID_X, GRID_Y, GRID_Z)), (BLOCK_SIZE, (BLOCK_X, BLOCK_Y, BLOCK_Z))):
         parsed = [_DIMS_RE.fullmatch(s or "") for s in identity[size]]
         for k, col in enumerate((cx, cy, cz)):

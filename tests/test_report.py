@@ -630,7 +630,19 @@ def test_wheel_when_the_ncu_has_no_extras(tmp_path):
 
 
 @needs_wheel
-def test_a_second_ncu_report_build_is_never_loaded(tmp_path):
+def test_a_native_extras_build_is_passed_over_once_numpy_is_loaded(tmp_path):
+    # ncu 2025.3.1's extras _ncu_report.so crashed (SIGSEGV) when imported after numpy (GPU machine).
+    ncu = fake_install(tmp_path / "native")
+    (ncu.parent / "extras" / "python" / "_ncu_report.so").write_bytes(b"never loaded")
+    assert "numpy" in sys.modules
+    df = load_report(DURATION, ncu=ncu)
+    assert df.attrs["reader"] == "wheel" and "crashes (SIGSEGV) when loaded after numpy" in df.attrs["reader_note"]
+    assert not (ncu.parent / "extras" / "python" / "used.txt").exists()
+
+
+@needs_wheel
+def test_a_second_ncu_report_build_is_never_loaded(tmp_path, monkeypatch):
+    monkeypatch.setattr(rpt, "_numpy_loaded", lambda: False)
     ncu = fake_install(tmp_path / "other")
     (ncu.parent / "extras" / "python" / "_ncu_report.so").write_bytes(b"not loaded")
     with warnings.catch_warnings(record=True) as caught:
@@ -702,7 +714,7 @@ CSV_DIFFERS = {"range", "mangled", "process_name"}
 
 @needs_wheel
 @pytest.mark.parametrize("name, n", [("basic_ok", 8), ("partial_mixed_basic", 3), ("full_two", 2),
-                                     ("app_replay_two", 2)])
+                                     ("app_replay_two", 2), ("torch_nvtx", 2)])
 def test_values_match_ncu_csv_export(name, n):
     """`ncu --import F --csv --page raw --print-units base` on the GPU machine (devtools/make_fixtures.sh)."""
     df = load_report(REPORTS / f"{name}.ncu-rep")
@@ -726,3 +738,14 @@ def test_values_match_ncu_csv_export(name, n):
         if c in raw.attrs.get("units", {}) and raw.attrs["units"][c]:
             assert df.attrs["units"].get(c) == raw.attrs["units"][c], c
     assert numeric > 500
+
+
+@needs_wheel
+def test_pytorch_report_with_nvtx_ranges():
+    """A Triton kernel on PyTorch tensors, launched twice inside nested NVTX ranges (ncu --nvtx, GPU machine)."""
+    df = load_report(REPORTS / "torch_nvtx.ncu-rep")
+    assert list(df["function"]) == ["scale_kernel", "scale_kernel"]
+    assert list(df["nvtx"]) == ["outer/step0", "outer/step1"]
+    assert df["process_name"].str.endswith("python3.12").all() and (df["gpu__time_duration.sum"] > 0).all()
+    raw = parse_raw_csv((CSV / "torch_nvtx.raw.csv").read_text())
+    assert list(raw["nvtx"]) == list(df["nvtx"])
