@@ -428,3 +428,34 @@ def test_cli_as_a_file_without_the_package_init(tmp_path, nsys_env):
                           timeout=60, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 0, done.stderr
     assert '"status": "ok"' in done.stdout and (tmp_path / "cli.nsys-rep").exists()
+
+
+# --- real output from the GPU machine (tests/data/nsys/real/README.md) --------------------------
+
+REAL = DATA / "real"
+
+
+def test_real_sqlite_export_gives_kernel_rows():
+    rows = kernel_rows(REAL / "torch.sqlite")
+    assert list(rows["short_name"]) == ["distribution_elementwise_grid_stride_kernel"] * 2 + [
+        "Kernel2", "softmax_warp_forward"]
+    assert (rows["duration_ns"] == rows["end"] - rows["start"]).all() and (rows["duration_ns"] > 0).all()
+    assert list(rows[["gridX", "blockX"]].iloc[2]) == [128, 256]
+    assert rows["name"].str.startswith("void ").all()
+    on_gpu = pd.read_csv(REAL / "torch.kernels.csv")  # kernel_rows of the same file, on the GPU machine
+    assert list(on_gpu["duration_ns"]) == list(rows["duration_ns"])
+    assert list(on_gpu["short_name"]) == list(rows["short_name"])
+
+
+def test_real_stats_outputs_parse():
+    from nsightwrap.nsys import parse_stats_table
+
+    kern = parse_stats_table((REAL / "stats_cuda_gpu_kern_sum.txt").read_text(), "cuda_gpu_kern_sum").to_dataframe()
+    assert kern["Instances"].sum() == 4 and len(kern) == 3
+    assert kern["Name"].str.contains("Kernel2").iloc[0] and kern["Total Time (ns)"].iloc[0] == 343302
+    assert kern["Name"].str.contains("softmax_warp_forward").any()
+    api = parse_stats_table((REAL / "stats_cuda_api_sum.txt").read_text(), "cuda_api_sum").to_dataframe()
+    assert api.set_index("Name").loc["cudaLaunchKernel", "Num Calls"] == 3
+    for name in ("nvtx_sum", "cuda_gpu_mem_time_sum"):  # the program has no NVTX ranges and no copies
+        table = parse_stats_table((REAL / f"stats_{name}.txt").read_text(), name)
+        assert table.rows == () and "does not contain" in table.note
