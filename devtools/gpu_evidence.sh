@@ -53,9 +53,9 @@ step() {  # limit name command...
 nvidia-smi -L | tee -a "$S"
 gpu_check start
 want() { [[ "$STEPS" == *" $1 "* ]]; }
-want walk     && step 90  walk     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k walk
+want walk     && step 200 walk     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k walk
 want profile  && step 110 profile  python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k profile_fn
-want sweep    && step 110 sweep    python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k sweep
+want sweep    && step 200 sweep    python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k sweep
 want nsys     && step 170 nsys     env NSYS_GPU_BUDGET_S=165 bash devtools/nsys_on_gpu.sh "$W/nsys"
 want extras   && step 30  extras   python3 devtools/extras_probe.py /usr/local/cuda/bin/ncu
 want crash    && step 120 crash    python3 devtools/extras_crash.py "$PWD/tests/data/reports/basic_ok.ncu-rep"

@@ -518,8 +518,11 @@ def classify_nsys(log: str, returncode: Optional[int], report: Optional[Path], *
     exists = _lines_with(log, _EXISTS)
     # nsys's refusal names --force-overwrite or leaves no report; a program's own "already exists" does neither.
     if exists and (report is None or any("force-overwrite" in s.lower() for s in exists)):
-        return ERROR, (f"nsys would not overwrite an existing file ({exists[0]}); nsightwrap picks a free name, so "
-                       "another process wrote it meanwhile: run again, or give another output="), exists
+        # nsys 2025.3.1 (GPU machine) then profiles anyway, into a name of its own, and exits 0.
+        elsewhere = [str(p) for p in generated_files(log) if report is None or p != report]
+        moved = f"; nsys wrote the profile to {', '.join(elsewhere)} instead" if elsewhere else ""
+        return ERROR, (f"nsys would not overwrite an existing file ({exists[0]}){moved}; nsightwrap picks a free "
+                       "name, so another process wrote it meanwhile: run again, or give another output="), exists
     unknown = _lines_with(log, _UNKNOWN_REPORT)
     if unknown:
         return ERROR, (f"nsys did not know a report ({unknown[0]}); run `nsys stats --help-reports` for the "

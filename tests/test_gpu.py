@@ -172,6 +172,32 @@ def test_real_walk_third_kernel_hangs_then_store_skips(cuda_app, cfg, tmp_path):
     assert runs[1][1] < runs[0][1]
 
 
+def test_real_walk_kernel_that_hangs_only_under_kernel_replay(cuda_app, cfg, tmp_path):
+    """`app passes 1`: wait_for_count hangs once ncu replays it a second time in one process (SpeedOfLight,
+    basic, detailed: 10+ passes) and works under application replay (one execution per process).
+    The default ladder must end with it profiled at the application-replay rung, the others at the
+    requested set; the second walk starts that kernel where it worked."""
+    from nsightwrap import HangStore, walk_ladder
+
+    store = HangStore(tmp_path / "hangs.db")
+    cfg = cfg.replace(stall_timeout=5.0, timeout=90.0)
+    runs = []
+    for i in range(2):
+        t = time.monotonic()
+        r = walk_ladder([cuda_app, "passes", "1", "30"], ProfileOptions(set="basic"), "default", cfg, store=store)
+        runs.append((r, time.monotonic() - t))
+        print(f"\n--- walk {i + 1}: {runs[-1][1]:.1f} s\n{r.summary()}")
+        print(r.df[["function", "rung", "gpu__time_duration.sum"]].to_string() if len(r.df) else "(no rows)")
+        rows = sorted(zip(r.df["function"], r.df["rung"]))
+        assert rows == [("block_reduce", "requested"), ("vec_add", "requested"),
+                        ("wait_for_count", "application-replay")]
+        assert gpu.compute_processes() == []
+    first, second = runs[0][0], runs[1][0]
+    assert ("wait_for_count", "requested") in first.hangs and ("wait_for_count", "speed-of-light") in first.hangs
+    assert all(a.status != "hang" for a in second.attempts)  # the known hangs were skipped, not met
+    assert len(second.attempts) < len(first.attempts) and runs[1][1] < runs[0][1]
+
+
 # --- profile(fn) (issue 5) -------------------------------------------------------------------
 
 
@@ -262,3 +288,19 @@ def test_real_sweep_jobs_2_on_two_gpus(cuda_app, cfg, tmp_path):
         assert used == ({"0", "1"} if jobs == 2 else {None})
         assert gpu.compute_processes() == []
     print(f"\n--jobs 2: {timings[2]:.1f} s, --jobs 1: {timings[1]:.1f} s, ratio {timings[1] / timings[2]:.2f}")
+
+
+def test_real_sweep_finds_the_multi_pass_section(cuda_app, cfg, tmp_path):
+    """On wait_for_count (`app passes 1`), only SpeedOfLight of the basic set needs more than one pass."""
+    from nsightwrap import HangStore, sweep_sections
+
+    t = time.monotonic()
+    r = sweep_sections([cuda_app, "passes", "1", "30"], set="basic", store=HangStore(tmp_path / "sweep.db"),
+                       config=cfg.replace(stall_timeout=4.0, timeout=60.0))
+    took = time.monotonic() - t
+    print(f"\nsweep took {took:.1f} s\n{r.table()}")
+    [k] = r.kernels
+    assert k.kernel == "wait_for_count" and k.singles == ["SpeedOfLight"] and not k.combinations
+    assert sorted(k.largest_working) == ["LaunchStats", "Occupancy", "WorkloadDistribution"]
+    assert k.probes_run <= k.budget()
+    assert gpu.compute_processes() == []

@@ -459,3 +459,15 @@ def test_real_stats_outputs_parse():
     for name in ("nvtx_sum", "cuda_gpu_mem_time_sum"):  # the program has no NVTX ranges and no copies
         table = parse_stats_table((REAL / f"stats_{name}.txt").read_text(), name)
         assert table.rows == () and "does not contain" in table.note
+
+
+def test_real_existing_output_message_names_where_nsys_wrote_instead(tmp_path):
+    # nsys 2025.3.1 on the GPU machine, `-o` naming an existing file: it refuses, profiles anyway into
+    # a name of its own, and exits 0 (devtools/gpu-runs/2026-11-26-h100-nsys.log).
+    elsewhere = tmp_path / "nsys-report-0a72.nsys-rep"
+    elsewhere.write_bytes(b"x")
+    log = (f"Failed to create '{tmp_path}/exists_probe.nsys-rep': File exists.\n"
+           "Use `--force-overwrite true` to overwrite existing files.\nCollecting data...\n"
+           f"Generating '/tmp/nsys-report-7141.qdstrm'\nGenerated:\n\t{elsewhere}\n")
+    status, reason, _ = classify_nsys(log, 0, tmp_path / "exists_probe.nsys-rep")
+    assert status == "error" and "would not overwrite" in reason and str(elsewhere) in reason

@@ -11,12 +11,20 @@
 //   app two           one vec_add and one block_reduce
 //   app twohang [S]   vec_add, the hanging kernel, block_reduce, a second hanging kernel
 //                     (wait_for_host_b): two kernels for a sweep with --jobs 2
+//   app passes K [S]  vec_add, then wait_for_count, then block_reduce. Each execution of
+//                     wait_for_count raises a flag and spins until a host thread answers; the thread
+//                     answers the first K executions only. Kernel replay restores all memory between
+//                     passes, host-mapped too (a counter kept there read 1 after 10 passes on the GPU
+//                     machine), so the count lives on the host: fine alone and under at most K replay
+//                     passes (one-pass sections, duration only), hangs when ncu needs more.
 //   app none          no kernel at all
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cuda_runtime.h>
 #include <cuda_profiler_api.h>
+#include <atomic>
+#include <thread>
 
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
   fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(3); } } while (0)
@@ -53,6 +61,17 @@ __global__ void wait_for_host(volatile int* flag, unsigned long long limit_ns, i
 __global__ void wait_for_host_b(volatile int* flag, unsigned long long limit_ns, int* result) {
   unsigned long long t0 = gtime();
   while (*flag == 0) {
+    if (gtime() - t0 > limit_ns) { *result = -1; return; }
+  }
+  *result = 1;
+}
+
+__global__ void wait_for_count(volatile int* beat, volatile int* release, unsigned long long limit_ns,
+                               int* result) {
+  *beat = 1;
+  __threadfence_system();
+  unsigned long long t0 = gtime();
+  while (*release == 0) {
     if (gtime() - t0 > limit_ns) { *result = -1; return; }
   }
   *result = 1;
@@ -132,6 +151,33 @@ int main(int argc, char** argv) {
     hang(s);
     reduce(); CHECK(cudaDeviceSynchronize());
     hang(s, true);
+  } else if (!strcmp(mode, "passes")) {
+    int k = argc > 2 ? atoi(argv[2]) : 1;
+    double s = argc > 3 ? atof(argv[3]) : 60.0;
+    int *mem, *dmem;  // beat, release, result
+    CHECK(cudaHostAlloc(&mem, 3 * sizeof(int), cudaHostAllocMapped));
+    mem[0] = mem[1] = mem[2] = 0;
+    CHECK(cudaHostGetDevicePointer(&dmem, mem, 0));
+    volatile int* beat = mem;
+    volatile int* release = mem + 1;
+    std::atomic<bool> done(false);
+    std::atomic<int> seen(0);
+    std::thread answer([&] {
+      while (!done.load()) {
+        if (*beat == 1) {
+          *beat = 0;
+          if (++seen <= k) *release = 1;
+        }
+      }
+    });
+    add(); CHECK(cudaDeviceSynchronize());
+    wait_for_count<<<1, 1>>>(dmem, dmem + 1, (unsigned long long)(s * 1e9), dmem + 2);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    done = true;
+    answer.join();
+    printf("wait_for_count ran %d time(s), result %d\n", seen.load(), mem[2]);
+    reduce();
   } else if (!strcmp(mode, "many")) {
     int n = argc > 2 ? atoi(argv[2]) : 300;
     for (int i = 0; i < n; i++) { if (i % 2) reduce(); else add(); }
