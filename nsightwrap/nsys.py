@@ -56,11 +56,9 @@ if __name__ == "__main__" and not __package__:  # pragma: no cover - `python nsi
     __package__ = "nsightwrap"
 
 import csv
-import glob
 import json
 import os
 import re
-import shutil
 import sqlite3
 import sys
 import time
@@ -70,8 +68,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from .attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
 from .engine import RunConfig, wanted_report
-from .errors import NsightwrapError, OptionsError, ToolError, ToolNotFound
-from .tools import _check_given, _is_executable, _version_key
+from .errors import NsightwrapError, OptionsError, ToolError
+from .tools import search_tool
 from .rules import TotalTimeout, Verdict, WatchRule, WatchState
 from .watchdog import RunOutcome, StopRecord, find_orphans, watch
 
@@ -179,11 +177,6 @@ class NsysInterrupted(KeyboardInterrupt):
 # --------------------------------------------------------------------------
 
 
-def _newest(pattern: str, version_of: Callable[[str], str]) -> Optional[str]:
-    found = [p for p in glob.glob(pattern) if _is_executable(p)]
-    return os.path.abspath(max(found, key=lambda p: _version_key(version_of(p)))) if found else None
-
-
 def find_nsys(
     explicit: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
@@ -202,35 +195,9 @@ def find_nsys(
     only so tests can point them at a temporary folder.
     """
     env = os.environ if env is None else env
-    if explicit:
-        return _check_given(explicit, "nsys=", env, tool="nsys")
-    if env.get(ENV_NSYS):
-        return _check_given(env[ENV_NSYS], ENV_NSYS, env, tool="nsys")
-    searched: list[str] = []
-    path_var = env.get("PATH", "")
-    found = shutil.which("nsys", path=path_var) if path_var else None
-    if found:
-        return os.path.abspath(found)
-    searched.append(f"PATH ({path_var})" if path_var else "PATH (empty)")
-    candidates = []
-    if env.get("CUDA_HOME"):
-        candidates.append(os.path.join(env["CUDA_HOME"], "bin", "nsys"))
-    else:
-        searched.append("$CUDA_HOME/bin/nsys (CUDA_HOME not set)")
-    candidates.append(os.path.join(cuda_root, "bin", "nsys"))
-    for c in candidates:
-        if _is_executable(c):
-            return os.path.abspath(c)
-        searched.append(f"{c} ({'exists but is not executable' if os.path.exists(c) else 'missing'})")
-    for pattern, version_of in (
-        (os.path.join(systems_root, "*", "bin", "nsys"), lambda p: Path(p).parents[1].name),
-        (os.path.join(compute_root, "*", "host", "target-linux-x64", "nsys"), lambda p: Path(p).parents[2].name),
-    ):
-        newest = _newest(pattern, version_of)
-        if newest:
-            return newest
-        searched.append(pattern)
-    raise ToolNotFound("nsys", searched, _HINT)
+    installs = [(os.path.join(systems_root, "*", "bin", "nsys"), lambda p: Path(p).parents[1].name),
+                (os.path.join(compute_root, "*", "host", "target-linux-x64", "nsys"), lambda p: Path(p).parents[2].name)]
+    return search_tool("nsys", explicit, "nsys=", ENV_NSYS, env, cuda_root, installs, _HINT)
 
 
 def bundled_with_ncu(nsys: str) -> bool:
@@ -804,12 +771,9 @@ def _input_report(report: str | os.PathLike) -> Path:
     return path
 
 
-def stats_argv(nsys: str, report: str | os.PathLike, name: str, *, force_export: bool = True) -> list[str]:
-    """One `nsys stats` call for one report, CSV to stdout; pure."""
-    argv = [nsys, "stats", "--report", name, "--format", "csv", "--output", "-"]
-    if os.fspath(report).endswith(NSYS_SUFFIX):
-        argv.append(f"--force-export={'true' if force_export else 'false'}")
-    return argv + [os.fspath(report)]
+def stats_argv(nsys: str, report: str | os.PathLike, name: str) -> list[str]:
+    """One `nsys stats` call for one report of a SQLite export, CSV to stdout; pure."""
+    return [nsys, "stats", "--report", name, "--format", "csv", "--output", "-", os.fspath(report)]
 
 
 def stats_tables(

@@ -110,6 +110,7 @@ class OutputParser:
         self._kind = _UNKNOWN
         self._window = ""  # last scanned chars of a kernel header candidate
         self._start: Optional[Event] = None  # what the complete header starts
+        self._start_unnumbered = False  # its kernel header had no ID (so _number counted it)
         self._kernel: Optional[KernelStarted] = None
         self._percent = 0
         self._dots = 0
@@ -185,11 +186,13 @@ class OutputParser:
                 self._parts = [header]
                 self._line_len = len(header)
                 self._tail = header[-_MARKER_MAX:]
+                self._start_unnumbered = False
                 if header == _REPORT_CREATION:
                     self._start = ReportCreation()
                 else:
                     m = _HEADER.fullmatch(header)
                     self._start = KernelStarted(m[1], self._number(m[2]))
+                    self._start_unnumbered = m[2] is None
                 self._cut = None
                 self._mode = _HEADER_DONE
                 return stop
@@ -305,7 +308,7 @@ class OutputParser:
             self._percent = self._dots = 0
             self._mode = _MARKS
         else:
-            if isinstance(self._start, KernelStarted) and not _HEADER.fullmatch("".join(self._parts))[2]:
+            if self._start_unnumbered:
                 self._unnumbered -= 1  # not a kernel after all: the line's event numbers itself
             self._kind = _PLAIN
             self._mode = _LINE

@@ -134,7 +134,6 @@ import io
 import os
 import re
 import struct
-import subprocess
 import sys
 import threading
 import types
@@ -651,12 +650,11 @@ def _traced_targets(script: str, mtime_ns: int) -> tuple[Path, ...]:
         return ()
     shell = "bash" if b"bash" in first else "sh"
     try:
-        done = subprocess.run([shell, "-x", script, "--version"], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, errors="replace", timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        _, trace = run_command([shell, "-x", script, "--version"], timeout=30)
+    except ToolError:
         return ()
     out: list[Path] = []
-    for line in done.stderr.splitlines():
+    for line in trace.splitlines():
         if not line.startswith("+"):
             continue
         for match in _SCRIPT_PATH_RE.finditer(line):
@@ -991,12 +989,8 @@ def _read_all(actions: Sequence[Any], api: _Api) -> tuple[dict[str, list], dict[
             if m is None:
                 continue
             k = kind(m)
-            if k in floats:
-                value = as_double(m)
-                if value == 0 and not has_value(m):
-                    value = None
-            elif k in ints:
-                value = as_uint64(m)
+            if k in floats or k in ints:
+                value = as_double(m) if k in floats else as_uint64(m)
                 if value == 0 and not has_value(m):
                     value = None
             elif k == string:

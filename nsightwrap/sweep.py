@@ -79,8 +79,12 @@ class SweepResult:
     sets: tuple[str, ...]
     kernels: list[KernelSweep] = field(default_factory=list)
     clean: bool = False  # the whole set worked on every kernel
-    first: Optional[Attempt] = None
     whole_runs: list[Attempt] = field(default_factory=list)  # step 1: the whole set on the whole program
+
+    @property
+    def first(self) -> Optional[Attempt]:
+        """The first run of the whole set on the whole program."""
+        return self.whole_runs[0] if self.whole_runs else None
 
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
@@ -305,7 +309,6 @@ def sweep_sections(
     full = frozenset(universe)
     while True:
         a, _ = watched(options_for(full, exclude_kernels(user_filter, hanging)))
-        result.first = result.first or a
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)

@@ -96,6 +96,61 @@ def _check_given(path: str, origin: str, env: Mapping[str, str], tool: str = "nc
     )
 
 
+def _newest(pattern: str, version_of: Callable[[str], str]) -> str | None:
+    """The executable matching ``pattern`` with the highest version (``version_of`` names it)."""
+    found = [p for p in glob.glob(pattern) if _is_executable(p)]
+    return os.path.abspath(max(found, key=lambda p: _version_key(version_of(p)))) if found else None
+
+
+def search_tool(
+    tool: str,
+    explicit: str | None,
+    explicit_origin: str,
+    env_var: str,
+    env: Mapping[str, str],
+    cuda_root: str,
+    installs: Sequence[tuple[str, Callable[[str], str]]],
+    hint: str,
+) -> str:
+    """The search order ncu and nsys share: ``explicit``, ``$env_var``, ``PATH``,
+    ``$CUDA_HOME/bin``, ``<cuda_root>/bin``, then the newest match of each
+    ``(glob pattern, version of a match)`` in ``installs``. ToolNotFound lists
+    every place looked at."""
+    if explicit:
+        return _check_given(explicit, explicit_origin, env, tool=tool)
+    if env.get(env_var):
+        return _check_given(env[env_var], env_var, env, tool=tool)
+
+    searched: list[str] = []
+
+    path_var = env.get("PATH", "")
+    found = shutil.which(tool, path=path_var) if path_var else None
+    if found:
+        return os.path.abspath(found)
+    searched.append(f"PATH ({path_var})" if path_var else "PATH (empty)")
+
+    candidates: list[tuple[str, str]] = []
+    cuda_home = env.get("CUDA_HOME")
+    if cuda_home:
+        candidates.append((f"$CUDA_HOME/bin/{tool}", os.path.join(cuda_home, "bin", tool)))
+    else:
+        searched.append(f"$CUDA_HOME/bin/{tool} (CUDA_HOME not set)")
+    candidates.append(("", os.path.join(cuda_root, "bin", tool)))
+    for label, candidate in candidates:
+        if _is_executable(candidate):
+            return os.path.abspath(candidate)
+        note = "exists but is not executable" if os.path.exists(candidate) else "missing"
+        searched.append(f"{label + ': ' if label else ''}{candidate} ({note})")
+
+    for pattern, version_of in installs:
+        newest = _newest(pattern, version_of)
+        if newest:
+            return newest
+        searched.append(pattern)
+
+    raise ToolNotFound(tool, searched=searched, hint=hint)
+
+
 def find_ncu(
     explicit: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -110,40 +165,8 @@ def find_ncu(
     roots are parameters only so tests can point them at a temporary folder.
     """
     env = os.environ if env is None else env
-    if explicit:
-        return _check_given(explicit, "--ncu", env)
-    if env.get(ENV_NCU):
-        return _check_given(env[ENV_NCU], ENV_NCU, env)
-
-    searched: list[str] = []
-
-    path_var = env.get("PATH", "")
-    found = shutil.which("ncu", path=path_var) if path_var else None
-    if found:
-        return os.path.abspath(found)
-    searched.append(f"PATH ({path_var})" if path_var else "PATH (empty)")
-
-    candidates: list[tuple[str, str]] = []
-    cuda_home = env.get("CUDA_HOME")
-    if cuda_home:
-        candidates.append(("$CUDA_HOME/bin/ncu", os.path.join(cuda_home, "bin", "ncu")))
-    else:
-        searched.append("$CUDA_HOME/bin/ncu (CUDA_HOME not set)")
-    candidates.append(("", os.path.join(cuda_root, "bin", "ncu")))
-    for label, candidate in candidates:
-        if _is_executable(candidate):
-            return os.path.abspath(candidate)
-        note = "exists but is not executable" if os.path.exists(candidate) else "missing"
-        searched.append(f"{label + ': ' if label else ''}{candidate} ({note})")
-
-    pattern = os.path.join(nsight_root, "*", "ncu")
-    installs = [p for p in glob.glob(pattern) if _is_executable(p)]
-    if installs:
-        newest = max(installs, key=lambda p: _version_key(os.path.basename(os.path.dirname(p))))
-        return os.path.abspath(newest)
-    searched.append(pattern)
-
-    raise ToolNotFound("ncu", searched=searched, hint=_HINT)
+    installs = [(os.path.join(nsight_root, "*", "ncu"), lambda p: os.path.basename(os.path.dirname(p)))]
+    return search_tool("ncu", explicit, "--ncu", ENV_NCU, env, cuda_root, installs, _HINT)
 
 
 # --------------------------------------------------------------------------

@@ -306,20 +306,26 @@ def test_cli_without_ncu_says_what_is_missing(tmp_path):
     assert "ncu was not found" in r.stderr and "NSIGHTWRAP_NCU" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_sigterm_to_the_cli_stops_the_tree(fake_env, tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "run", "--json", "--stall-timeout", "30", "--",
-                          *app("k@hang")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=fake_env)
+def sigterm_once_hung(p: subprocess.Popen, stream) -> tuple[bytes, bytes]:
+    """Read `stream` until the fake kernel hangs at `0%..`, SIGTERM `p`, and return (what was read, its stdout)."""
     try:
-        deadline = time.monotonic() + 20
         buf = b""
-        os.set_blocking(p.stderr.fileno(), False)
+        os.set_blocking(stream.fileno(), False)
+        deadline = time.monotonic() + 20
         while b"0%.." not in buf and time.monotonic() < deadline:
             time.sleep(0.05)
-            buf += p.stderr.read() or b""
+            buf += stream.read() or b""
         p.send_signal(signal.SIGTERM)
         out, _ = p.communicate(timeout=30)
     finally:
         p.kill()
+    return buf, out
+
+
+def test_sigterm_to_the_cli_stops_the_tree(fake_env, tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "run", "--json", "--stall-timeout", "30", "--",
+                          *app("k@hang")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=fake_env)
+    _, out = sigterm_once_hung(p, p.stderr)
     assert p.returncode == 130
     d = json.loads(out)
     assert d["status"] == "interrupted"
@@ -343,17 +349,7 @@ def test_sigterm_to_a_python_caller_stops_the_tree(fake_env, tmp_path):
         "    raise SystemExit(130)\n")
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          env=fake_env)
-    try:
-        buf = b""
-        os.set_blocking(p.stdout.fileno(), False)
-        deadline = time.monotonic() + 20
-        while b"0%.." not in buf and time.monotonic() < deadline:
-            time.sleep(0.05)
-            buf += p.stdout.read() or b""
-        p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(timeout=30)
-    finally:
-        p.kill()
+    buf, out = sigterm_once_hung(p, p.stdout)
     text = (buf + out).decode()
     assert p.returncode == 130, text
     cookie = text.split("COOKIE ")[1].split()[0]
