@@ -63,7 +63,7 @@ want jobs     && step 240 jobs     python3 -m pytest -m gpu -v -s -p no:cachepro
 want many     && step 120 many     bash -c 'mkdir -p /tmp/nw "$0" && nvcc -O2 -arch=sm_90 -o /tmp/nw/app tests/gpu/kernels.cu && cd /tmp/nw && /usr/local/cuda/bin/ncu --set basic -o "$0/many300" /tmp/nw/app many 300 | tail -3' "$W/fx"
 want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_nvtx csv
 want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy profile_triton profile_hang; do echo "### $e"; s=$SECONDS; timeout 150 python3 examples/$e.py; echo "### $e: rc=$? in $((SECONDS - s)) s"; done; nvidia-smi --query-compute-apps=pid --format=csv,noheader; ps -eo pid,cmd | grep -E "ncu|python3 -m nsightwrap" | grep -v grep'
-want gputests && step 330 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py
+want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py
 want fixtures && step 230 fixtures bash devtools/make_fixtures.sh "$W/fx"
 want bench    && step 100 bench    python3 benchmarks/bench_report.py "$W/fx/many300.ncu-rep" --repeat 3 --ncu /usr/local/cuda/bin/ncu
 cp "$S" "$W/"
