@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nsightwrap import ProfileOptions, RunConfig, find_ncu, profile_command  # noqa: E402
-from nsightwrap.options import build_argv  # noqa: E402
+from nsightwrap.ncu.options import build_argv  # noqa: E402
 
 
 def main() -> int:

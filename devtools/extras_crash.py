@@ -39,7 +39,7 @@ print("flat units ok")
 """,
     "nsightwrap": """
 sys.path.insert(0, os.getcwd())
-from nsightwrap.report import load_report
+from nsightwrap.reports.ncu import load_report
 df = load_report(R, ncu="/usr/local/cuda/bin/ncu")
 print(df.attrs["reader"], df.shape)
 """,

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 REPORT = sys.argv[1]
-READ = ("from nsightwrap.report import load_report; df = load_report(R, ncu='/usr/local/cuda/bin/ncu'); "
+READ = ("from nsightwrap.reports.ncu import load_report; df = load_report(R, ncu='/usr/local/cuda/bin/ncu'); "
         "print(df.attrs['reader'], df.shape)")
 CASES = {
     "extras first, numpy later": READ,

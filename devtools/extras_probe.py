@@ -16,7 +16,7 @@ with open(os.path.realpath(ncu), "rb") as f:
     head = f.read(400)
 print("head:", head[:400] if head.startswith(b"#!") else head[:4])
 
-from nsightwrap.report import _choose_reader, find_report_module  # noqa: E402
+from nsightwrap.reports.ncu import _choose_reader, find_report_module  # noqa: E402
 
 found = find_report_module(ncu)
 print("find_report_module:", found)

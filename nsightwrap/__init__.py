@@ -8,23 +8,25 @@
 Everything public is importable from here; other modules are internal.
 """
 
-from .attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
-from .engine import ProfileInterrupted, RunConfig, profile_command
-from .errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, ToolError, ToolNotFound
-from .options import KernelFilter, ProfileOptions, ReplayMode
-from .rules import Stall, StallRule, TotalTimeout, WatchRule
-from .tools import NcuInfo, find_ncu, probe_ncu
-from .ladder import Ladder, Rung, load_ladder
-from .ranges import range
-from .store import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel
-from .watchdog import StopPolicy
+from nsightwrap.ncu.attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
+from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
+from nsightwrap.errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, ToolError, ToolNotFound
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode
+from nsightwrap.ncu.progress import Stall, StallRule
+from nsightwrap.watch.rules import TotalTimeout, WatchRule
+from nsightwrap.ncu.tools import NcuInfo, find_ncu, probe_ncu
+from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
+from nsightwrap.call.ranges import range
+from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel
+from nsightwrap.watch.process import StopPolicy
 
 # Names whose modules import pandas (or the report reader) load on first use,
 # so that `python -m nsightwrap run` and the watched run start fast.
 _LAZY = {
-    "ChildError": "api", "NotProfilable": "api", "ProfileResult": "api", "profile": "api", "profiled": "api",
-    "load_report": "report", "parse_raw_csv": "report", "debug_log": "debuglog",
-    "SweepResult": "sweep", "sweep_sections": "sweep", "LadderResult": "walk", "walk_ladder": "walk",
+    "ChildError": "call.api", "NotProfilable": "call.api", "ProfileResult": "call.api", "profile": "call.api",
+    "profiled": "call.api", "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
+    "debug_log": "store.debuglog", "SweepResult": "fallback.sweep", "sweep_sections": "fallback.sweep",
+    "LadderResult": "fallback.walk", "walk_ladder": "fallback.walk",
 }
 
 

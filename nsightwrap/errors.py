@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Sequence, Union
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .attempt import Attempt
+    from nsightwrap.ncu.attempt import Attempt
 
 
 class NsightwrapError(Exception):

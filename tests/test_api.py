@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import nsightwrap
-from nsightwrap.api import ChildError, NotProfilable, profile, profiled
-from nsightwrap.engine import RunConfig
-from nsightwrap.watchdog import COOKIE_VAR, StopPolicy, processes_with
+from nsightwrap.call.api import ChildError, NotProfilable, profile, profiled
+from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
 
 FAKE = str(Path(__file__).parent / "fake_ncu")
 if FAKE not in sys.path:
@@ -66,9 +66,9 @@ def rows(attempt):
 @pytest.fixture(autouse=True)
 def fake_rows(monkeypatch):
     """The fake's reports are copies of real ones: take the rows from the attempts instead."""
-    import nsightwrap.walk
+    import nsightwrap.fallback.walk
 
-    monkeypatch.setattr(nsightwrap.walk, "report_rows", rows)
+    monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows", rows)
 
 
 def no_leftovers():
@@ -151,7 +151,7 @@ def test_function_of_a_script_run_as_main(cfg, tmp_path):
         f"sys.path.insert(0, {FAKE!r})\n"
         "import fakecuda\n"
         "import nsightwrap\n"
-        "from nsightwrap.engine import RunConfig\n"
+        "from nsightwrap.ncu.engine import RunConfig\n"
         "def work(n):\n"
         "    fakecuda.launch('script_kernel')\n"
         "    return n + 1\n"
@@ -196,7 +196,7 @@ def test_nothing_profiled_says_how_the_range_was_marked(cfg):
 def test_range_api_prefers_the_framework_in_use(monkeypatch):
     import types
 
-    from nsightwrap.ranges import find_range_api
+    from nsightwrap.call.ranges import find_range_api
 
     calls = []
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(

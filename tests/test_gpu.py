@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from nsightwrap import ProfileOptions, RunConfig, profile_command
-from nsightwrap import gpu
-from nsightwrap.watchdog import COOKIE_VAR, processes_with
+from nsightwrap.watch import gpu
+from nsightwrap.watch.process import COOKIE_VAR, processes_with
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).parent.parent
@@ -45,7 +45,7 @@ def cfg(tmp_path):
 
 
 def load_report_names(path):
-    from nsightwrap.report import load_report
+    from nsightwrap.reports.ncu import load_report
 
     return list(load_report(path)["function"])
 
@@ -146,7 +146,7 @@ def test_cli_on_torch_example(tmp_path):
 
 def test_real_walk_third_kernel_hangs_then_store_skips(cuda_app, cfg, tmp_path):
     from nsightwrap import HangStore, walk_ladder
-    from nsightwrap.ladder import ladder_from_dict
+    from nsightwrap.fallback.ladder import ladder_from_dict
 
     ladder = ladder_from_dict({"name": "gpu-test", "rungs": [
         {"name": "requested", "requested": True},
@@ -213,7 +213,7 @@ def _workloads():
 def test_real_profile_fn_matches_raw_ncu(cfg, tmp_path):
     pytest.importorskip("torch")
     from nsightwrap import find_ncu, profile
-    from nsightwrap.report import load_report
+    from nsightwrap.reports.ncu import load_report
 
     w = _workloads()
     t = time.monotonic()

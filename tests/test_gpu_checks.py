@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import app
-from nsightwrap.engine import RunConfig, profile_command
-from nsightwrap.options import ProfileOptions
-from nsightwrap.watchdog import StopPolicy
+from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.watch.process import StopPolicy
 
 FAKE_SMI = Path(__file__).parent / "fake_nvidia_smi"
 
@@ -45,7 +45,7 @@ def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_pa
     assert a.status == "hang"
     assert any(str(foreign.pid) in f for f in a.gpu_foreign_before)
     assert any("not this run's" in n for n in a.notes)
-    from nsightwrap.store import Environment, HangStore, ProfileKey
+    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
 
     store = HangStore(tmp_path / "h.db")
     env = Environment("h", "NVIDIA H200", "580", "2025.3.1.0")
@@ -54,7 +54,7 @@ def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_pa
 
 
 def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
-    from nsightwrap.walk import walk_ladder
+    from nsightwrap.fallback.walk import walk_ladder
 
     sticky = tmp_path / "sticky"
     monkeypatch.setenv("FAKE_SMI_STICKY", str(sticky))
@@ -63,7 +63,7 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
     def stick(text):
         # The hanging target stays listed after it is killed (a kernel still spinning).
         if "0%.." in text and not sticky.read_text():
-            from nsightwrap.watchdog import COOKIE_VAR, processes_with
+            from nsightwrap.watch.process import COOKIE_VAR, processes_with
 
             pids = [p.pid for p, env in processes_with(COOKIE_VAR) if "app.py" in " ".join(p.cmdline())]
             sticky.write_text(" ".join(map(str, pids)))
@@ -79,12 +79,12 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
 
 
 def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
-    from nsightwrap.sweep import sweep_sections
+    from nsightwrap.fallback.sweep import sweep_sections
 
     monkeypatch.setenv("FAKE_SMI_GPUS", "2")
     seen, lock, active = [], threading.Lock(), {}
 
-    import nsightwrap.sweep as sweep_mod
+    import nsightwrap.fallback.sweep as sweep_mod
 
     real = sweep_mod.profile_command
 
@@ -111,7 +111,7 @@ def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
 
 def test_jobs_beyond_the_gpus_is_refused(smi, tmp_path, monkeypatch):
     from nsightwrap.errors import NsightwrapError
-    from nsightwrap.sweep import sweep_sections
+    from nsightwrap.fallback.sweep import sweep_sections
 
     with pytest.raises(NsightwrapError, match="needs 3 GPUs"):
         sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), jobs=3)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nsightwrap.engine import RunConfig
+from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.errors import NsightwrapError, OptionsError, ToolError, ToolNotFound
-from nsightwrap.nsys import (
+from nsightwrap.nsys.run import (
     DEFAULT_STATS_REPORTS,
     KERNEL_COLUMNS,
     STATS_COLUMNS,
@@ -33,7 +33,7 @@ from nsightwrap.nsys import (
     split_stats_output,
     unique_nsys_path,
 )
-from nsightwrap.watchdog import COOKIE_VAR, StopPolicy, processes_with
+from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
 
 HERE = Path(__file__).parent
 FAKE_NSYS = HERE / "fake_nsys" / "nsys"
@@ -448,7 +448,7 @@ def test_real_sqlite_export_gives_kernel_rows():
 
 
 def test_real_stats_outputs_parse():
-    from nsightwrap.nsys import parse_stats_table
+    from nsightwrap.nsys.run import parse_stats_table
 
     kern = parse_stats_table((REAL / "stats_cuda_gpu_kern_sum.txt").read_text(), "cuda_gpu_kern_sum").to_dataframe()
     assert kern["Instances"].sum() == 4 and len(kern) == 3

@@ -1,4 +1,4 @@
-"""Tests of nsightwrap.output: real ncu transcripts, chunking invariance, edge cases.
+"""Tests of nsightwrap.ncu.output: real ncu transcripts, chunking invariance, edge cases.
 
 The transcripts are copies of /work/shared/nsight-reference/transcripts, kept
 under tests/data so that the tests do not depend on the shared folder.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsightwrap.events import (
+from nsightwrap.ncu.events import (
     SLOW_LAUNCH_WARNING,
     Connected,
     Disconnected,
@@ -29,7 +29,7 @@ from nsightwrap.events import (
     ReportCreation,
     ReportWritten,
 )
-from nsightwrap.output import OutputParser, parse_all
+from nsightwrap.ncu.output import OutputParser, parse_all
 
 TRANSCRIPTS = Path(__file__).parent / "data" / "transcripts"
 ALL_TRANSCRIPTS = sorted(p.name for p in TRANSCRIPTS.glob("*.jsonl"))

@@ -20,15 +20,15 @@ import pandas as pd
 import pytest
 from pandas.api.types import is_float_dtype, is_integer_dtype, is_numeric_dtype, is_string_dtype
 
-try:  # first, on purpose: with the wheel loaded, load_report never loads a second build (see nsightwrap.report)
+try:  # first, on purpose: with the wheel loaded, load_report never loads a second build (see nsightwrap.reports.ncu)
     import ncu_report
 except ImportError:  # a machine with only an Nsight Compute install's extras/python module
     ncu_report = None
 
 from conftest import DATA
-from nsightwrap import report as rpt
+from nsightwrap.reports import ncu as rpt
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.report import (
+from nsightwrap.reports.ncu import (
     IDENTITY_COLUMNS,
     TIDY_COLUMNS,
     ReportError,

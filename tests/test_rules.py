@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from nsightwrap.events import KernelDone, KernelStarted, NcuWarning, Output, Progress, ReplayPass
-from nsightwrap.output import OutputParser
-from nsightwrap.rules import StallRule, TotalTimeout, WatchState
+from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuWarning, Output, Progress, ReplayPass
+from nsightwrap.ncu.output import OutputParser
+from nsightwrap.ncu.progress import StallRule, WatchState
+from nsightwrap.watch.rules import TotalTimeout
 
 WARNING = "Launching the workload is taking more time than expected. If this continues to hang, ..."
 

@@ -19,12 +19,12 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from nsightwrap.attempt import Attempt, KernelResult
-from nsightwrap.debuglog import debug_log, key_change
+from nsightwrap.ncu.attempt import Attempt, KernelResult
+from nsightwrap.store.debuglog import debug_log, key_change
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.options import ProfileOptions
-from nsightwrap.rules import Stall
-from nsightwrap.store import (
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.ncu.progress import Stall
+from nsightwrap.store.hangstore import (
     COLUMNS,
     ENV_STORE,
     SCHEMA_VERSION,
@@ -353,7 +353,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
 KILLED_WRITER = textwrap.dedent("""
     import sys
-    from nsightwrap.store import Environment, HangStore, ProfileKey
+    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
     env = Environment("h", "NVIDIA H200", "580", "2025.3.1")
     with HangStore(sys.argv[1]) as s:
         i = 0

@@ -9,10 +9,10 @@ import math
 import pytest
 
 from conftest import DATA, app
-from nsightwrap.engine import RunConfig
-from nsightwrap.sweep import Probe, investigate, sweep_sections
-from nsightwrap.tools import parse_table
-from nsightwrap.watchdog import StopPolicy
+from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
+from nsightwrap.ncu.tools import parse_table
+from nsightwrap.watch.process import StopPolicy
 
 FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"
         for s in row["Sections"].split(",")]
@@ -80,7 +80,7 @@ def cfg(tmp_path, fake_env):
     ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")]),
 ])
 def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs):
-    from nsightwrap.store import HangStore
+    from nsightwrap.store.hangstore import HangStore
 
     store = HangStore(tmp_path / "h.db")
     command = app("vec_add", f"k@hang-if={plant}", "block_reduce")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsightwrap.errors import ToolError, ToolNotFound
-from nsightwrap.tools import (
+from nsightwrap.ncu.tools import (
     NcuInfo,
     Section,
     SectionSet,
@@ -538,7 +538,7 @@ def test_run_command_missing_program_is_tool_error(tmp_path):
 def test_no_import_side_effects():
     code = (
         "import os, sys; sys.path.insert(0, sys.argv[1]); before = dict(os.environ); "
-        "import nsightwrap.tools, nsightwrap.options; assert dict(os.environ) == before"
+        "import nsightwrap.ncu.tools, nsightwrap.ncu.options; assert dict(os.environ) == before"
     )
     rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
     assert rc == 0, text

@@ -4,9 +4,9 @@ byte for byte with their own timing (4x faster, stall timeouts scaled alike)."""
 import pytest
 
 from conftest import DATA, app
-from nsightwrap.engine import RunConfig, profile_command
-from nsightwrap.options import ProfileOptions
-from nsightwrap.watchdog import COOKIE_VAR, StopPolicy, processes_with
+from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
 
 SCALE = 0.25
 DEFAULT_STALL = 10.0 * SCALE  # the default stall timeout, on the replay's clock

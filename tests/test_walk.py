@@ -10,14 +10,14 @@ import pytest
 import yaml
 
 from conftest import app
-from nsightwrap.engine import RunConfig
+from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.errors import AttemptFailed
-from nsightwrap.ladder import (LadderError, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
+from nsightwrap.fallback.ladder import (LadderError, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
                                rewrite_for_replay)
-from nsightwrap.options import KernelFilter, ProfileOptions
-from nsightwrap.tools import probe_ncu
-from nsightwrap.walk import walk_ladder
-from nsightwrap.watchdog import StopPolicy
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.ncu.tools import probe_ncu
+from nsightwrap.fallback.walk import walk_ladder
+from nsightwrap.watch.process import StopPolicy
 
 
 def rows(attempt) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def test_only_the_hanging_kernel_steps_down(cfg):
 
 
 def test_second_walk_skips_known_hangs(cfg, tmp_path):
-    from nsightwrap.store import HangStore
+    from nsightwrap.store.hangstore import HangStore
 
     store = HangStore(tmp_path / "hangs.db")
     first = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)

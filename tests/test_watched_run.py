@@ -17,10 +17,10 @@ import psutil
 import pytest
 
 from conftest import app
-from nsightwrap.engine import ProfileInterrupted, RunConfig, profile_command
+from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
 from nsightwrap.errors import OptionsError
-from nsightwrap.options import KernelFilter, ProfileOptions
-from nsightwrap.watchdog import COOKIE_VAR, OWNER_VAR, StopPolicy, find_orphans, processes_with
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.watch.process import COOKIE_VAR, OWNER_VAR, StopPolicy, find_orphans, processes_with
 
 FAST_STOP = StopPolicy(grace=3.0, term_wait=1.0, kill_wait=2.0, drain=1.0)
 

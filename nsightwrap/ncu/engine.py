@@ -15,14 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from . import gpu
-from .attempt import Attempt, build_attempt
-from .errors import NsightwrapError
-from .events import Event
-from .options import ProfileOptions, build_argv, validate
-from .rules import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule, TotalTimeout, WatchRule
-from .tools import find_ncu, probe_ncu
-from .watchdog import OWNER_VAR, StopPolicy, find_orphans, processes_with, watch
+from nsightwrap.watch import gpu
+from nsightwrap.ncu.attempt import Attempt, build_attempt
+from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.events import Event
+from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
+from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, NcuObserver, StallRule
+from nsightwrap.watch.rules import TotalTimeout, WatchRule
+from nsightwrap.ncu.tools import find_ncu, probe_ncu
+from nsightwrap.watch.process import OWNER_VAR, StopPolicy, find_orphans, processes_with, watch
 
 log = logging.getLogger("nsightwrap")
 
@@ -182,7 +183,7 @@ def profile_command(
         log.warning(msg)
 
     outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
-                    clock=clock, on_output=on_output, on_event=on_event)
+                    clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
 
     left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
     if left_after:

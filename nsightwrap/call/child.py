@@ -8,7 +8,7 @@ profiled range, then `repeat` calls inside one profiler range and one NVTX
 range. It writes what happened (timings, return value, or the traceback) to
 a result file, which the parent reads.
 
-    python -m nsightwrap.child SPEC.pkl
+    python -m nsightwrap.call.child SPEC.pkl
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _sync() -> None:
 
 
 def run(spec: CallSpec) -> CallResult:
-    from .ranges import find_range_api
+    from nsightwrap.call.ranges import find_range_api
 
     sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
     fn = resolve(spec)
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the module's own copy, so that pickled results name nsightwrap.child.CallResult.
-    from nsightwrap.child import main as _main
+    # Run the module's own copy, so that pickled results name nsightwrap.call.child.CallResult.
+    from nsightwrap.call.child import main as _main
 
     sys.exit(_main())

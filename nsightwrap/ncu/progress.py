@@ -1,8 +1,8 @@
-"""When to stop a watched run: small rules combined with `|`.
+"""ncu's progress as watch state, and the stall rule that reads it.
 
-A rule looks at the run's WatchState and answers None (keep going) or a
-Verdict. Rules are pure functions of the state and the time they are
-given, so they are tested without waiting (time is injected).
+The state folds the parser's events (a kernel started, a progress mark, a
+kernel done) into "which kernel is open, when did it last move"; the
+StallRule turns a silence longer than its allowance into a hang verdict.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .events import (
+from nsightwrap.ncu.events import (
     Event,
     KernelDone,
     KernelStarted,
@@ -21,6 +21,8 @@ from .events import (
     ReportCreation,
     SLOW_LAUNCH_WARNING,
 )
+from nsightwrap.ncu.output import OutputParser
+from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
 #: Used by the CLI and profile(): catches the real hang (output stops at
 #: "0%..") within about 10 s of its last progress mark.
@@ -53,11 +55,9 @@ class KernelInProgress:
 
 
 @dataclass
-class WatchState:
+class WatchState(RunState):
     """What the watched run knows so far; updated by `observe`."""
 
-    started_at: float
-    last_output_at: float
     current: Optional[KernelInProgress] = None
     longest_gap: float = 0.0
     kernels_done: int = 0
@@ -131,50 +131,6 @@ class Stall:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """Why the run must stop: status is 'hang' or 'timeout'."""
-
-    status: str
-    reason: str
-    stall: Optional[Stall] = None
-
-
-class WatchRule:
-    """Base of the rules; `a | b` stops when either says so."""
-
-    def __call__(self, state: WatchState, now: float) -> Optional[Verdict]:  # pragma: no cover
-        raise NotImplementedError
-
-    def deadline(self, state: WatchState) -> float:
-        """The earliest time at which this rule could fire (for the poll timeout)."""
-        return math.inf
-
-    def __or__(self, other: "WatchRule") -> "AnyRule":
-        return AnyRule(self, other)
-
-
-class AnyRule(WatchRule):
-    def __init__(self, *rules: WatchRule):
-        flat: list[WatchRule] = []
-        for r in rules:
-            flat.extend(r.rules if isinstance(r, AnyRule) else [r])
-        self.rules = tuple(flat)
-
-    def __call__(self, state, now):
-        for r in self.rules:
-            verdict = r(state, now)
-            if verdict is not None:
-                return verdict
-        return None
-
-    def deadline(self, state):
-        return min((r.deadline(state) for r in self.rules), default=math.inf)
-
-    def __repr__(self):
-        return " | ".join(map(repr, self.rules))
-
-
-@dataclass(frozen=True)
 class StallRule(WatchRule):
     """A kernel in progress with no progress mark for its allowance is stalled.
 
@@ -223,21 +179,30 @@ class StallRule(WatchRule):
         return Verdict("hang", stall.message(), stall)
 
 
-@dataclass(frozen=True)
-class TotalTimeout(WatchRule):
-    """The whole run may take at most `seconds`."""
 
-    seconds: float
 
-    def __post_init__(self):
-        if not self.seconds > 0:
-            raise ValueError("total timeout must be > 0 seconds")
+class NcuObserver:
+    """Turns ncu's output into events and folds them into a WatchState.
 
-    def deadline(self, state):
-        return state.started_at + self.seconds
+    The watch loop (nsightwrap.watch) calls `feed` with each decoded chunk
+    and `close` at the end; it knows nothing of ncu beyond this object.
+    """
 
-    def __call__(self, state, now):
-        if now - state.started_at >= self.seconds:
-            return Verdict("timeout", f"the run exceeded its total timeout of {self.seconds:g} s "
-                                      "(raise it with --timeout SEC, or timeout=SEC in Python)")
-        return None
+    def __init__(self, now: float):
+        self.parser = OutputParser()
+        self.state = WatchState(started_at=now, last_output_at=now)
+
+    def feed(self, text: str, now: float) -> list[Event]:
+        events = self.parser.feed(text) if text else []
+        return self._fold(events, now)
+
+    def close(self, now: float) -> list[Event]:
+        return self._fold(self.parser.close(), now)
+
+    def _fold(self, events: list[Event], now: float) -> list[Event]:
+        for ev in events:
+            self.state.observe(ev, now)
+        header = self.parser.pending_header
+        if header is not None:
+            self.state.header_seen(header, now)
+        return events

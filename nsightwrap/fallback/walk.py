@@ -18,12 +18,12 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from .attempt import CRASHED, ERROR, HANG, NO_KERNELS, OK, TIMEOUT, Attempt
-from .engine import RunConfig, profile_command
-from .errors import AttemptFailed
-from .ladder import Ladder, Rung, exclude_kernels, load_ladder
-from .options import KernelFilter, ProfileOptions
-from .tools import find_ncu, probe_ncu
+from nsightwrap.ncu.attempt import CRASHED, ERROR, HANG, NO_KERNELS, OK, TIMEOUT, Attempt
+from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.errors import AttemptFailed
+from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.ncu.tools import find_ncu, probe_ncu
 
 log = logging.getLogger("nsightwrap")
 
@@ -103,7 +103,7 @@ class LadderResult:
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
     """The rows of an attempt's report, partial or complete (the default reader)."""
-    from .report import load_report
+    from nsightwrap.reports.ncu import load_report
 
     return load_report(attempt.report)
 
@@ -159,7 +159,7 @@ def walk_ladder(
     ladder = ladder.for_request(options, info)
     env = None
     if store is not None:
-        from .store import Environment
+        from nsightwrap.store.hangstore import Environment
 
         env = Environment.detect(ncu_version=info.version)
     result = LadderResult(ladder)
@@ -175,7 +175,7 @@ def walk_ladder(
         return retrying(profile_command, command, opts, cfg, on_output=on_output)
 
     def key_of(opts):
-        from .store import ProfileKey
+        from nsightwrap.store.hangstore import ProfileKey
 
         return ProfileKey.from_options(opts)
 

@@ -1,6 +1,7 @@
 """Fallback ladders: ordered rungs of less and less demanding settings.
 
-A ladder is data (profiles/*.yaml, shipped in nsightwrap/profiles/, or a
+A ladder is data (profiles/*.yaml at the top of the project, shipped in the
+wheel as nsightwrap/profiles/, or a
 user's file by path); `Rung.apply` turns the caller's options into the
 options of that rung, rewriting what ncu rejects in range replay. Like
 tenacity's wait_chain, an empty ladder fails when it is built.
@@ -16,14 +17,25 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from .errors import OptionsError
-from .options import KernelFilter, ProfileOptions, ReplayMode
-from .tools import NcuInfo
+from nsightwrap.errors import OptionsError
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.status import RANGE_MODES, ReplayMode
+from nsightwrap.ncu.tools import NcuInfo
 
-PROFILES_DIR = Path(__file__).parent / "profiles"
+
+
+def _profiles_dir() -> Path:
+    """profiles/ of a source checkout (editable install), else the copy in the wheel."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / "profiles", package / "profiles"):
+        if candidate.is_dir():
+            return candidate
+    return package / "profiles"
+
+
+PROFILES_DIR = _profiles_dir()
 RUNG_KEYS = {"name", "requested", "set", "sections", "metrics", "replay_mode", "extra_args", "stall_timeout"}
 LADDER_KEYS = {"name", "description", "rungs"}
-RANGE_MODES = (ReplayMode.RANGE, ReplayMode.APP_RANGE)
 
 
 class LadderError(OptionsError):
@@ -57,7 +69,7 @@ class Rung:
     def describe(self) -> str:
         if self.requested:
             return "the requested settings"
-        from .store import ProfileKey
+        from nsightwrap.store.hangstore import ProfileKey
 
         return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode or "kernel").describe()
 

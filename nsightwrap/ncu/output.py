@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from .events import (
+from nsightwrap.ncu.events import (
     Connected,
     Disconnected,
     Event,

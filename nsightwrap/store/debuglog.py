@@ -16,7 +16,7 @@ import re
 import shlex
 from typing import Optional, Sequence
 
-from .store import HANG, HANG_OUTCOMES, OK, Environment, HangStore, ProfileKey, Record, normalize_kernel
+from nsightwrap.store.hangstore import HANG, HANG_OUTCOMES, OK, Environment, HangStore, ProfileKey, Record, normalize_kernel
 
 __all__ = ["debug_log", "key_change", "key_flags"]
 

@@ -66,12 +66,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-from .attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
-from .engine import RunConfig, wanted_report
-from .errors import NsightwrapError, OptionsError, ToolError
-from .tools import search_tool
-from .rules import TotalTimeout, Verdict, WatchRule, WatchState
-from .watchdog import RunOutcome, StopRecord, find_orphans, watch
+from nsightwrap.ncu.attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
+from nsightwrap.ncu.engine import RunConfig, wanted_report
+from nsightwrap.errors import NsightwrapError, OptionsError, ToolError
+from nsightwrap.ncu.tools import search_tool
+from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
+from nsightwrap.watch.process import RunOutcome, StopRecord, find_orphans, watch
 
 if TYPE_CHECKING:  # pragma: no cover
     from pandas import DataFrame
@@ -337,10 +337,10 @@ class SilenceRule(WatchRule):
         if not self.seconds > 0:
             raise ValueError("silence timeout must be > 0 seconds")
 
-    def deadline(self, state: WatchState) -> float:
+    def deadline(self, state: RunState) -> float:
         return state.last_output_at + self.seconds
 
-    def __call__(self, state: WatchState, now: float) -> Optional[Verdict]:
+    def __call__(self, state: RunState, now: float) -> Optional[Verdict]:
         silent = now - state.last_output_at
         if silent >= self.seconds:
             return Verdict(HANG, f"no output for {silent:.1f} s (silence timeout {self.seconds:g} s); "
@@ -953,7 +953,7 @@ def kernel_rows(sqlite_path: str | os.PathLike) -> "DataFrame":
 
 
 # --------------------------------------------------------------------------
-# CLI: python -m nsightwrap.nsys profile|stats|export|kernels|find
+# CLI: python -m nsightwrap.nsys.run profile|stats|export|kernels|find
 # --------------------------------------------------------------------------
 
 
@@ -968,7 +968,7 @@ def _have_pandas() -> bool:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m nsightwrap.nsys", description="Nsight Systems under the nsightwrap watchdog")
+    p = argparse.ArgumentParser(prog="python -m nsightwrap.nsys.run", description="Nsight Systems under the nsightwrap watchdog")
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("profile", help="nsys profile a command; prints the run as JSON")
     pr.add_argument("-o", "--output")

@@ -12,12 +12,12 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from .attempt import EXIT_CODES, USAGE_EXIT_CODE
-from .engine import ProfileInterrupted, RunConfig, profile_command
-from .errors import NsightwrapError
-from .options import KernelFilter, ProfileOptions
-from .rules import DEFAULT_STALL_TIMEOUT
-from .watchdog import StopPolicy, find_orphans, terminate_as_interrupt
+from nsightwrap.ncu.attempt import EXIT_CODES, USAGE_EXIT_CODE
+from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
+from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.watch.process import StopPolicy, find_orphans, terminate_as_interrupt
 
 EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
 
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
     sweep.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    from .store import add_hangs_parser
+    from nsightwrap.store.hangstore import add_hangs_parser
 
     add_hangs_parser(sub)
     sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
@@ -149,13 +149,13 @@ class _signals_as_interrupt:
 
 
 def _open_store(path):
-    from .store import HangStore
+    from nsightwrap.store.hangstore import HangStore
 
     return HangStore(path)
 
 
 def _run_ladder(args, command, options, config, echo) -> int:
-    from .walk import walk_ladder
+    from nsightwrap.fallback.walk import walk_ladder
 
     store = _open_store(args.store)
     with _signals_as_interrupt():
@@ -182,14 +182,14 @@ def _run_ladder(args, command, options, config, echo) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .debuglog import debug_log
-    from .sweep import result_json, sweep_sections
+    from nsightwrap.store.debuglog import debug_log
+    from nsightwrap.fallback.sweep import result_json, sweep_sections
 
     command = _split_command(args.extra)
     if not command:
         print("nsightwrap sweep-sections: give the command after `--`", file=sys.stderr)
         return USAGE_EXIT_CODE
-    from .ladder import load_ladder
+    from nsightwrap.fallback.ladder import load_ladder
 
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT)
@@ -232,8 +232,8 @@ def cmd_cleanup(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from . import gpu
-    from .tools import find_ncu, probe_ncu
+    from nsightwrap.watch import gpu
+    from nsightwrap.ncu.tools import find_ncu, probe_ncu
 
     problems = 0
     try:
@@ -260,7 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return USAGE_EXIT_CODE
     try:
-        from .store import cmd_hangs
+        from nsightwrap.store.hangstore import cmd_hangs
 
         return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
                 "hangs": cmd_hangs}[args.cmd](args)

@@ -21,8 +21,8 @@ import pytest
 @pytest.fixture
 def nsight_profile():
     """nsightwrap.profile, or a skip when nothing could be profiled here."""
-    from .errors import ToolNotFound
-    from .tools import find_ncu
+    from nsightwrap.errors import ToolNotFound
+    from nsightwrap.ncu.tools import find_ncu
 
     try:
         find_ncu()
@@ -32,6 +32,6 @@ def nsight_profile():
 
     if not os.environ.get("NSIGHTWRAP_NCU") and shutil.which("nvidia-smi") is None:
         pytest.skip("nsightwrap: no NVIDIA driver (nvidia-smi not found)")
-    from .api import profile
+    from nsightwrap.call.api import profile
 
     return profile

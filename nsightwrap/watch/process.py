@@ -22,13 +22,11 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import psutil
 
-from .events import Event
-from .output import OutputParser
-from .rules import Verdict, WatchRule, WatchState
+from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
 COOKIE_VAR = "NSIGHTWRAP_RUN"
 OWNER_VAR = "NSIGHTWRAP_OWNER"
@@ -56,6 +54,25 @@ class StopRecord:
     duration_s: float = 0.0
 
 
+class PlainObserver:
+    """For programs whose output means nothing to the watchdog: only its timing."""
+
+    def __init__(self, now: float):
+        self.state = RunState(started_at=now, last_output_at=now)
+
+    def feed(self, text: str, now: float) -> list:
+        return []
+
+    def close(self, now: float) -> list:
+        return []
+
+
+#: Makes the object that reads a run's output: called with the start time,
+#: it returns something with `.state`, `feed(text, now) -> events` and
+#: `close(now) -> events` (nsightwrap.ncu.progress.NcuObserver for ncu).
+ObserverFactory = Callable[[float], Any]
+
+
 @dataclass
 class RunOutcome:
     """The raw record of one watched process tree (turned into an Attempt)."""
@@ -63,9 +80,9 @@ class RunOutcome:
     argv: list[str]
     cookie: str
     returncode: Optional[int]
-    events: list[tuple[float, Event]]
+    events: list[tuple[float, Any]]
     log: str
-    state: WatchState
+    state: RunState
     elapsed_s: float
     started_wall: float
     verdict: Optional[Verdict] = None
@@ -224,7 +241,7 @@ def terminate_as_interrupt() -> Callable[[], None]:
 class _Watch:
     """One watched process tree: the pipe, the parser, the rules, the stop."""
 
-    def __init__(self, argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names):
+    def __init__(self, argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer):
         self.argv = list(argv)
         self.rules = rules
         self.policy = policy
@@ -247,9 +264,9 @@ class _Watch:
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.fd, selectors.EVENT_READ)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.parser = OutputParser()
-        self.state = WatchState(started_at=self.t0, last_output_at=self.t0)
-        self.events: list[tuple[float, Event]] = []
+        self.observer = observer(self.t0)
+        self.state = self.observer.state
+        self.events: list[tuple[float, Any]] = []
         self.log: list[str] = []
         self.eof = False
 
@@ -284,15 +301,10 @@ class _Watch:
         if text:
             self.log.append(text)
             self.state.last_output_at = now
-        events = self.parser.feed(text) if text else []
+        events = self.observer.feed(text, now) if text else []
         if final:
-            events += self.parser.close()
-        for ev in events:
-            self.events.append((now - self.t0, ev))
-            self.state.observe(ev, now)
-        header = self.parser.pending_header
-        if header is not None:
-            self.state.header_seen(header, now)
+            events += self.observer.close(now)
+        self.events.extend((now - self.t0, ev) for ev in events)
         if text and self.on_output:
             self.on_output(text)
         if self.on_event:
@@ -379,8 +391,9 @@ def watch(
     cwd: Optional[str] = None,
     clock: Callable[[], float] = time.monotonic,
     on_output: Optional[Callable[[str], None]] = None,
-    on_event: Optional[Callable[[Event], None]] = None,
+    on_event: Optional[Callable[[Any], None]] = None,
     frontend_names: Sequence[str] = ("ncu",),
+    observer: ObserverFactory = PlainObserver,
 ) -> RunOutcome:
     """Run argv in a new session under `rules`; whatever happens, stop the whole tree.
 
@@ -388,7 +401,7 @@ def watch(
     outcome then says interrupted / carries the exception, and the caller
     decides whether to re-raise.
     """
-    w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names)
+    w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer)
     verdict, interrupted, error, stop = None, False, None, None
     restore = terminate_as_interrupt()
     try:

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from .attempt import HANG, OK, Attempt
-from .engine import RunConfig, profile_command
-from .errors import NsightwrapError
-from .ladder import exclude_kernels
-from .options import KernelFilter, ProfileOptions
-from .tools import find_ncu, probe_ncu
+from nsightwrap.ncu.attempt import HANG, OK, Attempt
+from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.errors import NsightwrapError
+from nsightwrap.fallback.ladder import exclude_kernels
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.ncu.tools import find_ncu, probe_ncu
 
 HUNG, WORKS, FAILED = "hang", "ok", "error"
 
@@ -236,7 +236,7 @@ def sweep_sections(
         user_filter = KernelFilter(kernel[6:] if kernel.startswith("regex:") else kernel, True)
     env_info = None
     if store is not None:
-        from .store import Environment
+        from nsightwrap.store.hangstore import Environment
 
         env_info = Environment.detect(ncu_version=info.version)
     result = SweepResult(tuple(universe))
@@ -253,7 +253,7 @@ def sweep_sections(
         if threading.get_ident() == owner:
             return store
         if not hasattr(local, "store"):
-            from .store import HangStore
+            from nsightwrap.store.hangstore import HangStore
 
             local.store = HangStore(store.path)
         return local.store
@@ -274,7 +274,7 @@ def sweep_sections(
             raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
                                   + "): the sweep stops so as not to record false hangs; free the GPU and run again")
         if store is not None:
-            from .store import ProfileKey
+            from nsightwrap.store.hangstore import ProfileKey
 
             with lock:
                 the_store().record_attempt(attempt, ProfileKey.from_options(opts), env_info, ladder="sweep-sections")
@@ -283,7 +283,7 @@ def sweep_sections(
     def stored(kname: str, sec: frozenset) -> Optional[str]:
         if store is None:
             return None
-        from .store import ProfileKey
+        from nsightwrap.store.hangstore import ProfileKey
 
         key = ProfileKey(None, tuple(sorted(sec)), (), "kernel").canonical()
         for r in the_store().records(kernel=kname):
@@ -332,7 +332,7 @@ def _gpu_ids(jobs: int) -> list[Optional[str]]:
     """One token per GPU to use; None (no CUDA_VISIBLE_DEVICES) when jobs is 1."""
     if jobs <= 1:
         return [None]
-    from . import gpu
+    from nsightwrap.watch import gpu
 
     count = gpu.gpu_count()
     if count is None:

@@ -13,18 +13,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from .events import KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten, SLOW_LAUNCH_WARNING
-from .rules import Stall
-from .watchdog import RunOutcome, StopRecord
+from nsightwrap.ncu.events import KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten, SLOW_LAUNCH_WARNING
+from nsightwrap.ncu.progress import Stall
+from nsightwrap.watch.process import RunOutcome, StopRecord
 
-OK, HANG, TIMEOUT, ERROR, NO_KERNELS, INTERRUPTED, CRASHED = (
-    "ok", "hang", "timeout", "error", "no-kernels", "interrupted", "crashed")
-STATUSES = (OK, HANG, TIMEOUT, ERROR, NO_KERNELS, INTERRUPTED, CRASHED)
-
-#: Exit codes of `python -m nsightwrap run`; 2 is a usage or set-up error
-#: found before anything was launched.
-EXIT_CODES = {OK: 0, HANG: 3, TIMEOUT: 4, ERROR: 5, NO_KERNELS: 6, CRASHED: 7, INTERRUPTED: 130}
-USAGE_EXIT_CODE = 2
+from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
+    CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, NO_KERNELS, OK, STATUSES, TIMEOUT, USAGE_EXIT_CODE)
 
 _APP_RC = re.compile(r"The application returned an error code \((-?\d+)\)")
 
@@ -157,13 +151,13 @@ class Attempt:
 
     def dataframe(self, metrics=None, sections=None, tidy: bool = False):
         """The report of this attempt (partial or complete) as a DataFrame; see load_report."""
-        from .report import load_report
+        from nsightwrap.reports.ncu import load_report
 
         return load_report(self, metrics=metrics, sections=sections, tidy=tidy)
 
     def raise_for_status(self) -> "Attempt":
         """Return self when ok; else raise AttemptHung / AttemptFailed carrying this record."""
-        from .errors import AttemptFailed, AttemptHung
+        from nsightwrap.errors import AttemptFailed, AttemptHung
 
         if self.status == HANG:
             raise AttemptHung(self)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import ToolError, ToolNotFound
+from nsightwrap.errors import ToolError, ToolNotFound
 
 __all__ = [
     "ENV_NCU",

@@ -63,11 +63,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
-from .errors import NsightwrapError
+from nsightwrap.errors import NsightwrapError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .attempt import Attempt
-    from .options import ProfileOptions
+    from nsightwrap.ncu.attempt import Attempt
+    from nsightwrap.ncu.options import ProfileOptions
 
 __all__ = [
     "COLUMNS",
@@ -93,15 +93,9 @@ ENV_STORE = "NSIGHTWRAP_STORE"
 DEFAULT_STORE = "~/.cache/nsightwrap/hangs.db"
 BUSY_TIMEOUT_S = 10.0
 
-OK, HANG, TIMEOUT, ERROR, CRASHED, NO_KERNELS, INTERRUPTED, SKIPPED = (
-    "ok", "hang", "timeout", "error", "crashed", "no-kernels", "interrupted", "skipped")
-#: Every outcome a record may hold: the statuses of an Attempt, and
-#: "skipped" for settings not run because they were known to hang.
-OUTCOMES = (OK, HANG, TIMEOUT, ERROR, CRASHED, NO_KERNELS, INTERRUPTED, SKIPPED)
-#: Outcomes that count as "hung" when deciding what to skip.
-HANG_OUTCOMES = (HANG, TIMEOUT)
-
-_REPLAY_MODES = ("kernel", "application", "range", "app-range")
+from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
+    CRASHED, ERROR, HANG, HANG_OUTCOMES, INTERRUPTED, NO_KERNELS, OK, OUTCOMES, REPLAY_MODES as _REPLAY_MODES,
+    SKIPPED, TIMEOUT)
 
 
 class StoreError(NsightwrapError):
@@ -856,7 +850,7 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
                 print(_table(["KERNEL", "RECORDS", "HANGS", "LAST"], rows), file=out)
             elif cmd == "show":
                 if args.markdown:
-                    from .debuglog import debug_log
+                    from nsightwrap.store.debuglog import debug_log
 
                     print(debug_log(store, args.kernel), file=out)
                     return 0

@@ -2,7 +2,7 @@
 
     df = nsightwrap.profile(fn, x, kernel="v22.*").df
 
-fn runs in a child Python process launched under ncu (nsightwrap.child),
+fn runs in a child Python process launched under ncu (nsightwrap.call.child),
 through the watched run and the fallback ladder; the caller only waits on
 a pipe that the watchdog always closes.
 """
@@ -20,13 +20,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
 
-from .attempt import Attempt
-from .child import CallResult, CallSpec
-from .engine import RunConfig
-from .errors import AttemptFailed, NsightwrapError
-from .options import KernelFilter, ProfileOptions, ReplayMode
-from .rules import DEFAULT_STALL_TIMEOUT
-from .walk import LadderResult, walk_ladder
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.call.child import CallResult, CallSpec
+from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.errors import AttemptFailed, NsightwrapError
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode
+from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.fallback.walk import LadderResult, walk_ladder
 
 
 class ChildError(NsightwrapError):
@@ -155,10 +155,10 @@ def _read_result(path: Path) -> Optional[CallResult]:
 
 def _calibrate(spec_path: Path, result_path: Path, env, timeout: Optional[float]) -> CallResult:
     """One plain run of the child, without ncu: fn's time, value and errors."""
-    from .rules import TotalTimeout
-    from .watchdog import watch
+    from nsightwrap.watch.rules import TotalTimeout
+    from nsightwrap.watch.process import watch
 
-    outcome = watch([sys.executable, "-m", "nsightwrap.child", str(spec_path)], TotalTimeout(timeout or 600.0),
+    outcome = watch([sys.executable, "-m", "nsightwrap.call.child", str(spec_path)], TotalTimeout(timeout or 600.0),
                     env=env, frontend_names=())
     result = _read_result(result_path)
     if result is None:
@@ -228,11 +228,11 @@ def profile(
                              replay_mode=ReplayMode(replay), kernel=kfilter, profile_from_start=False)
     cfg = config.replace(stall_timeout=stall_timeout, timeout=timeout, env=env)
     if isinstance(store, (str, Path)):
-        from .store import HangStore
+        from nsightwrap.store.hangstore import HangStore
 
         store = HangStore(store)
     walk_result = work / "walk-result.pkl"
-    command = [sys.executable, "-m", "nsightwrap.child", str(spec_path), str(walk_result)]
+    command = [sys.executable, "-m", "nsightwrap.call.child", str(spec_path), str(walk_result)]
     try:
         walk = walk_ladder(command, options, profile, cfg, store=store, on_output=on_output, stall_timeout_floor=floor,
                            stall_timeout=explicit)

@@ -1,6 +1,6 @@
 """Nsight Compute reports (``.ncu-rep``) as pandas DataFrames.
 
-    from nsightwrap.report import load_report
+    from nsightwrap.reports.ncu import load_report
     df = load_report("run.ncu-rep")                          # wide: one row per result
     df = load_report(attempt, metrics="gpu__time_duration.sum")  # an Attempt's report
     df = load_report(path, metrics=["dram__*", "regex:^sm__throughput"], tidy=True)
@@ -80,7 +80,7 @@ How a report is read
 With NVIDIA's ``ncu_report`` Python module. The one shipped with the ncu
 install (``<install>/extras/python/ncu_report.py``; the install is found from
 ``ncu=``, a path to ncu or to the install folder, else from
-:func:`nsightwrap.tools.find_ncu`, following symlinks and wrapper scripts such
+:func:`nsightwrap.ncu.tools.find_ncu`, following symlinks and wrapper scripts such
 as ``/usr/local/cuda/bin/ncu``) is preferred, because it matches the ncu that
 wrote the report. It is imported under a private module name and removed from
 ``sys.modules`` afterwards, so it never shadows an ``import ncu_report``.
@@ -142,8 +142,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .errors import ReportError, ToolError, ToolNotFound
-from .tools import find_ncu, run_command
+from nsightwrap.errors import ReportError, ToolError, ToolNotFound
+from nsightwrap.ncu.tools import find_ncu, run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -245,7 +245,7 @@ _BREAKDOWN = "breakdown:"
 def load_report(path, metrics=None, sections=None, tidy=False, *, ncu=None) -> "pandas.DataFrame":
     """Read an Nsight Compute report into a DataFrame (see the module docstring).
 
-    ``path``: the ``.ncu-rep`` file, or an :class:`~nsightwrap.attempt.Attempt`
+    ``path``: the ``.ncu-rep`` file, or an :class:`~nsightwrap.ncu.attempt.Attempt`
     (its ``report`` is read). ``metrics``: name(s), globs or ``regex:EXPR``.
     ``sections``: section identifier(s). ``tidy``: one row per (result,
     metric) instead of one per result. ``ncu``: the ncu (binary or install

@@ -11,11 +11,11 @@ import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Sequence
 
-from .errors import OptionsError
-from .tools import NcuInfo
+from nsightwrap.errors import OptionsError
+from nsightwrap.status import RANGE_MODES, REGEX_PREFIX, ReplayMode
+from nsightwrap.ncu.tools import NcuInfo
 
 __all__ = [
     "KernelFilter",
@@ -26,17 +26,7 @@ __all__ = [
 ]
 
 
-class ReplayMode(str, Enum):
-    KERNEL = "kernel"
-    APPLICATION = "application"
-    RANGE = "range"
-    APP_RANGE = "app-range"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_RANGE_MODES = (ReplayMode.RANGE, ReplayMode.APP_RANGE)
+_RANGE_MODES = RANGE_MODES
 
 _KERNEL_NAME_BASES = ("function", "demangled", "mangled")
 _CACHE_CONTROL = ("all", "none")
@@ -44,7 +34,7 @@ _CLOCK_CONTROL = ("base", "none")
 _TARGET_PROCESSES = ("all", "application-only")
 _GRAPH_PROFILING = ("node", "graph")
 
-_REGEX_PREFIX = "regex:"
+_REGEX_PREFIX = REGEX_PREFIX
 
 
 def _choice(name: str, value: Any, allowed: Sequence[str], optional: bool = True) -> None:

@@ -1,0 +1,91 @@
+"""When to stop a watched run: small rules combined with `|`.
+
+A rule looks at the run's state and answers None (keep going) or a
+Verdict. Rules are pure functions of the state and the time they are
+given, so they are tested without waiting (time is injected). This layer
+knows no profiler: the state here is what any watched program has (when it
+started, when it last printed); ncu's progress rules build on it
+(nsightwrap.ncu.progress).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass
+class RunState:
+    """What every watched run knows: when it started and last printed."""
+
+    started_at: float
+    last_output_at: float
+
+    def observe(self, event: Any, now: float) -> None:
+        """Fold one event into the state; a plain run has none to fold."""
+        self.last_output_at = now
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why the run must stop: status is 'hang' or 'timeout'."""
+
+    status: str
+    reason: str
+    stall: Optional[Stall] = None
+
+
+class WatchRule:
+    """Base of the rules; `a | b` stops when either says so."""
+
+    def __call__(self, state: RunState, now: float) -> Optional[Verdict]:  # pragma: no cover
+        raise NotImplementedError
+
+    def deadline(self, state: RunState) -> float:
+        """The earliest time at which this rule could fire (for the poll timeout)."""
+        return math.inf
+
+    def __or__(self, other: "WatchRule") -> "AnyRule":
+        return AnyRule(self, other)
+
+
+class AnyRule(WatchRule):
+    def __init__(self, *rules: WatchRule):
+        flat: list[WatchRule] = []
+        for r in rules:
+            flat.extend(r.rules if isinstance(r, AnyRule) else [r])
+        self.rules = tuple(flat)
+
+    def __call__(self, state, now):
+        for r in self.rules:
+            verdict = r(state, now)
+            if verdict is not None:
+                return verdict
+        return None
+
+    def deadline(self, state):
+        return min((r.deadline(state) for r in self.rules), default=math.inf)
+
+    def __repr__(self):
+        return " | ".join(map(repr, self.rules))
+
+
+@dataclass(frozen=True)
+class TotalTimeout(WatchRule):
+    """The whole run may take at most `seconds`."""
+
+    seconds: float
+
+    def __post_init__(self):
+        if not self.seconds > 0:
+            raise ValueError("total timeout must be > 0 seconds")
+
+    def deadline(self, state):
+        return state.started_at + self.seconds
+
+    def __call__(self, state, now):
+        if now - state.started_at >= self.seconds:
+            return Verdict("timeout", f"the run exceeded its total timeout of {self.seconds:g} s "
+                                      "(raise it with --timeout SEC, or timeout=SEC in Python)")
+        return None
