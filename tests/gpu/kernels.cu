@@ -17,6 +17,11 @@
 //                     passes, host-mapped too (a counter kept there read 1 after 10 passes on the GPU
 //                     machine), so the count lives on the host: fine alone and under at most K replay
 //                     passes (one-pass sections, duration only), hangs when ncu needs more.
+//   app spin S [K]    K launches (default 1) of spin_cycles, a kernel that spins for S seconds' worth of
+//                     cycles at the card's top clock: S seconds alone; under ncu's base clocks longer
+//                     (cycle-bound work, FACTS.md: x1.245 on H100). Prints each launch's time (events).
+//   app chatty N      a host thread prints "step I loss 0.5" every 150 ms while N vec_add/spin pairs
+//                     (0.2 s spins) run: program output interleaved with ncu's progress lines
 //   app none          no kernel at all
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +30,7 @@
 #include <cuda_profiler_api.h>
 #include <atomic>
 #include <thread>
+#include <chrono>
 
 #define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
   fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(3); } } while (0)
@@ -81,6 +87,23 @@ __global__ void slow_kernel(unsigned long long ns, int* result) {
   unsigned long long t0 = gtime();
   while (gtime() - t0 < ns) {}
   if (threadIdx.x == 0) *result = 2;
+}
+
+__global__ void spin_cycles(long long cycles, int* result) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+  if (threadIdx.x == 0) *result = 3;
+}
+
+static long long cycles_for(double seconds) {
+  int khz = 0;
+  CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  return (long long)(seconds * khz * 1e3);
+}
+
+static void spin(double seconds, int* r) {
+  spin_cycles<<<1, 32>>>(cycles_for(seconds), r);
+  CHECK(cudaGetLastError());
 }
 
 static const int N = 1 << 20;
@@ -183,6 +206,33 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; i++) { if (i % 2) reduce(); else add(); }
   } else if (!strcmp(mode, "two")) {
     add(); reduce();
+  } else if (!strcmp(mode, "spin")) {
+    double sec = argc > 2 ? atof(argv[2]) : 8.0;
+    int k = argc > 3 ? atoi(argv[3]) : 1;
+    int* r; CHECK(cudaMalloc(&r, sizeof(int)));
+    cudaEvent_t a, b; CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&b));
+    for (int i = 0; i < k; i++) {
+      CHECK(cudaEventRecord(a));
+      spin(sec, r);
+      CHECK(cudaEventRecord(b));
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0; CHECK(cudaEventElapsedTime(&ms, a, b));
+      printf("spin_cycles launch %d: %.3f s\n", i, ms / 1e3);
+      fflush(stdout);
+    }
+  } else if (!strcmp(mode, "chatty")) {
+    int n = argc > 2 ? atoi(argv[2]) : 3;
+    int* r; CHECK(cudaMalloc(&r, sizeof(int)));
+    std::atomic<bool> done(false);
+    std::thread talk([&] {
+      for (int i = 0; !done.load(); i++) {
+        printf("step %d loss 0.5\n", i); fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      }
+    });
+    for (int i = 0; i < n; i++) { add(); CHECK(cudaDeviceSynchronize()); spin(0.2, r); CHECK(cudaDeviceSynchronize()); }
+    done = true;
+    talk.join();
   } else if (!strcmp(mode, "none")) {
   } else {
     fprintf(stderr, "unknown mode %s\n", mode); return 2;
