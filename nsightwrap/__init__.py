@@ -10,14 +10,14 @@ Everything public is importable from here; other modules are internal.
 
 from nsightwrap.ncu.attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
 from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
-from nsightwrap.errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, ToolError, ToolNotFound
+from nsightwrap.errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, StoreError, ToolError, ToolNotFound
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode
 from nsightwrap.ncu.progress import Stall, StallRule
 from nsightwrap.watch.rules import TotalTimeout, WatchRule
 from nsightwrap.ncu.tools import NcuInfo, find_ncu, probe_ncu
 from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
 from nsightwrap.call.ranges import range
-from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel
+from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
 from nsightwrap.watch.process import StopPolicy
 
 # Names whose modules import pandas (or the report reader) load on first use,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, Union
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,4 +62,12 @@ class ReportError(NsightwrapError):
         message = f"{self.path}: {problem}" if self.path else problem
         if hint:
             message += "\n" + hint
+        super().__init__(message)
+
+
+class StoreError(NsightwrapError):
+    """The hang store cannot be opened, read or written; says what to do."""
+
+    def __init__(self, path: Union[str, os.PathLike, None], message: str):
+        self.path = None if path is None else Path(path)
         super().__init__(message)

@@ -1,8 +1,8 @@
-"""The hang store (SQLite), its debug log and its CLI hooks."""
+"""The hang store (SQLite) and its debug log; the `hangs` command is in test_hangs_cli.py,
+where the store lives and who may read it in test_store_files.py."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -13,18 +13,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
 from nsightwrap.ncu.attempt import Attempt, KernelResult
-from nsightwrap.store.debuglog import debug_log, key_change
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall
-from nsightwrap.store.hangstore import (
+from nsightwrap.store.debuglog import debug_log, key_change
+from nsightwrap.store import (
     COLUMNS,
     ENV_STORE,
     SCHEMA_VERSION,
@@ -33,9 +32,6 @@ from nsightwrap.store.hangstore import (
     ProfileKey,
     Record,
     StoreError,
-    add_hangs_parser,
-    cmd_hangs,
-    default_store_path,
     normalize_kernel,
 )
 
@@ -131,22 +127,6 @@ def test_environment_detect(tmp_path):
 
 # --- opening -----------------------------------------------------------------
 
-def test_path_from_environment_and_setup(tmp_path, monkeypatch):
-    target = tmp_path / "deep" / "er" / "h.db"
-    monkeypatch.setenv(ENV_STORE, str(target))
-    assert default_store_path() == target
-    with HangStore() as s:
-        assert s.path == target and target.exists()
-        assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert s.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
-        assert s.schema_version == SCHEMA_VERSION
-    monkeypatch.delenv(ENV_STORE)
-    assert default_store_path() == Path("~/.cache/nsightwrap/hangs.db").expanduser()
-    assert default_store_path({ENV_STORE: "/x/y.db"}) == Path("/x/y.db")
-    with HangStore(target) as again:          # reopening migrates nothing and keeps one version row
-        assert again.conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
-
-
 def test_corrupt_file_gives_store_error_naming_it(tmp_path):
     bad = tmp_path / "hangs.db"
     bad.write_bytes(b"this is not sqlite at all\n" * 200)
@@ -214,7 +194,8 @@ def test_known_hangs_match_pattern_gpu_and_ncu_version(store):
         ("nvjet_sm90_tst_64x64_64x4_3...", "timeout", "590.1"),      # the driver may differ, and is reported
         ("nvjet_sm90_tst_256x128_64x4_1...", "hang", "580.159.04")]
     assert store.known_hangs("block_reduce", H200) == []
-    assert store.known_hangs("nvjet_sm90_tst_1x1_1x1_1...", Environment(gpu="NVIDIA A100", ncu_version="2025.3.1")) == []
+    a100 = Environment(gpu="NVIDIA A100", ncu_version="2025.3.1")
+    assert store.known_hangs("nvjet_sm90_tst_1x1_1x1_1...", a100) == []
 
     assert store.hangs_for("nvjet_sm90_tst_128x128_64x4_2...", FULL, H200)
     assert store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", ProfileOptions(set="full"), H200)
@@ -353,7 +334,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
 KILLED_WRITER = textwrap.dedent("""
     import sys
-    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+    from nsightwrap.store import Environment, HangStore, ProfileKey
     env = Environment("h", "NVIDIA H200", "580", "2025.3.1")
     with HangStore(sys.argv[1]) as s:
         i = 0
@@ -433,57 +414,6 @@ def test_debug_log_when_everything_hangs_and_when_empty(store):
     assert "waits for the host" in steps and "--set basic`" not in steps      # basic was tried already
     empty = debug_log(store, "never_seen")
     assert "No records of this kernel" in empty and "## What to try next" in empty
-
-
-# --- CLI hooks ------------------------------------------------------------------
-
-def run_cli(*argv):
-    parser = argparse.ArgumentParser(prog="nsightwrap")
-    add_hangs_parser(parser.add_subparsers(dest="cmd"))
-    args = parser.parse_args(list(argv))
-    out, err = io.StringIO(), io.StringIO()
-    return cmd_hangs(args, out=out, err=err), out.getvalue(), err.getvalue()
-
-
-def test_cli_hooks(tmp_path, monkeypatch):
-    db = str(tmp_path / "cli.db")
-    rc, out, _ = run_cli("hangs", "list", "--store", db)
-    assert rc == 0 and "nothing recorded" in out and not Path(db).exists()
-    with HangStore(db) as s:
-        s.record("wait_for_host", FULL, "hang", env=H200, stall_s=12.5, command=CMD_FULL)
-        s.record("wait_for_host", BASIC, "ok", env=H200, passes=10, command=CMD_BASIC)
-        s.record("vec_add", BASIC, "ok", env=H200, passes=10)
-    rc, out, _ = run_cli("hangs", "list", "--store", db)
-    assert rc == 0 and out.splitlines()[0].split() == ["KERNEL", "RECORDS", "HANGS", "LAST"]
-    assert out.splitlines()[2].split()[:3] == ["wait_for_host", "2", "1"]
-
-    rc, out, _ = run_cli("hangs", "show", "wait_for_host", "--store", db)
-    assert rc == 0 and "set full" in out and "hang" in out and "ncu --set full" in out
-    rc, out, _ = run_cli("hangs", "show", "wait_for_host", "--markdown", "--store", db)
-    assert rc == 0 and out.startswith("# Debug log: wait_for_host") and "## What to try next" in out
-
-    monkeypatch.setenv(ENV_STORE, db)                     # --store is optional
-    rc, out, _ = run_cli("hangs", "export", "--format", "yaml", "--kernel", "vec_add")
-    assert rc == 0 and [r["kernel"] for r in yaml.safe_load(out)["records"]] == ["vec_add"]
-    csv_file = tmp_path / "out.csv"
-    rc, _, err = run_cli("hangs", "export", "--format", "csv", "-o", str(csv_file))
-    assert rc == 0 and "3 record(s)" in err and len(list(csv.DictReader(csv_file.open()))) == 3
-
-    rc, out, _ = run_cli("hangs", "forget", "--kernel", "vec_add")
-    assert rc == 0 and "deleted 1 record(s)" in out
-    rc, out, _ = run_cli("hangs", "forget", "--id", "1")
-    assert rc == 0 and "deleted 1" in out
-    rc, out, _ = run_cli("hangs", "forget", "--all", "--store", db)
-    assert rc == 0 and "deleted 1" in out
-    with pytest.raises(SystemExit):                       # argparse: one of --kernel/--id/--all is required
-        run_cli("hangs", "forget")
-
-    bad = tmp_path / "bad.db"
-    bad.write_bytes(b"garbage" * 1000)
-    rc, out, err = run_cli("hangs", "list", "--store", str(bad))
-    assert rc == 2 and str(bad) in err and "Traceback" not in err
-    rc, _, err = run_cli("hangs")
-    assert rc == 2 and "list" in err
 
 
 def test_range_replay_hang_is_recorded_for_the_kernel_it_was_tried_for(store):

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
     sweep.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    from nsightwrap.store.hangstore import add_hangs_parser
+    from nsightwrap.cli.hangs import add_hangs_parser
 
     add_hangs_parser(sub)
     sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
@@ -260,7 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return USAGE_EXIT_CODE
     try:
-        from nsightwrap.store.hangstore import cmd_hangs
+        from nsightwrap.cli.hangs import cmd_hangs
 
         return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
                 "hangs": cmd_hangs}[args.cmd](args)

@@ -1,0 +1,33 @@
+"""The hang store: which profiling settings hung on which kernels, on which GPU.
+
+Layers inside, each importing only those before it: ``keys`` (kernel-name
+patterns, ProfileKey, Environment), ``paths`` (where the store lives, private
+files), ``schema`` (Record, migrations), ``export`` (CSV/YAML), ``hangstore``
+(HangStore), then ``debuglog`` (the Markdown log, written from a store;
+nothing in the store imports it). The ``hangs`` command is in
+:mod:`nsightwrap.cli.hangs`.
+"""
+
+from nsightwrap.errors import StoreError
+from nsightwrap.store.hangstore import BUSY_TIMEOUT_S, HangStore
+from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
+from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path
+from nsightwrap.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, KernelSummary, Record
+
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "COLUMNS",
+    "DEFAULT_STORE",
+    "ENV_STORE",
+    "ENV_XDG_CACHE",
+    "Environment",
+    "HangStore",
+    "KernelSummary",
+    "MIGRATIONS",
+    "ProfileKey",
+    "Record",
+    "SCHEMA_VERSION",
+    "StoreError",
+    "default_store_path",
+    "normalize_kernel",
+]

@@ -16,7 +16,10 @@ import re
 import shlex
 from typing import Optional, Sequence
 
-from nsightwrap.store.hangstore import HANG, HANG_OUTCOMES, OK, Environment, HangStore, ProfileKey, Record, normalize_kernel
+from nsightwrap.status import HANG, HANG_OUTCOMES, OK
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
+from nsightwrap.store.schema import Record
 
 __all__ = ["debug_log", "key_change", "key_flags"]
 

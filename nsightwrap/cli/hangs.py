@@ -1,0 +1,194 @@
+"""`python -m nsightwrap hangs ...`: read and edit the hang store.
+
+``list``, ``show`` and ``export`` open the store read-only, so a store this
+user cannot write (a colleague's, a read-only mount) can still be read;
+``forget`` needs write access. ``list`` and ``show`` take ``--json``: then
+stdout holds exactly one JSON object, errors included (``"status":
+"error"``). Output cut short by its reader (``hangs show K | head``) ends
+quietly with exit code 141, as for a program stopped by SIGPIPE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import IO, Any, Callable, Optional, Sequence
+
+from nsightwrap.errors import NsightwrapError
+from nsightwrap.status import USAGE_EXIT_CODE
+from nsightwrap.store.debuglog import debug_log
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import normalize_kernel
+from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path
+
+__all__ = ["BROKEN_PIPE_EXIT", "add_hangs_parser", "cmd_hangs"]
+
+#: Exit code when the reader of stdout went away (128 + SIGPIPE).
+BROKEN_PIPE_EXIT = 141
+
+
+def add_hangs_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``hangs`` with sub-commands list, show, export, forget to an
+    ``add_subparsers()`` object; returns the ``hangs`` parser. Run the
+    result with :func:`cmd_hangs`."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="PATH",
+                        help=f"hang store file (default: ${ENV_STORE}, else ${ENV_XDG_CACHE}/nsightwrap/hangs.db, "
+                             f"else {DEFAULT_STORE})")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    hangs = subparsers.add_parser("hangs", help="what is known about kernels that hung under ncu",
+                                  description="Inspect and edit the hang store: which profiling settings "
+                                              "hung on which kernels.")
+    sub = hangs.add_subparsers(dest="hangs_cmd", metavar="SUBCOMMAND")
+    sub.add_parser("list", parents=[common, as_json], help="one line per kernel: records, hangs, last seen")
+    show = sub.add_parser("show", parents=[common, as_json], help="the records of one kernel (and kernels like it)")
+    show.add_argument("kernel", metavar="KERNEL")
+    show.add_argument("--markdown", action="store_true", help="print the Markdown debug log of the kernel")
+    export = sub.add_parser("export", parents=[common], help="write the records as CSV or YAML")
+    export.add_argument("--format", choices=["csv", "yaml"], default="csv")
+    export.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
+    export.add_argument("--kernel", metavar="K", help="only this kernel (exact name)")
+    forget = sub.add_parser("forget", parents=[common], help="delete records")
+    which = forget.add_mutually_exclusive_group(required=True)
+    which.add_argument("--kernel", metavar="K", help="every record of kernel K (exact name)")
+    which.add_argument("--id", type=int, metavar="N", help="record number N (see `hangs show`)")
+    which.add_argument("--all", action="store_true", help="every record")
+    hangs.set_defaults(hangs_cmd=None, _hangs_parser=hangs)
+    return hangs
+
+
+def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
+    """Run ``hangs SUBCOMMAND``: 0 on success, 2 with a message on an expected error."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    cmd = getattr(args, "hangs_cmd", None)
+    if cmd is None:
+        parser = getattr(args, "_hangs_parser", None)
+        (parser.print_help(err) if parser else print("nsightwrap hangs: give a sub-command: list, show, "
+                                                     "export or forget", file=err))
+        return USAGE_EXIT_CODE
+    path = Path(args.store).expanduser() if getattr(args, "store", None) else default_store_path()
+    try:
+        try:
+            code = _COMMANDS[cmd](args, path, out, err)
+        except (NsightwrapError, ValueError) as e:
+            code = _failed(e, args, path, out, err)
+        out.flush()
+        return code
+    except BrokenPipeError:
+        _silence(out)
+        return BROKEN_PIPE_EXIT
+
+
+def _failed(e: Exception, args, path: Path, out: IO[str], err: IO[str]) -> int:
+    print(f"nsightwrap hangs: {e}", file=err)
+    if getattr(args, "json", False):
+        _print_json(out, {"status": "error", "error": str(e), "store": str(path)})
+    return USAGE_EXIT_CODE
+
+
+def _silence(out: IO[str]) -> None:
+    """After the reader went away: point stdout at /dev/null so that the flush
+    at exit does not print a BrokenPipeError of its own."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests pass StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _print_json(out: IO[str], doc: dict[str, Any]) -> None:
+    print(json.dumps(doc), file=out)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in header]] + [["-" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _fmt_s(value: Optional[float]) -> Optional[str]:
+    return None if value is None else f"{value:.1f}"
+
+
+def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
+    rows = []
+    if path.exists():
+        with HangStore(path, readonly=True) as store:
+            rows = store.kernels()
+    if args.json:
+        _print_json(out, {"status": "ok", "store": str(path), "exists": path.exists(),
+                          "kernels": [k._asdict() for k in rows]})
+    elif not path.exists():
+        print(f"no hang store at {path} yet: nothing recorded", file=out)
+    elif not rows:
+        print(f"no records in {path}", file=out)
+    else:
+        print(_table(["KERNEL", "RECORDS", "HANGS", "LAST"], rows), file=out)
+    return 0
+
+
+def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
+    recs, markdown = [], None
+    if path.exists():
+        with HangStore(path, readonly=True) as store:
+            recs = store.records(kernel=args.kernel) or store.records(pattern=args.kernel)
+            markdown = debug_log(store, args.kernel) if args.markdown else None
+    if args.json:
+        doc = {"status": "ok", "store": str(path), "exists": path.exists(), "kernel": args.kernel,
+               "pattern": normalize_kernel(args.kernel), "records": [r.to_dict() for r in recs]}
+        if args.markdown:
+            doc["markdown"] = markdown
+        _print_json(out, doc)
+    elif not path.exists():
+        print(f"no hang store at {path} yet: nothing recorded", file=out)
+    elif markdown is not None:
+        print(markdown, file=out)
+    elif not recs:
+        print(f"no records of {args.kernel} (nor of kernels like it, {normalize_kernel(args.kernel)})", file=out)
+    else:
+        _print_records(recs, out)
+    return 0
+
+
+def _print_records(recs, out: IO[str]) -> None:
+    rows = [(r.id, r.time, r.kernel, r.outcome + ("" if r.trusted else " (untrusted)"), r.profile_key.describe(),
+             r.passes_reached, _fmt_s(r.stall_s), _fmt_s(r.elapsed_s), r.gpu, r.driver, r.ncu_version)
+            for r in recs]
+    print(_table(["ID", "TIME", "KERNEL", "OUTCOME", "SETTINGS", "PASSES", "STALL_S", "ELAPSED_S", "GPU",
+                  "DRIVER", "NCU"], rows), file=out)
+    for r in recs:
+        if r.command or r.note:
+            print(f"\n#{r.id}: {shlex.join(r.command) if r.command else '(no command)'}"
+                  + (f"\n    {r.note}" if r.note else ""), file=out)
+
+
+def _export(args, path: Path, out: IO[str], err: IO[str]) -> int:
+    if not path.exists():
+        print(f"nsightwrap hangs: no hang store at {path} yet: nothing to export", file=err)
+        return USAGE_EXIT_CODE
+    with HangStore(path, readonly=True) as store:
+        write = store.export_csv if args.format == "csv" else store.export_yaml
+        n = write(args.output or out, kernel=args.kernel)
+    if args.output:
+        print(f"wrote {n} record(s) to {args.output}", file=err)
+    return 0
+
+
+def _forget(args, path: Path, out: IO[str], err: IO[str]) -> int:
+    with HangStore(path) as store:
+        n = store.forget(kernel=args.kernel, record_id=args.id, all=args.all)
+    print(f"deleted {n} record(s) from {path}", file=out)
+    return 0
+
+
+_COMMANDS: dict[str, Callable[..., int]] = {"list": _list, "show": _show, "export": _export, "forget": _forget}

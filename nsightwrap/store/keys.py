@@ -1,0 +1,215 @@
+"""What a hang record is about: the kernel (by name pattern), the profiling
+settings (ProfileKey) and the machine (Environment).
+
+Hangs are matched on these, so two spellings of one kernel or two orderings
+of the same sections must give the same key.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from nsightwrap.status import REPLAY_MODES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nsightwrap.ncu.options import ProfileOptions
+
+__all__ = ["Environment", "ProfileKey", "as_key", "normalize_kernel"]
+
+_OPEN = {"<": ">", "(": ")", "[": "]"}
+_CLOSE = {v: k for k, v in _OPEN.items()}
+
+
+def normalize_kernel(name: str) -> str:
+    """The pattern of a kernel name: kernels differing only in numbers or
+    template arguments, or in how ncu spelled the name, get the same one.
+
+    Steps, in order:
+
+    1. strip blanks and a trailing ``...`` (ncu truncates long names);
+    2. ``(anonymous namespace)`` becomes ``{anon}``;
+    3. drop every bracketed list at top level: template arguments ``<...>``
+       and parameter lists ``(...)`` (nested brackets included; a list left
+       open by truncation is dropped to the end);
+    4. keep the last blank-separated word and its last ``::`` component, so
+       ncu's ``function``, ``demangled`` and ``mangled``-free spellings
+       (``void at::native::foo<4>(int)`` and ``foo``) agree;
+    5. replace each run of digits with ``#``.
+
+    So ``nvjet_sm90_tst_256x128_64x4_1...`` and ``nvjet_sm90_tst_128x128_64x4_2...``
+    both give ``nvjet_sm#_tst_#x#_#x#_#``: the same GEMM kernel family with
+    other tile sizes. ``vec_add`` and ``vec_add2`` also match (``vec_add#`` is
+    not ``vec_add``, though). The function is idempotent, so a pattern may be
+    passed wherever a name is expected. A name that would normalize to
+    nothing (``operator()``...) keeps its text, with digits replaced.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"kernel name must be a string, not {type(name).__name__}")
+    text = name.strip()
+    while text.endswith("..."):
+        text = text[:-3].rstrip()
+    text = text.replace("(anonymous namespace)", "{anon}")
+    kept: list[str] = []
+    stack: list[str] = []
+    for ch in text:
+        if ch in _OPEN:
+            stack.append(_OPEN[ch])
+            continue
+        if stack:
+            if ch == stack[-1]:
+                stack.pop()
+            continue
+        if ch in _CLOSE:
+            continue
+        kept.append(ch)
+    core = "".join(kept).strip()
+    words = core.split()
+    core = words[-1] if words else ""
+    core = core.rsplit("::", 1)[-1] if "::" in core and not core.endswith("::") else core
+    if not core:
+        core = " ".join(text.split())
+    out: list[str] = []
+    for ch in core:
+        if ch.isdigit() and ch.isascii():
+            if not out or out[-1] != "#":
+                out.append("#")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _str_tuple(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError(f"ProfileKey.{name} must be a sequence of strings, not the string {value!r}")
+    items = tuple(value or ())
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise TypeError(f"ProfileKey.{name} holds {item!r}; every item must be a non-empty string")
+    return tuple(sorted(set(items)))
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    """The profiling settings that decide whether a kernel hangs.
+
+    Sections and metrics are kept sorted and without duplicates, so two
+    keys asking for the same thing are equal and have the same canonical().
+    """
+
+    set: Optional[str] = None
+    sections: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    replay_mode: str = "kernel"
+
+    def __post_init__(self) -> None:
+        if self.set is not None and (not isinstance(self.set, str) or not self.set):
+            raise TypeError(f"ProfileKey.set={self.set!r} must be a non-empty string or None")
+        object.__setattr__(self, "sections", _str_tuple("sections", self.sections))
+        object.__setattr__(self, "metrics", _str_tuple("metrics", self.metrics))
+        mode = getattr(self.replay_mode, "value", self.replay_mode)
+        if mode not in REPLAY_MODES:
+            raise ValueError(f"ProfileKey.replay_mode={self.replay_mode!r}; use one of {', '.join(REPLAY_MODES)}")
+        object.__setattr__(self, "replay_mode", mode)
+
+    @classmethod
+    def from_options(cls, options: "ProfileOptions") -> "ProfileKey":
+        """The key of a ProfileOptions (kernel filters and launch counts are not part of it)."""
+        return cls(options.set, options.sections, options.metrics, str(options.replay_mode))
+
+    @classmethod
+    def parse(cls, canonical: str) -> "ProfileKey":
+        """The inverse of canonical()."""
+        try:
+            data = json.loads(canonical)
+            return cls(data["set"], tuple(data["sections"]), tuple(data["metrics"]), data["replay_mode"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"not a canonical profile key: {canonical!r} ({e})") from None
+
+    def canonical(self) -> str:
+        """A stable string naming these settings: compact JSON, keys and lists sorted."""
+        return json.dumps({"metrics": list(self.metrics), "replay_mode": self.replay_mode,
+                           "sections": list(self.sections), "set": self.set},
+                          sort_keys=True, separators=(",", ":"))
+
+    def describe(self) -> str:
+        """A short phrase for people: ``set full``, ``sections A+B, kernel replay``,
+        ``metrics gpu__time_duration.sum, application replay``.
+
+        The replay mode is named unless the key is a plain set (or nothing)
+        in kernel replay, ncu's default.
+        """
+        parts = []
+        if self.set:
+            parts.append(f"set {self.set}")
+        if self.sections:
+            parts.append("sections " + "+".join(self.sections))
+        if self.metrics:
+            parts.append("metrics " + "+".join(self.metrics))
+        text = " + ".join(parts) or "ncu's default set"
+        if self.replay_mode != "kernel" or self.sections or self.metrics:
+            text += f", {self.replay_mode} replay"
+        return text
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _run_nvidia_smi(exe: str, timeout: float) -> Optional[str]:
+    try:
+        done = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a verdict was reached: host, GPU model, driver and ncu version.
+
+    Hangs are matched on gpu and ncu_version; the driver is reported.
+    Any field may be None (unknown).
+    """
+
+    host: Optional[str] = None
+    gpu: Optional[str] = None
+    driver: Optional[str] = None
+    ncu_version: Optional[str] = None
+
+    @classmethod
+    def detect(cls, ncu_version: Optional[str] = None, *, nvidia_smi: Optional[str] = None,
+               timeout: float = 15.0) -> "Environment":
+        """This machine: host name, and the first GPU's name and driver from
+        nvidia-smi (None when nvidia-smi is missing or fails). Never raises."""
+        try:
+            host: Optional[str] = socket.gethostname() or None
+        except OSError:  # pragma: no cover - gethostname does not fail in practice
+            host = None
+        gpu = driver = None
+        exe = nvidia_smi or shutil.which("nvidia-smi")
+        text = _run_nvidia_smi(exe, timeout) if exe else None
+        for line in (text or "").splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if parts and parts[0]:
+                gpu = parts[0]
+                driver = parts[1] if len(parts) > 1 and parts[1] else None
+                break
+        return cls(host, gpu, driver, ncu_version)
+
+    def describe(self) -> str:
+        return (f"{self.gpu or 'unknown GPU'} (driver {self.driver or 'unknown'}, "
+                f"ncu {self.ncu_version or 'unknown'})")
+
+
+def as_key(key: Any) -> ProfileKey:
+    """A ProfileKey from a ProfileKey or a ProfileOptions (duck-typed: the store sits below ncu)."""
+    if isinstance(key, ProfileKey):
+        return key
+    if hasattr(key, "replay_mode") and hasattr(key, "sections"):  # ProfileOptions
+        return ProfileKey.from_options(key)
+    raise TypeError(f"key must be a ProfileKey (or ProfileOptions), not {type(key).__name__}")

@@ -1,0 +1,86 @@
+"""Where the hang store lives, and its file made private.
+
+The store holds command lines and host names, so a file nsightwrap creates
+is mode 0600 and each folder it creates 0700 (SQLite gives its ``-wal`` and
+``-shm`` files the mode of the database). An existing file or folder keeps
+its mode: a store shared on purpose stays shared.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+from nsightwrap.errors import StoreError
+
+__all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path",
+           "unwritable_reason"]
+
+ENV_STORE = "NSIGHTWRAP_STORE"
+ENV_XDG_CACHE = "XDG_CACHE_HOME"
+#: The store when neither $NSIGHTWRAP_STORE nor $XDG_CACHE_HOME is set.
+DEFAULT_STORE = "~/.cache/nsightwrap/hangs.db"
+STORE_NAME = Path("nsightwrap", "hangs.db")
+
+
+def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:
+    """``$NSIGHTWRAP_STORE`` if set, else ``$XDG_CACHE_HOME/nsightwrap/hangs.db``,
+    else ``~/.cache/nsightwrap/hangs.db``.
+
+    As the XDG base directory spec says, a relative ``$XDG_CACHE_HOME`` is
+    ignored.
+    """
+    env = os.environ if env is None else env
+    if env.get(ENV_STORE):
+        return Path(env[ENV_STORE]).expanduser()
+    xdg = env.get(ENV_XDG_CACHE)
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / STORE_NAME
+    return Path(DEFAULT_STORE).expanduser()
+
+
+def _make_private_dirs(folder: Path) -> None:
+    """``mkdir -p`` with mode 0700 for every level created (``Path.mkdir(parents=True)``
+    gives the missing parents the default mode)."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for level in reversed(missing):
+        try:
+            level.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it meanwhile
+            pass
+
+
+def create_private(path: Path) -> None:
+    """Create the store's folders (0700) and an empty file (0600) if missing."""
+    try:
+        _make_private_dirs(path.parent)
+    except OSError as e:
+        raise StoreError(path, f"cannot create the folder of the hang store {path}: {e.strerror or e}. "
+                         f"Make {path.parent} writable, or set {ENV_STORE} to a file in a writable "
+                         "folder.") from None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise StoreError(path, f"cannot create the hang store {path}: {e.strerror or e}. Make {path.parent} "
+                         f"writable, or set {ENV_STORE} to a file in a writable folder.") from None
+    os.close(fd)
+
+
+def unwritable_reason(path: Path) -> Optional[str]:
+    """Why this user cannot record in the store at ``path`` (None: it can).
+
+    SQLite writes the file and creates ``-wal``/``-shm`` files beside it, so
+    both the file and its folder must be writable.
+    """
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"the file {path} is read-only for this user"
+    folder = path.parent
+    if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"its folder {folder} is read-only for this user"
+    return None

@@ -1,0 +1,198 @@
+"""The store's SQL schema, its migrations, and Record, the row as Python sees it.
+
+``schema_version(version)`` holds one row, the number of migrations applied;
+:data:`MIGRATIONS` lists them in order, and opening a store applies those it
+lacks. A store written by a newer nsightwrap is refused.
+
+Schema, version 1 (table ``records``, one row a verdict; see :class:`Record`)::
+
+    id              INTEGER PRIMARY KEY AUTOINCREMENT
+    time            TEXT    ISO 8601, UTC (the attempt's start when known)
+    host, gpu, driver, ncu_version   TEXT or NULL   (see Environment)
+    kernel          TEXT    function name as ncu printed it ("*" = unknown)
+    kernel_pattern  TEXT    normalize_kernel(kernel)
+    set_name        TEXT or NULL    ncu --set
+    sections        TEXT    JSON list, sorted   (--section ...)
+    metrics         TEXT    JSON list, sorted   (--metrics ...)
+    replay_mode     TEXT    kernel | application | range | app-range
+    key             TEXT    ProfileKey.canonical()
+    outcome         TEXT    one of OUTCOMES
+    passes_reached  INTEGER or NULL   passes of a finished profile
+    stall_s         REAL or NULL      silence before a hang verdict
+    elapsed_s       REAL or NULL      the whole run
+    command         TEXT    JSON list, the exact ncu command line
+    trusted         INTEGER 0 when foreign processes held the GPU
+    rung, ladder    TEXT or NULL      where in a ladder of settings
+    note            TEXT
+    run_id          TEXT or NULL      rows of one run share it (the attempt's cookie)
+
+    index records_match (kernel_pattern, gpu, ncu_version)
+    index records_kernel (kernel)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, Sequence
+
+from nsightwrap.errors import StoreError
+from nsightwrap.status import HANG_OUTCOMES
+from nsightwrap.store.keys import Environment, ProfileKey
+from nsightwrap.store.paths import ENV_STORE
+
+__all__ = ["COLUMNS", "KernelSummary", "MIGRATIONS", "Record", "SCHEMA_VERSION", "SELECT", "SQL_NAME",
+           "migrate", "refuse_newer", "row_to_record", "stored_version"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One row of the store: one verdict about one kernel with one key."""
+
+    id: int
+    time: str
+    host: Optional[str]
+    gpu: Optional[str]
+    driver: Optional[str]
+    ncu_version: Optional[str]
+    kernel: str
+    kernel_pattern: str
+    set: Optional[str]
+    sections: tuple[str, ...]
+    metrics: tuple[str, ...]
+    replay_mode: str
+    key: str
+    outcome: str
+    passes_reached: Optional[int]
+    stall_s: Optional[float]
+    elapsed_s: Optional[float]
+    command: tuple[str, ...]
+    trusted: bool
+    rung: Optional[str]
+    ladder: Optional[str]
+    note: str
+    run_id: Optional[str]
+
+    @property
+    def profile_key(self) -> ProfileKey:
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode)
+
+    @property
+    def environment(self) -> Environment:
+        return Environment(self.host, self.gpu, self.driver, self.ncu_version)
+
+    @property
+    def hung(self) -> bool:
+        return self.outcome in HANG_OUTCOMES
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (lists, not tuples), for JSON and YAML."""
+        data = asdict(self)
+        for name in ("sections", "metrics", "command"):
+            data[name] = list(data[name])
+        return data
+
+
+#: Field names of Record, in order: the columns of CSV/YAML exports.
+COLUMNS = tuple(f.name for f in fields(Record))
+
+# Record field -> SQL column, where they differ.
+SQL_NAME = {"set": "set_name"}
+SELECT = "SELECT " + ", ".join(SQL_NAME.get(c, c) for c in COLUMNS) + " FROM records"
+
+
+class KernelSummary(NamedTuple):
+    """One line of :meth:`HangStore.kernels`; n_hangs counts trusted hang/timeout records."""
+
+    kernel: str
+    n_records: int
+    n_hangs: int
+    last_time: str
+
+
+#: Migrations, in order; the store's version is how many were applied.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE records (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        time           TEXT    NOT NULL,
+        host           TEXT,
+        gpu            TEXT,
+        driver         TEXT,
+        ncu_version    TEXT,
+        kernel         TEXT    NOT NULL,
+        kernel_pattern TEXT    NOT NULL,
+        set_name       TEXT,
+        sections       TEXT    NOT NULL DEFAULT '[]',
+        metrics        TEXT    NOT NULL DEFAULT '[]',
+        replay_mode    TEXT    NOT NULL,
+        key            TEXT    NOT NULL,
+        outcome        TEXT    NOT NULL,
+        passes_reached INTEGER,
+        stall_s        REAL,
+        elapsed_s      REAL,
+        command        TEXT    NOT NULL DEFAULT '[]',
+        trusted        INTEGER NOT NULL DEFAULT 1,
+        rung           TEXT,
+        ladder         TEXT,
+        note           TEXT    NOT NULL DEFAULT '',
+        run_id         TEXT
+    );
+    CREATE INDEX records_match ON records (kernel_pattern, gpu, ncu_version);
+    CREATE INDEX records_kernel ON records (kernel);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def row_to_record(row: Sequence[Any]) -> Record:
+    """A Record from a row selected with :data:`SELECT` (JSON lists decoded)."""
+    d = dict(zip(COLUMNS, row))
+    d["sections"] = tuple(json.loads(d["sections"]))
+    d["metrics"] = tuple(json.loads(d["metrics"]))
+    d["command"] = tuple(json.loads(d["command"]))
+    d["trusted"] = bool(d["trusted"])
+    d["note"] = d["note"] or ""
+    return Record(**d)
+
+
+def stored_version(conn: sqlite3.Connection) -> Optional[int]:
+    """The store's schema version; None when it has no schema_version table (a new file)."""
+    has = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+    if has is None:
+        return None
+    row = conn.execute("SELECT version FROM schema_version").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def refuse_newer(version: Optional[int], path: Path) -> None:
+    """Refuse a store written by a newer nsightwrap: its rows may mean other things."""
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreError(path, f"the hang store {path} has schema version {version}, newer than this "
+                         f"nsightwrap knows ({SCHEMA_VERSION}). Upgrade nsightwrap, or set {ENV_STORE} to "
+                         "another file.")
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Apply the migrations the store lacks, in one IMMEDIATE transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        version = 0 if row is None else int(row[0])
+        refuse_newer(version, path)
+        for script in MIGRATIONS[version:]:
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        if row is None:
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif version != SCHEMA_VERSION:
+            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
