@@ -28,11 +28,13 @@ except ImportError:  # a machine with only an Nsight Compute install's extras/py
 
 from conftest import DATA
 from nsightwrap.errors import NsightwrapError, ToolNotFound
+from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.reports.ncu import api, module, raw_csv, scan, schema
 from nsightwrap.reports.ncu import (
     IDENTITY_COLUMNS,
     TIDY_COLUMNS,
     ReportError,
+    attempt_dataframe,
     find_report_module,
     load_report,
     parse_raw_csv,
@@ -569,6 +571,39 @@ def test_nothing_to_read_with(monkeypatch):
     monkeypatch.setattr(module, "find_ncu", lambda: (_ for _ in ()).throw(ToolNotFound("ncu", [], "")))
     with pytest.raises(ReportError, match="no way to read reports"):
         load_report(BASIC)
+
+
+def ran_with(ncu, report=BASIC) -> Attempt:
+    """An attempt whose run was `ncu --export ... app` (its argv starts with the ncu that ran)."""
+    return Attempt(status="ok", reason="", command=(str(ncu), "--export", str(report), "./app"), returncode=0,
+                   kernels=(), stall=None, report=report, report_complete=True, elapsed_s=0.0, stop=None,
+                   warnings=(), errors=(), notes=(), log="", started_at="", cookie="")
+
+
+def test_an_attempt_is_read_with_the_ncu_of_its_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(module, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
+    monkeypatch.setattr(module, "_loaded_builds", dict)
+    searched = []
+    found = fake_ncu(tmp_path / "env", CSV / "raw_basic.csv")  # what a search of $NSIGHTWRAP_NCU / PATH would give
+    monkeypatch.setattr(module, "find_ncu", lambda: searched.append(1) or str(found))
+    run = fake_ncu(tmp_path / "run", CSV / "raw_basic.csv")
+    for df in (attempt_dataframe(ran_with(run)), load_report(ran_with(run), metrics="gpu__time_duration.sum")):
+        assert (df.attrs["reader"], df.attrs["reader_origin"]) == ("csv", str(run))
+        assert (tmp_path / "run" / "argv.txt").read_text().splitlines() == raw_csv_argv(str(run), BASIC)[1:]
+    other = fake_ncu(tmp_path / "other", CSV / "raw_basic.csv")
+    assert attempt_dataframe(ran_with(run), ncu=other).attrs["reader_origin"] == str(other)  # ncu= wins
+    assert searched == []  # an ncu was given every time: no search
+    gone = attempt_dataframe(ran_with(tmp_path / "uninstalled" / "ncu"))  # the run's ncu is no more: search
+    assert gone.attrs["reader_origin"] == str(found) and searched == [1]
+
+
+@needs_wheel
+def test_an_attempt_is_read_with_the_extras_of_its_ncu(tmp_path):
+    ncu = fake_install(tmp_path / "nsight-compute" / "2025.3.1")
+    df = attempt_dataframe(ran_with(ncu, DURATION), metrics="gpu__time_duration.sum")
+    assert df.attrs["reader"] == "extras"
+    assert df.attrs["reader_origin"] == os.path.realpath(ncu.parent / "extras" / "python" / "ncu_report.py")
+    assert (ncu.parent / "extras" / "python" / "used.txt").read_text().endswith(f".ncu_report {DURATION}\n")
 
 
 # --------------------------------------------------------------------------

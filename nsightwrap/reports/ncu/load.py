@@ -1,4 +1,4 @@
-"""The entry point: a report (a file, or an attempt's) through the reader's steps, into a DataFrame."""
+"""The entry points: a report file, or an attempt's report read with the ncu of its run."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from nsightwrap.errors import ReportError
+from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.reports.ncu.api import read_api
 from nsightwrap.reports.ncu.frame import build_tidy, build_wide
 from nsightwrap.reports.ncu.module import choose_reader
@@ -21,12 +22,12 @@ if TYPE_CHECKING:  # pragma: no cover
 Names = Union[str, Sequence[str], None]
 
 
-def load_report(path: Any, metrics: Names = None, sections: Names = None, tidy: bool = False,
+def load_report(path: str | os.PathLike | Attempt, metrics: Names = None, sections: Names = None, tidy: bool = False,
                 *, ncu: str | os.PathLike | None = None) -> "pandas.DataFrame":
     """Read an Nsight Compute report into a DataFrame (see :mod:`nsightwrap.reports.ncu`).
 
     ``path``: the ``.ncu-rep`` file, or an :class:`~nsightwrap.ncu.attempt.Attempt`
-    (its ``report`` is read).
+    (its ``report`` is read, with the ncu its run used: :func:`attempt_dataframe`).
     ``metrics``: name(s), globs or ``regex:EXPR``. ``sections``: section
     identifier(s). ``tidy``: one row per (result, metric) instead of one per
     result. ``ncu``: the ncu (binary or install folder) whose ``ncu_report``
@@ -36,7 +37,26 @@ def load_report(path: Any, metrics: Names = None, sections: Names = None, tidy: 
     exact metric name or a section the report lacks, and when nothing can
     read reports here.
     """
+    if isinstance(path, Attempt):
+        return attempt_dataframe(path, metrics, sections, tidy, ncu=ncu)
     return _read(_report_path(path), metrics, sections, tidy, ncu)
+
+
+def attempt_dataframe(attempt: Attempt, metrics: Names = None, sections: Names = None, tidy: bool = False,
+                      *, ncu: str | os.PathLike | None = None) -> "pandas.DataFrame":
+    """The report of ``attempt`` (partial or complete) as a DataFrame, like :func:`load_report`.
+
+    Read with the ``ncu_report`` of the ncu that made it: the first element
+    of the attempt's argv (``attempt.command``), unless ``ncu=`` names
+    another; the usual search only when that ncu is gone.
+    """
+    return _read(_report_path(attempt), metrics, sections, tidy, ncu if ncu is not None else run_ncu(attempt))
+
+
+def run_ncu(attempt: Attempt) -> str | None:
+    """The ncu an attempt ran (the first element of its argv), or None when it no longer exists."""
+    ncu = attempt.command[0] if attempt.command else None
+    return ncu if ncu and os.path.exists(ncu) else None
 
 
 def _read(report: Path, metrics: Names, sections: Names, tidy: bool,
