@@ -46,6 +46,14 @@ def assert_tree_gone(run):
     assert processes_with(COOKIE_VAR, run.cookie) == []
 
 
+def test_public_api():
+    import nsightwrap
+
+    assert (nsightwrap.nsys_stats, nsightwrap.kernel_rows) == (nsys_stats, kernel_rows)
+    assert (nsightwrap.profile_nsys, nsightwrap.NsysOptions) == (profile_nsys, NsysOptions)
+    assert {"NsysOptions", "kernel_rows", "nsys_stats", "profile_nsys"} <= set(nsightwrap.__all__)
+
+
 # ----------------------------------------------------------------- argv and options
 
 
