@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from nsightwrap.errors import ToolNotFound  # noqa: E402
-from nsightwrap.reports.ncu import IDENTITY_COLUMNS, _choose_reader, load_report, raw_csv_argv  # noqa: E402
+from nsightwrap.reports.ncu import IDENTITY_COLUMNS, load_report, raw_csv_argv  # noqa: E402
+from nsightwrap.reports.ncu.module import choose_reader  # noqa: E402
 from nsightwrap.ncu.tools import find_ncu  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "reports"
@@ -105,7 +106,7 @@ def main() -> int:
         ncu = None
 
     first = load_report(path, ncu=args.ncu)  # warm up: imports, caches
-    module = _choose_reader(args.ncu).module  # the plain loop uses the module nsightwrap chose
+    module = choose_reader(args.ncu).module  # the plain loop uses the module nsightwrap chose
     if module is None:
         ap.error("no ncu_report module imports here: pip install ncu-report")
     names = list(first.columns[len(IDENTITY_COLUMNS):])

@@ -16,12 +16,12 @@ with open(os.path.realpath(ncu), "rb") as f:
     head = f.read(400)
 print("head:", head[:400] if head.startswith(b"#!") else head[:4])
 
-from nsightwrap.reports.ncu import _choose_reader, find_report_module  # noqa: E402
+from nsightwrap.reports.ncu.module import choose_reader, find_report_module  # noqa: E402
 
 found = find_report_module(ncu)
 print("find_report_module:", found)
 try:
-    r = _choose_reader(ncu)
+    r = choose_reader(ncu)
     print("nsightwrap chooses:", r.kind, r.origin)
 except Exception:
     traceback.print_exc()

@@ -10,7 +10,7 @@
 # want of libdw.so.1, so it leaves a .qdstrm (FACTS.md). This script puts the
 # unpacked libdw/libelf on LD_LIBRARY_PATH (the other three only if the system
 # lacks them), profiles examples/torch_matmul_softmax.py with
-# `nsightwrap.nsys.run`, reads the report back (stats, SQLite export, kernel
+# `python -m nsightwrap nsys`, reads the report back (stats, SQLite export, kernel
 # rows) and probes nsys's messages for an existing output file, a missing
 # program, a failing program and an unknown report name.
 #
@@ -120,13 +120,12 @@ for m in ('psutil', 'pandas', 'numpy', 'torch', 'tenacity', 'yaml'):
         mod = __import__(m); print(m, getattr(mod, '__version__', '?'))
     except Exception as e:
         print(m, 'MISSING', e)"
-    if tmo 60 python3 -c "import nsightwrap.nsys.run" 2>/dev/null; then
-        NSW=(python3 -m nsightwrap.nsys.run)
-    else
-        echo "the nsightwrap package does not import here (missing deps): running nsightwrap/nsys.py as a file"
-        NSW=(python3 nsightwrap/nsys.py)
+    if ! tmo 60 python3 -c "import nsightwrap.cli.main"; then
+        echo "the nsightwrap package does not import here (a dependency missing: see above): nothing more to do"
+        return 1
     fi
-    echo "nsightwrap.nsys.run runs as: ${NSW[*]}"
+    NSW=(python3 -m nsightwrap nsys)
+    echo "nsightwrap's nsys command runs as: ${NSW[*]}"
 
     step "find nsys"
     NSYS=$(tmo 60 "${NSW[@]}" find 2>&1 | tail -1)
@@ -161,7 +160,7 @@ for m in ('psutil', 'pandas', 'numpy', 'torch', 'tenacity', 'yaml'):
         show tmo 30 "$importer" --version 2>&1 | tail -5
     fi
 
-    step "profile examples/torch_matmul_softmax.py under nsys (through nsightwrap.nsys.run)"
+    step "profile examples/torch_matmul_softmax.py under nsys (through ${NSW[*]})"
     rm -f "$OUTDIR"/torch.nsys-rep "$OUTDIR"/torch.qdstrm "$OUTDIR"/torch.sqlite
     tmo 240 "${NSW[@]}" profile --timeout 200 --nsys "$NSYS" -o "$OUTDIR/torch" \
         -- "${TARGET[@]}" >"$OUTDIR/profile.json"
@@ -197,7 +196,7 @@ for m in ('psutil', 'pandas', 'numpy', 'torch', 'tenacity', 'yaml'):
     cp "$rep" "$WORK/torch.nsys-rep"
     rep=$WORK/torch.nsys-rep
 
-    step "nsys stats through nsightwrap.nsys.run (one call per report), on a copy in $WORK"
+    step "nsys stats through ${NSW[*]} (one call per report), on a copy in $WORK"
     rm -rf /tmp/nsys_stats
     tmo 300 "${NSW[@]}" stats "$rep" --nsys "$NSYS" --timeout 100 --save-dir /tmp/nsys_stats
     echo "(exit $?)"

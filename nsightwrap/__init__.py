@@ -27,6 +27,8 @@ _LAZY = {
     "profiled": "call.api", "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
     "debug_log": "store.debuglog", "SweepResult": "fallback.sweep", "sweep_sections": "fallback.sweep",
     "LadderResult": "fallback.walk", "walk_ladder": "fallback.walk",
+    "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
+    "nsys_stats": "reports.nsys.stats",
 }
 
 
@@ -71,6 +73,10 @@ __all__ = [
     "ReportError",
     "load_report",
     "parse_raw_csv",
+    "NsysOptions",
+    "kernel_rows",
+    "nsys_stats",
+    "profile_nsys",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
+    from nsightwrap.nsys.run import NsysRun
 
 
 class NsightwrapError(Exception):
@@ -46,6 +47,22 @@ class AttemptFailed(NsightwrapError):
 
 class AttemptHung(AttemptFailed):
     """The profiled program stalled and was stopped."""
+
+
+class NsysFailed(NsightwrapError):
+    """An nsys run ended other than ok; carries the NsysRun."""
+
+    def __init__(self, run: "NsysRun"):
+        self.run = run
+        super().__init__(run.describe())
+
+
+class NsysInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `profile_nsys`, re-raised after the tree was stopped; carries the run."""
+
+    def __init__(self, run: "NsysRun"):
+        super().__init__(run.describe())
+        self.run = run
 
 
 class ReportError(NsightwrapError):

@@ -2,43 +2,29 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from nsightwrap.cli.main import main
+from nsightwrap.errors import NsightwrapError, NsysFailed, OptionsError, ToolError, ToolNotFound
 from nsightwrap.ncu.engine import RunConfig
-from nsightwrap.errors import NsightwrapError, OptionsError, ToolError, ToolNotFound
-from nsightwrap.nsys.run import (
-    DEFAULT_STATS_REPORTS,
-    KERNEL_COLUMNS,
-    STATS_COLUMNS,
-    NsysFailed,
-    NsysOptions,
-    build_nsys_argv,
-    classify_nsys,
-    find_nsys,
-    generated_files,
-    kernel_rows,
-    main,
-    nsys_export_sqlite,
-    nsys_stats,
-    parse_stats_csv,
-    profile_nsys,
-    split_stats_output,
-    unique_nsys_path,
+from nsightwrap.nsys.locate import find_nsys
+from nsightwrap.nsys.options import NsysOptions, build_nsys_argv, unique_nsys_path
+from nsightwrap.nsys.run import classify_nsys, generated_files, profile_nsys
+from nsightwrap.reports.nsys.sqlite import KERNEL_COLUMNS, kernel_rows, nsys_export_sqlite
+from nsightwrap.reports.nsys.stats import (
+    DEFAULT_STATS_REPORTS, STATS_COLUMNS, nsys_stats, parse_stats_csv, parse_stats_table, split_stats_output,
 )
 from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
 
 HERE = Path(__file__).parent
 FAKE_NSYS = HERE / "fake_nsys" / "nsys"
 DATA = HERE / "data" / "nsys"
-REPO = HERE.parent
 FAST_STOP = StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0)
 PY_OK = [sys.executable, "-c", "print('ok: no error')"]
 
@@ -58,6 +44,14 @@ def config(tmp_path, **kw) -> RunConfig:
 def assert_tree_gone(run):
     assert run.cookie
     assert processes_with(COOKIE_VAR, run.cookie) == []
+
+
+def test_public_api():
+    import nsightwrap
+
+    assert (nsightwrap.nsys_stats, nsightwrap.kernel_rows) == (nsys_stats, kernel_rows)
+    assert (nsightwrap.profile_nsys, nsightwrap.NsysOptions) == (profile_nsys, NsysOptions)
+    assert {"NsysOptions", "kernel_rows", "nsys_stats", "profile_nsys"} <= set(nsightwrap.__all__)
 
 
 # ----------------------------------------------------------------- argv and options
@@ -288,7 +282,8 @@ def test_parse_each_fixture(name):
 def test_parse_keeps_quoted_names():
     kern = parse_stats_csv((DATA / "cuda_gpu_kern_sum.csv").read_text(), "cuda_gpu_kern_sum")
     assert kern["Instances"].sum() == 4
-    assert kern.loc[2, "Name"].startswith("void at::native::<unnamed>::distribution_elementwise_grid_stride_kernel<float, (int)4,")
+    assert kern.loc[2, "Name"].startswith(
+        "void at::native::<unnamed>::distribution_elementwise_grid_stride_kernel<float, (int)4,")
     nvtx = parse_stats_csv((DATA / "nvtx_sum.csv").read_text(), "nvtx_sum")
     assert list(nvtx["Range"]) == [":step", ":forward, pass 1", 'softmax "fused"']
 
@@ -310,15 +305,16 @@ def test_parse_console_text_with_banners_and_skipped_reports():
 
 def test_parse_skipped_only_and_errors():
     df = parse_stats_csv("Generating SQLite file r.sqlite from r.nsys-rep\nProcessing [r.sqlite] with "
-                         "[/x/reports/cuda_gpu_kern_sum.py]... \nSKIPPED: r.sqlite does not contain CUDA kernel data.\n",
-                         "cuda_gpu_kern_sum")
+                         "[/x/reports/cuda_gpu_kern_sum.py]... \n"
+                         "SKIPPED: r.sqlite does not contain CUDA kernel data.\n", "cuda_gpu_kern_sum")
     assert df.empty and "CUDA kernel data" in df.attrs["note"]
     with pytest.raises(ValueError, match="could not be found"):
         parse_stats_csv("\nERROR: Report 'nope' could not be found.\n\n", "nope")
 
 
 def test_parse_unknown_report_shape_and_thousands():
-    text = ('Time (%),Total Time (ns),Num Calls,Name\n55.0,"1,234,567",3,read\n45.0,"1,010,101",2,"write, sync"\n\nafter\n')
+    text = ('Time (%),Total Time (ns),Num Calls,Name\n55.0,"1,234,567",3,read\n'
+            '45.0,"1,010,101",2,"write, sync"\n\nafter\n')
     df = parse_stats_csv(text, "osrt_sum")
     assert list(df["Total Time (ns)"]) == [1234567, 1010101] and list(df["Name"]) == ["read", "write, sync"]
 
@@ -406,28 +402,27 @@ def test_kernel_rows_other_schema_and_no_kernels(tmp_path):
 # ----------------------------------------------------------------- CLI
 
 
+def test_cli_profile_and_find(tmp_path, nsys_env, capsys):
+    """`python -m nsightwrap nsys ...` (it replaced `python -m nsightwrap.nsys`)."""
+    assert main(["nsys", "profile", "-o", str(tmp_path / "cli"), "--", *PY_OK]) == 0
+    out = capsys.readouterr().out
+    assert '"status": "ok"' in out and (tmp_path / "cli.nsys-rep").exists()
+    assert main(["nsys", "find"]) == 0 and capsys.readouterr().out.strip() == str(FAKE_NSYS)
+    assert main(["nsys", "stats", str(tmp_path / "missing.nsys-rep")]) == 2
+    assert "no such report" in capsys.readouterr().err
+
+
 def test_cli_stats_and_kernels(report, tmp_path, capsys):
-    assert main(["stats", str(report), "--report", "cuda_gpu_kern_sum", "--save-dir", str(tmp_path / "s")]) == 0
+    assert main(["nsys", "stats", str(report), "--report", "cuda_gpu_kern_sum", "--save-dir", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
     assert "== cuda_gpu_kern_sum: 3 rows" in out
     assert "Processing [" in (tmp_path / "s" / "cuda_gpu_kern_sum.txt").read_text()
-    assert parse_stats_csv((tmp_path / "s" / "cuda_gpu_kern_sum.csv").read_text(), "cuda_gpu_kern_sum")["Instances"].sum() == 4
-    assert main(["export", str(report)]) == 0
+    saved = parse_stats_csv((tmp_path / "s" / "cuda_gpu_kern_sum.csv").read_text(), "cuda_gpu_kern_sum")
+    assert saved["Instances"].sum() == 4
+    assert main(["nsys", "export", str(report)]) == 0
     db = capsys.readouterr().out.strip()
-    assert main(["kernels", db, "--csv", str(tmp_path / "k.csv")]) == 0
+    assert main(["nsys", "kernels", db, "--csv", str(tmp_path / "k.csv")]) == 0
     assert len(pd.read_csv(tmp_path / "k.csv")) == 4
-
-
-def test_cli_as_a_file_without_the_package_init(tmp_path, nsys_env):
-    """The GPU machine lacks tenacity/PyYAML: `python nsightwrap/nsys.py` must not import nsightwrap/__init__."""
-    script = str(REPO / "nsightwrap" / "nsys.py")
-    code = ("import runpy, sys; sys.modules['tenacity'] = sys.modules['yaml'] = sys.modules['pandas'] = None;"
-            f"sys.argv = [{script!r}, 'profile', '-o', sys.argv[1], '--', sys.executable, '-c', 'pass'];"
-            f"runpy.run_path({script!r}, run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cli")], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
-    assert done.returncode == 0, done.stderr
-    assert '"status": "ok"' in done.stdout and (tmp_path / "cli.nsys-rep").exists()
 
 
 # --- real output from the GPU machine (tests/data/nsys/real/README.md) --------------------------
@@ -448,8 +443,6 @@ def test_real_sqlite_export_gives_kernel_rows():
 
 
 def test_real_stats_outputs_parse():
-    from nsightwrap.nsys.run import parse_stats_table
-
     kern = parse_stats_table((REAL / "stats_cuda_gpu_kern_sum.txt").read_text(), "cuda_gpu_kern_sum").to_dataframe()
     assert kern["Instances"].sum() == 4 and len(kern) == 3
     assert kern["Name"].str.contains("Kernel2").iloc[0] and kern["Total Time (ns)"].iloc[0] == 343302

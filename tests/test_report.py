@@ -20,18 +20,21 @@ import pandas as pd
 import pytest
 from pandas.api.types import is_float_dtype, is_integer_dtype, is_numeric_dtype, is_string_dtype
 
-try:  # first, on purpose: with the wheel loaded, load_report never loads a second build (see nsightwrap.reports.ncu)
+# First, on purpose: with the wheel loaded, load_report never loads a second build (see nsightwrap.reports.ncu.module).
+try:
     import ncu_report
 except ImportError:  # a machine with only an Nsight Compute install's extras/python module
     ncu_report = None
 
 from conftest import DATA
-from nsightwrap.reports import ncu as rpt
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.errors import NsightwrapError, ToolNotFound
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.reports.ncu import api, module, raw_csv, scan, schema
 from nsightwrap.reports.ncu import (
     IDENTITY_COLUMNS,
     TIDY_COLUMNS,
     ReportError,
+    attempt_dataframe,
     find_report_module,
     load_report,
     parse_raw_csv,
@@ -148,7 +151,7 @@ def test_report_of_a_run_stopped_before_any_result(tmp_path):
     offset = 8 + int.from_bytes(data[4:8], "little")
     for _ in range(2):
         size = int.from_bytes(data[offset:offset + 4], "little")
-        offset += 4 + size + rpt._pb_fields(data[offset + 4:offset + 4 + size]).get(5, 0)
+        offset += 4 + size + scan.pb_fields(data[offset + 4:offset + 4 + size]).get(5, 0)
     empty = tmp_path / "none.ncu-rep"
     empty.write_bytes(data[:offset])
     df = load_report(empty)
@@ -256,7 +259,7 @@ def test_bad_regex_and_bad_types():
 
 
 def test_only_the_chosen_metrics_are_read(monkeypatch):
-    module = rpt._choose_reader(None).module
+    ncu_report_module = module.choose_reader(None).module
     calls = []
 
     def spy(original):
@@ -266,16 +269,16 @@ def test_only_the_chosen_metrics_are_read(monkeypatch):
         return counting
 
     # nsightwrap calls the SWIG function directly where the module has it
-    flat = getattr(module, "_ncu_report", None)
+    flat = getattr(ncu_report_module, "_ncu_report", None)
     if flat is not None and hasattr(flat, "IAction_metric_by_name"):
         monkeypatch.setattr(flat, "IAction_metric_by_name", spy(flat.IAction_metric_by_name))
-    monkeypatch.setattr(module.IAction, "metric_by_name", spy(module.IAction.metric_by_name))
+    monkeypatch.setattr(ncu_report_module.IAction, "metric_by_name", spy(ncu_report_module.IAction.metric_by_name))
     load_report(BASIC, metrics="gpu__time_duration.sum")
     assert calls.count("gpu__time_duration.sum") == 8
-    assert len(calls) <= 8 * (1 + len(rpt._IDENTITY_METRICS) + 2)  # + identity lookups
+    assert len(calls) <= 8 * (1 + len(schema.IDENTITY_METRICS) + 2)  # + identity lookups
     calls.clear()
     load_report(BASIC)
-    rng = module.load_report(str(BASIC)).range_by_idx(0)
+    rng = ncu_report_module.load_report(str(BASIC)).range_by_idx(0)
     held = sum(len(rng.action_by_idx(i).metric_names()) for i in range(rng.num_actions()))
     assert len(calls) == held  # all metrics: one lookup per value, identity taken from them
 
@@ -395,12 +398,12 @@ def test_trailing_bytes_are_a_cut_block(tmp_path):
 def test_unknown_format_versions_defer_to_ncu_report(tmp_path, monkeypatch):
     """For a format version never checked, a failed walk is trusted only when
     ncu_report's answer looks broken too (no results, or a nameless one)."""
-    monkeypatch.setattr(rpt, "_KNOWN_FORMAT_VERSIONS", range(0))
+    monkeypatch.setattr(scan, "_KNOWN_FORMAT_VERSIONS", range(0))
     df = load_report(BASIC, metrics="gpu__time_duration.sum")
     assert df["function"].tolist() == MIXED8 and set(df["process"]) == {567}
     cut = tmp_path / "cut.ncu-rep"
     cut.write_bytes(BASIC.read_bytes()[:250_000])
-    assert rpt._check_report_file(cut).problem.startswith("is truncated")
+    assert scan.check_report_file(cut).problem.startswith("is truncated")
     with pytest.raises(ReportError, match="truncated"):
         load_report(cut)
 
@@ -411,17 +414,17 @@ def test_unknown_format_versions_defer_to_ncu_report(tmp_path, monkeypatch):
 
 
 def test_walk_finds_one_process_per_result():
-    scan = rpt._check_report_file(BASIC)
-    assert scan.version == 7 and scan.problem is None
-    assert [p.pid for p in scan.processes] == [567] * 8
-    assert {(p.host, p.name) for p in scan.processes} == {("127.0.0.1", "/tmp/nw/app")}
-    assert len(rpt._check_report_file(RANGE).processes) == 1  # a range result counts too
+    walked = scan.check_report_file(BASIC)
+    assert walked.version == 7 and walked.problem is None
+    assert [p.pid for p in walked.processes] == [567] * 8
+    assert {(p.host, p.name) for p in walked.processes} == {("127.0.0.1", "/tmp/nw/app")}
+    assert len(scan.check_report_file(RANGE).processes) == 1  # a range result counts too
 
 
 def test_protobuf_fields():
-    assert rpt._pb_fields(b"\x08\x96\x01\x12\x03abc\x28\x05") == {1: 150, 2: b"abc", 5: 5}
+    assert scan.pb_fields(b"\x08\x96\x01\x12\x03abc\x28\x05") == {1: 150, 2: b"abc", 5: 5}
     with pytest.raises(ValueError):
-        rpt._pb_fields(b"\x12\x09ab")
+        scan.pb_fields(b"\x12\x09ab")
 
 
 # --------------------------------------------------------------------------
@@ -455,11 +458,11 @@ class FakeState:
 
 
 def test_nvtx_text():
-    assert rpt._nvtx_text(None) is None
-    assert rpt._nvtx_text(FakeState([])) is None
-    assert rpt._nvtx_text(FakeState([FakeDomain("", ["train", "forward"])])) == "train/forward"
+    assert api.nvtx_text(None) is None
+    assert api.nvtx_text(FakeState([])) is None
+    assert api.nvtx_text(FakeState([FakeDomain("", ["train", "forward"])])) == "train/forward"
     state = FakeState([FakeDomain("", ["step"]), FakeDomain("torch", ["aten::mm"], ["epoch 1"])])
-    assert rpt._nvtx_text(state) == "step; torch@aten::mm; torch@epoch 1"
+    assert api.nvtx_text(state) == "step; torch@aten::mm; torch@epoch 1"
 
 
 # --------------------------------------------------------------------------
@@ -513,7 +516,7 @@ def test_parse_raw_csv_needs_a_header():
      "vectorized_elementwise_kernel"),
 ])
 def test_function_from_demangled(demangled, function):
-    assert rpt._function_from_demangled(demangled) == function
+    assert raw_csv._function_from_demangled(demangled) == function
 
 
 def fake_ncu(tmp_path, csv_file):
@@ -534,8 +537,8 @@ def test_csv_path_when_no_ncu_report_imports(tmp_path, monkeypatch):
     def no_wheel():
         raise ImportError("No module named 'ncu_report'")
 
-    monkeypatch.setattr(rpt, "_import_wheel", no_wheel)
-    monkeypatch.setattr(rpt, "_loaded_builds", dict)
+    monkeypatch.setattr(module, "_import_wheel", no_wheel)
+    monkeypatch.setattr(module, "_loaded_builds", dict)
     ncu = fake_ncu(tmp_path, CSV / "raw_basic.csv")
     df = load_report(BASIC, ncu=ncu)
     assert (tmp_path / "argv.txt").read_text().splitlines() == raw_csv_argv(str(ncu), BASIC)[1:]
@@ -552,8 +555,8 @@ def test_csv_path_when_no_ncu_report_imports(tmp_path, monkeypatch):
 
 
 def test_csv_path_failure_names_the_command(tmp_path, monkeypatch):
-    monkeypatch.setattr(rpt, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
-    monkeypatch.setattr(rpt, "_loaded_builds", dict)
+    monkeypatch.setattr(module, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
+    monkeypatch.setattr(module, "_loaded_builds", dict)
     ncu = tmp_path / "ncu"
     ncu.write_text("#!/bin/sh\necho '==ERROR== Failed to open report.'\nexit 1\n")
     ncu.chmod(0o755)
@@ -563,11 +566,44 @@ def test_csv_path_failure_names_the_command(tmp_path, monkeypatch):
 
 
 def test_nothing_to_read_with(monkeypatch):
-    monkeypatch.setattr(rpt, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
-    monkeypatch.setattr(rpt, "_loaded_builds", dict)
-    monkeypatch.setattr(rpt, "find_ncu", lambda: (_ for _ in ()).throw(rpt.ToolNotFound("ncu", [], "")))
+    monkeypatch.setattr(module, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
+    monkeypatch.setattr(module, "_loaded_builds", dict)
+    monkeypatch.setattr(module, "find_ncu", lambda: (_ for _ in ()).throw(ToolNotFound("ncu", [], "")))
     with pytest.raises(ReportError, match="no way to read reports"):
         load_report(BASIC)
+
+
+def ran_with(ncu, report=BASIC) -> Attempt:
+    """An attempt whose run was `ncu --export ... app` (its argv starts with the ncu that ran)."""
+    return Attempt(status="ok", reason="", command=(str(ncu), "--export", str(report), "./app"), returncode=0,
+                   kernels=(), stall=None, report=report, report_complete=True, elapsed_s=0.0, stop=None,
+                   warnings=(), errors=(), notes=(), log="", started_at="", cookie="")
+
+
+def test_an_attempt_is_read_with_the_ncu_of_its_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(module, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
+    monkeypatch.setattr(module, "_loaded_builds", dict)
+    searched = []
+    found = fake_ncu(tmp_path / "env", CSV / "raw_basic.csv")  # what a search of $NSIGHTWRAP_NCU / PATH would give
+    monkeypatch.setattr(module, "find_ncu", lambda: searched.append(1) or str(found))
+    run = fake_ncu(tmp_path / "run", CSV / "raw_basic.csv")
+    for df in (attempt_dataframe(ran_with(run)), load_report(ran_with(run), metrics="gpu__time_duration.sum")):
+        assert (df.attrs["reader"], df.attrs["reader_origin"]) == ("csv", str(run))
+        assert (tmp_path / "run" / "argv.txt").read_text().splitlines() == raw_csv_argv(str(run), BASIC)[1:]
+    other = fake_ncu(tmp_path / "other", CSV / "raw_basic.csv")
+    assert attempt_dataframe(ran_with(run), ncu=other).attrs["reader_origin"] == str(other)  # ncu= wins
+    assert searched == []  # an ncu was given every time: no search
+    gone = attempt_dataframe(ran_with(tmp_path / "uninstalled" / "ncu"))  # the run's ncu is no more: search
+    assert gone.attrs["reader_origin"] == str(found) and searched == [1]
+
+
+@needs_wheel
+def test_an_attempt_is_read_with_the_extras_of_its_ncu(tmp_path):
+    ncu = fake_install(tmp_path / "nsight-compute" / "2025.3.1")
+    df = attempt_dataframe(ran_with(ncu, DURATION), metrics="gpu__time_duration.sum")
+    assert df.attrs["reader"] == "extras"
+    assert df.attrs["reader_origin"] == os.path.realpath(ncu.parent / "extras" / "python" / "ncu_report.py")
+    assert (ncu.parent / "extras" / "python" / "used.txt").read_text().endswith(f".ncu_report {DURATION}\n")
 
 
 # --------------------------------------------------------------------------
@@ -642,12 +678,12 @@ def test_a_native_extras_build_is_passed_over_once_numpy_is_loaded(tmp_path):
 
 @needs_wheel
 def test_a_second_ncu_report_build_is_never_loaded(tmp_path, monkeypatch):
-    monkeypatch.setattr(rpt, "_numpy_loaded", lambda: False)
+    monkeypatch.setattr(module, "_numpy_loaded", lambda: False)
     ncu = fake_install(tmp_path / "other")
     (ncu.parent / "extras" / "python" / "_ncu_report.so").write_bytes(b"not loaded")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        reader = rpt._choose_reader(ncu)
+        reader = module.choose_reader(ncu)
     assert reader.module is sys.modules["ncu_report"]
     assert any("already loaded" in str(w.message) for w in caught)
     assert not (ncu.parent / "extras" / "python" / "used.txt").exists()
@@ -657,7 +693,7 @@ def test_a_second_ncu_report_build_is_never_loaded(tmp_path, monkeypatch):
 def test_the_install_build_already_loaded_is_used_as_is(tmp_path):
     ncu = fake_install(tmp_path / "same")
     (ncu.parent / "extras" / "python" / "_ncu_report.so").symlink_to(ncu_report._ncu_report.__file__)
-    reader = rpt._choose_reader(ncu)
+    reader = module.choose_reader(ncu)
     assert reader.module is ncu_report and reader.kind == "extras"
     assert not (ncu.parent / "extras" / "python" / "used.txt").exists()
 

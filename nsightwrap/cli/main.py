@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Optional, Sequence
 
+from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
 from nsightwrap.ncu.attempt import EXIT_CODES, USAGE_EXIT_CODE
 from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
 from nsightwrap.errors import NsightwrapError
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nsightwrap.cli.hangs import add_hangs_parser
 
     add_hangs_parser(sub)
+    add_nsys_parser(sub)
     sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
     doctor = sub.add_parser("doctor", help="say which tools are found and what is missing")
     doctor.add_argument("--ncu", metavar="PATH")
@@ -263,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from nsightwrap.cli.hangs import cmd_hangs
 
         return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
-                "hangs": cmd_hangs}[args.cmd](args)
+                "hangs": cmd_hangs, "nsys": cmd_nsys}[args.cmd](args)
     except NsightwrapError as e:
         print(f"nsightwrap: {e}", file=sys.stderr)
         return USAGE_EXIT_CODE

@@ -149,12 +149,6 @@ class Attempt:
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), **kw)
 
-    def dataframe(self, metrics=None, sections=None, tidy: bool = False):
-        """The report of this attempt (partial or complete) as a DataFrame; see load_report."""
-        from nsightwrap.reports.ncu import load_report
-
-        return load_report(self, metrics=metrics, sections=sections, tidy=tidy)
-
     def raise_for_status(self) -> "Attempt":
         """Return self when ok; else raise AttemptHung / AttemptFailed carrying this record."""
         from nsightwrap.errors import AttemptFailed, AttemptHung
