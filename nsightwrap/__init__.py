@@ -14,7 +14,8 @@ from nsightwrap.errors import AttemptFailed, AttemptHung, NsightwrapError, Optio
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode
 from nsightwrap.ncu.progress import Stall, StallRule
 from nsightwrap.watch.rules import TotalTimeout, WatchRule
-from nsightwrap.ncu.tools import NcuInfo, find_ncu, probe_ncu
+from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
+from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
 from nsightwrap.call.ranges import range
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey, Record, StoreError, normalize_kernel

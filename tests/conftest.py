@@ -47,7 +47,7 @@ def _gpu_available() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return "nvidia-smi did not answer"
     from nsightwrap.errors import ToolNotFound
-    from nsightwrap.ncu.tools import find_ncu
+    from nsightwrap.ncu.locate import find_ncu
 
     try:
         find_ncu(env={k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NCU"})

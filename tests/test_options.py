@@ -9,7 +9,7 @@ import pytest
 
 from nsightwrap.errors import OptionsError
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode, build_argv, validate
-from nsightwrap.ncu.tools import NcuInfo, parse_table, probe_ncu
+from nsightwrap.ncu.catalog import NcuInfo, parse_table, probe_ncu
 
 DATA = Path(__file__).parent / "data" / "ncu"
 NCU = "/opt/ncu/ncu"

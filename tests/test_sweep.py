@@ -11,7 +11,7 @@ import pytest
 from conftest import DATA, app
 from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
-from nsightwrap.ncu.tools import parse_table
+from nsightwrap.ncu.catalog import parse_table
 from nsightwrap.watch.process import StopPolicy
 
 FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"

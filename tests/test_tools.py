@@ -12,16 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsightwrap.errors import ToolError, ToolNotFound
-from nsightwrap.ncu.tools import (
-    NcuInfo,
-    Section,
-    SectionSet,
-    find_ncu,
-    parse_table,
-    parse_version,
-    probe_ncu,
-    run_command,
-)
+from nsightwrap.ncu.catalog import NcuInfo, Section, SectionSet, parse_table, parse_version, probe_ncu
+from nsightwrap.ncu.locate import find_ncu
+from nsightwrap.watch.locate import run_command
 
 DATA = Path(__file__).parent / "data" / "ncu"
 VERSION_TEXT = (
@@ -538,7 +531,7 @@ def test_run_command_missing_program_is_tool_error(tmp_path):
 def test_no_import_side_effects():
     code = (
         "import os, sys; sys.path.insert(0, sys.argv[1]); before = dict(os.environ); "
-        "import nsightwrap.ncu.tools, nsightwrap.ncu.options; assert dict(os.environ) == before"
+        "import nsightwrap.ncu.locate, nsightwrap.ncu.catalog, nsightwrap.ncu.options; assert dict(os.environ) == before"
     )
     rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
     assert rc == 0, text

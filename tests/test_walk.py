@@ -15,7 +15,7 @@ from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.ladder import (LadderError, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
                                rewrite_for_replay)
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.ncu.tools import probe_ncu
+from nsightwrap.ncu.catalog import probe_ncu
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.watch.process import StopPolicy
 

@@ -22,7 +22,7 @@ import pytest
 def nsight_profile():
     """nsightwrap.profile, or a skip when nothing could be profiled here."""
     from nsightwrap.errors import ToolNotFound
-    from nsightwrap.ncu.tools import find_ncu
+    from nsightwrap.ncu.locate import find_ncu
 
     try:
         find_ncu()

@@ -233,7 +233,8 @@ def cmd_cleanup(args) -> int:
 
 def cmd_doctor(args) -> int:
     from nsightwrap.watch import gpu
-    from nsightwrap.ncu.tools import find_ncu, probe_ncu
+    from nsightwrap.ncu.catalog import probe_ncu
+    from nsightwrap.ncu.locate import find_ncu
 
     problems = 0
     try:

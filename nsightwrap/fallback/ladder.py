@@ -20,7 +20,7 @@ import yaml
 from nsightwrap.errors import OptionsError
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import RANGE_MODES, ReplayMode
-from nsightwrap.ncu.tools import NcuInfo
+from nsightwrap.ncu.catalog import NcuInfo
 
 
 

@@ -26,7 +26,8 @@ from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.ncu.tools import find_ncu, probe_ncu
+from nsightwrap.ncu.catalog import probe_ncu
+from nsightwrap.ncu.locate import find_ncu
 
 HUNG, WORKS, FAILED = "hang", "ok", "error"
 

@@ -23,7 +23,8 @@ from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.ncu.tools import find_ncu, probe_ncu
+from nsightwrap.ncu.catalog import probe_ncu
+from nsightwrap.ncu.locate import find_ncu
 
 log = logging.getLogger("nsightwrap")
 

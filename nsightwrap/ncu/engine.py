@@ -22,7 +22,8 @@ from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, NcuObserver, StallRule
 from nsightwrap.watch.rules import TotalTimeout, WatchRule
-from nsightwrap.ncu.tools import find_ncu, probe_ncu
+from nsightwrap.ncu.catalog import probe_ncu
+from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.watch.process import OWNER_VAR, StopPolicy, find_orphans, processes_with, watch
 
 log = logging.getLogger("nsightwrap")

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from nsightwrap.errors import OptionsError
 from nsightwrap.status import RANGE_MODES, REGEX_PREFIX, ReplayMode
-from nsightwrap.ncu.tools import NcuInfo
+from nsightwrap.ncu.catalog import NcuInfo
 
 __all__ = [
     "KernelFilter",

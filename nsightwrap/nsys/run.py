@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 from nsightwrap.ncu.attempt import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
 from nsightwrap.ncu.engine import RunConfig, wanted_report
 from nsightwrap.errors import NsightwrapError, OptionsError, ToolError
-from nsightwrap.ncu.tools import search_tool
+from nsightwrap.watch.locate import search_tool
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 from nsightwrap.watch.process import RunOutcome, StopRecord, find_orphans, watch
 
