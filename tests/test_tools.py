@@ -535,3 +535,18 @@ def test_no_import_side_effects():
     )
     rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
     assert rc == 0, text
+
+
+def test_doctor_names_the_ncu_found(monkeypatch, tmp_path, capsys):
+    from nsightwrap.cli.main import main
+
+    fake = Path(__file__).parent / "fake_ncu" / "ncu"
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(fake))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path))
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert f"ncu: {fake} (version 2025.3.1.0; 6 sets, 24 sections)" in out
+    assert rc == (0 if "nvidia-smi works" in out else 2)
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(tmp_path / "missing"))
+    assert main(["doctor"]) == 2
+    assert "ncu: MISSING" in capsys.readouterr().out

@@ -199,3 +199,26 @@ def test_exclusion_filter(user, names, matches, misses):
         assert re.search(f.pattern, m), m
     for m in misses:
         assert not re.search(f.pattern, m), m
+
+
+def test_run_profile_cli(fake_env, tmp_path):
+    """`run --profile`: the walk from the command line, with the user's regex filter kept in every attempt."""
+    import json
+    import subprocess
+    import sys
+
+    ladder = tmp_path / "fast.yaml"  # the built-in ladders' own stall timeouts (6-8 s) would win over --stall-timeout
+    ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n  - {name: sol, sections: [SpeedOfLight]}\n")
+    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "-q", "--json", "--profile", str(ladder), "--set",
+                        "full", "--stall-timeout", "0.6", "--grace", "1", "--store", str(tmp_path / "s.db"),
+                        "--kernel", "regex:^(k|vec_add)$", "--", *app("vec_add", "k@hang-if=SourceCounters", "vec_add")],
+                       capture_output=True, text=True, env=fake_env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["unprofiled"] == [] and d["hangs"] == [["k", "requested"]]
+    assert [(s["job"], s["rung"]) for s in d["steps"]] == [("main", "requested"), ("main", "requested"), ("k", "sol")]
+    first, resumed = (d["steps"][i]["attempt"] for i in (0, 1))
+    assert first["ncu"] == fake_env["NSIGHTWRAP_NCU"]
+    assert first["command"][first["command"].index("--kernel-name") + 1] == "regex:^(k|vec_add)$"
+    assert resumed["command"][resumed["command"].index("--launch-skip") + 1] == "1"
+    assert "(?:^(k|vec_add)$)" in resumed["command"][resumed["command"].index("--kernel-name") + 1]
