@@ -8,97 +8,119 @@
 Everything public is importable from here; other modules are internal.
 """
 
-from nsightwrap.ncu.attempt import EXIT_CODES, STATUSES, Attempt, KernelResult
-from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
-from nsightwrap.errors import AttemptFailed, AttemptHung, NsightwrapError, OptionsError, ReportError, StoreError, ToolError, ToolNotFound
-from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode
-from nsightwrap.ncu.progress import Stall, StallRule
-from nsightwrap.watch.rules import TotalTimeout, WatchRule
-from nsightwrap.ncu.tools import NcuInfo, find_ncu, probe_ncu
-from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from nsightwrap.call.ranges import range
+from nsightwrap.errors import (
+    AttemptFailed,
+    AttemptHung,
+    ChildError,
+    LadderError,
+    NotProfilable,
+    NsightwrapError,
+    OptionsError,
+    ProfileInterrupted,
+    ReportError,
+    StoreError,
+    ToolError,
+    ToolNotFound,
+)
+from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
+from nsightwrap.fallback.sweep import SweepResult, sweep_sections
+from nsightwrap.ncu.attempt import Attempt, KernelResult
+from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
+from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.locate import find_ncu
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.ncu.progress import Stall, StallRule
+from nsightwrap.status import EXIT_CODES, STATUSES, ReplayMode
 from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
 from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.rules import TotalTimeout, WatchRule
 
 # Names whose modules import pandas (or the report reader) load on first use,
 # so that `python -m nsightwrap run` and the watched run start fast.
 _LAZY = {
-    "ChildError": "call.api", "NotProfilable": "call.api", "ProfileResult": "call.api", "profile": "call.api",
-    "profiled": "call.api", "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
-    "debug_log": "store.debuglog", "SweepResult": "fallback.sweep", "sweep_sections": "fallback.sweep",
+    "ProfileResult": "call.api", "profile": "call.api", "profiled": "call.api",
+    "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
+    "debug_log": "store.debuglog",
     "LadderResult": "fallback.walk", "walk_ladder": "fallback.walk",
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'nsightwrap' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ChildError",
-    "Ladder",
-    "LadderResult",
-    "NotProfilable",
-    "ProfileResult",
-    "Rung",
-    "load_ladder",
-    "profile",
-    "profiled",
-    "range",
-    "walk_ladder",
-    "Environment",
-    "HangStore",
-    "ProfileKey",
-    "Record",
-    "StoreError",
-    "SweepResult",
-    "debug_log",
-    "normalize_kernel",
-    "sweep_sections",
-    "ReportError",
-    "load_report",
-    "parse_raw_csv",
-    "NsysOptions",
-    "kernel_rows",
-    "nsys_stats",
-    "profile_nsys",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "ChildError",
     "EXIT_CODES",
+    "Environment",
+    "HangStore",
     "KernelFilter",
     "KernelResult",
+    "Ladder",
+    "LadderError",
+    "LadderResult",
     "NcuInfo",
+    "NotProfilable",
     "NsightwrapError",
+    "NsysOptions",
     "OptionsError",
     "ProfileInterrupted",
+    "ProfileKey",
     "ProfileOptions",
+    "ProfileResult",
+    "Record",
     "ReplayMode",
+    "ReportError",
     "RunConfig",
+    "RunContext",
+    "Rung",
     "STATUSES",
     "Stall",
     "StallRule",
     "StopPolicy",
+    "StoreError",
+    "SweepResult",
     "ToolError",
     "ToolNotFound",
     "TotalTimeout",
     "WatchRule",
+    "debug_log",
     "find_ncu",
+    "kernel_rows",
+    "load_ladder",
+    "load_report",
+    "normalize_kernel",
+    "nsys_stats",
+    "parse_raw_csv",
     "probe_ncu",
+    "profile",
     "profile_command",
+    "profile_nsys",
+    "profiled",
+    "range",
+    "sweep_sections",
+    "walk_ladder",
 ]

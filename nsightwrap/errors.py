@@ -1,14 +1,36 @@
-"""One exception hierarchy. Every message says what to do next."""
+"""One exception hierarchy. Every message says what to do next.
+
+Imports nothing from the package, so every layer can raise from here;
+`did_you_mean` is the one close-match helper those messages use.
+"""
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Sequence, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
     from nsightwrap.nsys.run import NsysRun
+
+
+def close_matches(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.5) -> list[str]:
+    """The choices closest to ``word``, best first; case slips ("speedoflight")
+    are caught too, since they score low on plain ratios."""
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)
+    if not close:
+        lowered = {c.lower(): c for c in choices}
+        close = [lowered[c] for c in difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=cutoff)]
+    return close
+
+
+def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
+    """``"did you mean 'a' or 'b'?"``, or ``""`` when nothing is close."""
+    close = close_matches(word, choices, n=n)
+    return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 class NsightwrapError(Exception):
@@ -18,7 +40,7 @@ class NsightwrapError(Exception):
 class ToolNotFound(NsightwrapError):
     """A profiler (ncu, nsys, compute-sanitizer) could not be located."""
 
-    def __init__(self, tool: str, searched: Sequence[str], hint: str):
+    def __init__(self, tool: str, searched: Sequence[str], hint: str) -> None:
         self.tool = tool
         self.searched = list(searched)
         lines = [f"{tool} was not found."]
@@ -37,10 +59,14 @@ class OptionsError(NsightwrapError):
     """Profiling options that ncu would reject, caught before launching."""
 
 
+class LadderError(OptionsError):
+    """A profile file that cannot be used: says which file, which rung, what to fix."""
+
+
 class AttemptFailed(NsightwrapError):
     """A watched run ended other than ok; carries the attempt record."""
 
-    def __init__(self, attempt: "Attempt", message: str | None = None):
+    def __init__(self, attempt: "Attempt", message: str | None = None) -> None:
         self.attempt = attempt
         super().__init__(message or attempt.describe())
 
@@ -72,7 +98,7 @@ class ReportError(NsightwrapError):
     ``hint`` (what to do next).
     """
 
-    def __init__(self, path: Union[str, os.PathLike, None], problem: str, hint: str = ""):
+    def __init__(self, path: Union[str, os.PathLike, None], problem: str, hint: str = "") -> None:
         self.path = None if path is None else str(path)
         self.problem = problem
         self.hint = hint
@@ -88,3 +114,29 @@ class StoreError(NsightwrapError):
     def __init__(self, path: Union[str, os.PathLike, None], message: str):
         self.path = None if path is None else Path(path)
         super().__init__(message)
+
+
+class ChildError(NsightwrapError):
+    """fn raised in the child process; `.child_traceback` holds its traceback."""
+
+    def __init__(self, message: str, child_traceback: str, attempts: Sequence["Attempt"] = ()) -> None:
+        super().__init__(f"{message}\n--- traceback in the child process ---\n{child_traceback}")
+        self.child_traceback = child_traceback
+        self.attempts = list(attempts)
+
+
+class NotProfilable(NsightwrapError):
+    """fn or its arguments cannot travel to a child process."""
+
+
+class ProfileInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a watched run, re-raised after the tree was stopped.
+
+    A KeyboardInterrupt, not an NsightwrapError, so that a script's Ctrl-C
+    still ends the script; it carries the attempt, whose partial report is
+    kept.
+    """
+
+    def __init__(self, attempt: "Attempt") -> None:
+        super().__init__(attempt.describe())
+        self.attempt = attempt

@@ -47,7 +47,7 @@ def _gpu_available() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return "nvidia-smi did not answer"
     from nsightwrap.errors import ToolNotFound
-    from nsightwrap.ncu.tools import find_ncu
+    from nsightwrap.ncu.locate import find_ncu
 
     try:
         find_ncu(env={k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NCU"})
@@ -65,3 +65,21 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=f"gpu test: {why}")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def ncu_lookups(monkeypatch):
+    """Counts how often ncu is located and probed (every run context does both through nsightwrap.ncu.context)."""
+    import nsightwrap.ncu.context as context
+
+    counts = {"find_ncu": 0, "probe_ncu": 0}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(context, "find_ncu", counted("find_ncu", context.find_ncu))
+    monkeypatch.setattr(context, "probe_ncu", counted("probe_ncu", context.probe_ncu))
+    return counts

@@ -18,7 +18,6 @@ if FAKE not in sys.path:
     sys.path.insert(0, FAKE)
 import fakecuda  # noqa: E402
 
-
 # --- functions the child imports by name --------------------------------------------
 
 def matmul_softmax(n, tag="x"):
@@ -95,9 +94,10 @@ def test_kernel_filter_and_repeat(cfg):
     assert list(r.df["function"]) == ["softmax_kernel"] * 3
 
 
-def test_hanging_callable_returns_a_hung_result(cfg):
+def test_hanging_callable_returns_a_hung_result(cfg, ncu_lookups):
     r = profile(step_with_hang, 1, set="basic", profile="quick", stall_timeout=0.8, config=cfg)
     assert r.hung
+    assert len(r.attempts) > 2 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # once per call
     assert ("wait_for_host", "requested") in r.hangs
     assert "wait_for_host" in r.walk.unprofiled
     assert list(r.df["function"]) == ["vec_add", "vec_add"]

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import app
+
 from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.watch.process import StopPolicy
@@ -88,14 +88,14 @@ def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
 
     real = sweep_mod.profile_command
 
-    def spy(command, opts, config, **kw):
-        gpu = config.env.get("CUDA_VISIBLE_DEVICES")
+    def spy(command, opts, config=None, *, context, **kw):
+        gpu = context.env.get("CUDA_VISIBLE_DEVICES")
         with lock:
             assert gpu not in active, "two probes on one GPU"
             active[gpu] = True
             seen.append(gpu)
         try:
-            return real(command, opts, config, **kw)
+            return real(command, opts, config, context=context, **kw)
         finally:
             with lock:
                 del active[gpu]

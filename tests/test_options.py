@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nsightwrap.errors import OptionsError
+from nsightwrap.ncu.catalog import NcuInfo, parse_table, probe_ncu
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode, build_argv, validate
-from nsightwrap.ncu.tools import NcuInfo, parse_table, probe_ncu
 
 DATA = Path(__file__).parent / "data" / "ncu"
 NCU = "/opt/ncu/ncu"
@@ -36,14 +36,20 @@ def info(tmp_path_factory) -> NcuInfo:
 # --------------------------------------------------------------------------
 
 
-def test_kernel_filter_parse():
-    assert KernelFilter.parse("regex:v22.*") == KernelFilter("v22.*", regex=True)
-    assert KernelFilter.parse("vec_add") == KernelFilter("vec_add", regex=False)
-    assert KernelFilter.parse("regex:^foo", base="mangled") == KernelFilter("^foo", True, "mangled")
+def test_kernel_filter_from_user():
+    assert KernelFilter.from_user("regex:v22.*") == KernelFilter("v22.*", regex=True)
+    assert KernelFilter.from_user("v22.*") == KernelFilter("v22.*", regex=True)  # the user's bare text is a regex
+    assert KernelFilter.from_user("exact:vec_add") == KernelFilter("vec_add", regex=False)
+    assert KernelFilter.from_user("regex:^foo", base="mangled") == KernelFilter("^foo", True, "mangled")
+    # ncu's own spelling (--kernel-name, ProfileOptions(kernel=str)): bare text is an exact name.
+    assert KernelFilter.from_user("vec_add", exact=True) == KernelFilter("vec_add", regex=False)
+    assert KernelFilter.from_user("regex:^v", exact=True) == KernelFilter("^v", regex=True)
+    with pytest.raises(OptionsError, match="must be a string"):
+        KernelFilter.from_user(3)
 
 
 def test_kernel_filter_argv():
-    assert KernelFilter.parse("regex:v22.*").argv() == ["--kernel-name", "regex:v22.*"]
+    assert KernelFilter.from_user("regex:v22.*").argv() == ["--kernel-name", "regex:v22.*"]
     assert KernelFilter("vec_add").argv() == ["--kernel-name", "vec_add"]
     assert KernelFilter("_Z3foov", base="mangled").argv() == [
         "--kernel-name-base",
@@ -79,7 +85,7 @@ def test_every_option_in_stable_order():
         sections=("SpeedOfLight", "regex:^Memory"),
         metrics=("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
         replay_mode=ReplayMode.APPLICATION,
-        kernel=KernelFilter.parse("regex:v22.*"),
+        kernel=KernelFilter.from_user("regex:v22.*"),
         kernel_id="::foo:2",
         launch_skip=3,
         launch_count=5,
@@ -241,7 +247,7 @@ def test_valid_options_pass(info):
         ProfileOptions(
             set="full",
             sections=("SpeedOfLight", "regex:^MemoryWorkload", "regex:Roofline"),
-            kernel=KernelFilter.parse("regex:v22.*"),
+            kernel=KernelFilter.from_user("regex:v22.*"),
             graph_profiling="graph",
         ),
         info,

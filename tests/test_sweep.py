@@ -7,11 +7,11 @@ import json
 import math
 
 import pytest
-
 from conftest import DATA, app
-from nsightwrap.ncu.engine import RunConfig
+
 from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
-from nsightwrap.ncu.tools import parse_table
+from nsightwrap.ncu.catalog import parse_table
+from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.watch.process import StopPolicy
 
 FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"
@@ -79,12 +79,13 @@ def cfg(tmp_path, fake_env):
     ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),
     ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")]),
 ])
-def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs):
+def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs, ncu_lookups):
     from nsightwrap.store.hangstore import HangStore
 
     store = HangStore(tmp_path / "h.db")
     command = app("vec_add", f"k@hang-if={plant}", "block_reduce")
     r = sweep_sections(command, sections=SMALL, config=cfg, store=store)
+    assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # one run context for every probe
     assert [k.kernel for k in r.kernels] == ["k"]
     k = r.kernels[0]
     assert sorted(k.singles) == expect_singles and k.combinations == expect_pairs

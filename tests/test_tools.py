@@ -12,16 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsightwrap.errors import ToolError, ToolNotFound
-from nsightwrap.ncu.tools import (
-    NcuInfo,
-    Section,
-    SectionSet,
-    find_ncu,
-    parse_table,
-    parse_version,
-    probe_ncu,
-    run_command,
-)
+from nsightwrap.ncu.catalog import NcuInfo, Section, SectionSet, parse_table, parse_version, probe_ncu
+from nsightwrap.ncu.locate import find_ncu
+from nsightwrap.watch.locate import run_command
 
 DATA = Path(__file__).parent / "data" / "ncu"
 VERSION_TEXT = (
@@ -538,7 +531,22 @@ def test_run_command_missing_program_is_tool_error(tmp_path):
 def test_no_import_side_effects():
     code = (
         "import os, sys; sys.path.insert(0, sys.argv[1]); before = dict(os.environ); "
-        "import nsightwrap.ncu.tools, nsightwrap.ncu.options; assert dict(os.environ) == before"
+        "import nsightwrap.ncu.locate, nsightwrap.ncu.catalog, nsightwrap.ncu.options; assert dict(os.environ) == before"
     )
     rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
     assert rc == 0, text
+
+
+def test_doctor_names_the_ncu_found(monkeypatch, tmp_path, capsys):
+    from nsightwrap.cli.main import main
+
+    fake = Path(__file__).parent / "fake_ncu" / "ncu"
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(fake))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path))
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert f"ncu: {fake} (version 2025.3.1.0; 6 sets, 24 sections)" in out
+    assert rc == (0 if "nvidia-smi works" in out else 2)
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(tmp_path / "missing"))
+    assert main(["doctor"]) == 2
+    assert "ncu: MISSING" in capsys.readouterr().out

@@ -8,15 +8,21 @@ import re
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import app
-from nsightwrap.ncu.engine import RunConfig
+
 from nsightwrap.errors import AttemptFailed
-from nsightwrap.fallback.ladder import (LadderError, builtin_profiles, exclude_kernels, ladder_from_dict, load_ladder,
-                               rewrite_for_replay)
-from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.ncu.tools import probe_ncu
+from nsightwrap.fallback.ladder import (
+    LadderError,
+    builtin_profiles,
+    exclude_kernels,
+    ladder_from_dict,
+    load_ladder,
+    rewrite_for_replay,
+)
 from nsightwrap.fallback.walk import walk_ladder
+from nsightwrap.ncu.catalog import probe_ncu
+from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.watch.process import StopPolicy
 
 
@@ -40,8 +46,11 @@ def where(result):
 PROGRAM = app("vec_add", "k@hang-if=SourceCounters", "vec_add", "block_reduce")
 
 
-def test_only_the_hanging_kernel_steps_down(cfg):
+def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
     r = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, reader=rows)
+    # One run context for the whole walk: ncu located and probed once for its four attempts.
+    assert len(r.attempts) == 4 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
+    assert {a.ncu for a in r.attempts} == {cfg.env["NSIGHTWRAP_NCU"]}
     assert sorted(where(r)) == sorted([("vec_add", "requested"), ("vec_add", "requested"),
                                        ("block_reduce", "requested"), ("k", "basic")])
     assert r.hangs == [("k", "requested"), ("k", "detailed")]
@@ -68,6 +77,36 @@ def test_second_walk_skips_known_hangs(cfg, tmp_path):
     again = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows,
                         retry_known_hangs=True)
     assert len(again.attempts) == 4
+
+
+def test_application_replay_hang_resumes_from_the_start(cfg):
+    """ncu prints a pass line for a kernel and then hangs in it: no kernel finished, so nothing is skipped."""
+    ladder = ladder_from_dict({"name": "t", "rungs": [
+        {"name": "requested", "requested": True}, {"name": "basic", "set": "basic"}]})
+    program = app("vec_add", "k@hang-if=SourceCounters", "vec_add")
+    r = walk_ladder(program, ProfileOptions(set="full", replay_mode="application"), ladder, cfg, reader=rows)
+    hung = r.steps[0].attempt
+    assert hung.status == "hang" and [k.name for k in hung.kernels] == ["vec_add", "k"]
+    assert hung.finished_kernels == ()
+    resumed = r.steps[1].attempt.command
+    assert "--launch-skip" not in resumed
+    assert sorted(where(r)) == [("k", "basic"), ("vec_add", "requested"), ("vec_add", "requested")]
+
+
+def test_finished_kernels():
+    from nsightwrap.ncu.attempt import Attempt, KernelResult
+    from nsightwrap.ncu.progress import Stall
+
+    def attempt(status, kernels, stall=None):
+        return Attempt(status, "", (), 0, tuple(kernels), stall, None, False, 1.0, None, (), (), (), "", "", "")
+
+    stall = Stall("k", 1, "0%..", 5.0, 5.0, 6.0, False, False)
+    kernel_replay = [KernelResult("a", 0, 10)]
+    assert attempt("hang", kernel_replay, stall).finished_kernels == tuple(kernel_replay)
+    app_replay = [KernelResult("a", 0, 1, "application"), KernelResult("k", 1, 1, "application")]
+    assert attempt("hang", app_replay, stall).finished_kernels == ()
+    assert attempt("ok", app_replay).finished_kernels == tuple(app_replay)
+    assert attempt("timeout", app_replay).finished_kernels == ()
 
 
 def test_kernel_that_hangs_everywhere_is_reported(cfg):
@@ -120,7 +159,7 @@ def test_profile_file_errors(tmp_path, fake_env):
     info = probe_ncu(fake_env["NSIGHTWRAP_NCU"], tmp_path)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "x", "rungs": [{"name": "a", "sectons": ["SpeedOfLight"]}]}))
-    with pytest.raises(LadderError, match="sectons.*did you mean sections"):
+    with pytest.raises(LadderError, match="sectons.*did you mean 'sections'"):
         load_ladder(str(bad))
     with pytest.raises(LadderError, match="non-empty"):
         ladder_from_dict({"name": "x", "rungs": []})
@@ -160,3 +199,26 @@ def test_exclusion_filter(user, names, matches, misses):
         assert re.search(f.pattern, m), m
     for m in misses:
         assert not re.search(f.pattern, m), m
+
+
+def test_run_profile_cli(fake_env, tmp_path):
+    """`run --profile`: the walk from the command line, with the user's regex filter kept in every attempt."""
+    import json
+    import subprocess
+    import sys
+
+    ladder = tmp_path / "fast.yaml"  # the built-in ladders' own stall timeouts (6-8 s) would win over --stall-timeout
+    ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n  - {name: sol, sections: [SpeedOfLight]}\n")
+    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "-q", "--json", "--profile", str(ladder), "--set",
+                        "full", "--stall-timeout", "0.6", "--grace", "1", "--store", str(tmp_path / "s.db"),
+                        "--kernel", "regex:^(k|vec_add)$", "--", *app("vec_add", "k@hang-if=SourceCounters", "vec_add")],
+                       capture_output=True, text=True, env=fake_env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["unprofiled"] == [] and d["hangs"] == [["k", "requested"]]
+    assert [(s["job"], s["rung"]) for s in d["steps"]] == [("main", "requested"), ("main", "requested"), ("k", "sol")]
+    first, resumed = (d["steps"][i]["attempt"] for i in (0, 1))
+    assert first["ncu"] == fake_env["NSIGHTWRAP_NCU"]
+    assert first["command"][first["command"].index("--kernel-name") + 1] == "regex:^(k|vec_add)$"
+    assert resumed["command"][resumed["command"].index("--launch-skip") + 1] == "1"
+    assert "(?:^(k|vec_add)$)" in resumed["command"][resumed["command"].index("--kernel-name") + 1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -20,27 +21,19 @@ from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
 
-from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.call.child import CallResult, CallSpec
-from nsightwrap.ncu.engine import RunConfig
-from nsightwrap.errors import AttemptFailed, NsightwrapError
-from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode
-from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.errors import AttemptFailed, ChildError, NotProfilable, NsightwrapError
+from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.walk import LadderResult, walk_ladder
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.watch.process import watch
+from nsightwrap.watch.rules import TotalTimeout
 
-
-class ChildError(NsightwrapError):
-    """fn raised in the child process; `.child_traceback` holds its traceback."""
-
-    def __init__(self, message: str, child_traceback: str, attempts: Sequence[Attempt] = ()):
-        super().__init__(f"{message}\n--- traceback in the child process ---\n{child_traceback}")
-        self.child_traceback = child_traceback
-        self.attempts = list(attempts)
-
-
-class NotProfilable(NsightwrapError):
-    """fn or its arguments cannot travel to a child process."""
-
+__all__ = ["ChildError", "NotProfilable", "ProfileResult", "profile", "profiled"]
 
 _NO_VALUE = object()
 
@@ -155,9 +148,6 @@ def _read_result(path: Path) -> Optional[CallResult]:
 
 def _calibrate(spec_path: Path, result_path: Path, env, timeout: Optional[float]) -> CallResult:
     """One plain run of the child, without ncu: fn's time, value and errors."""
-    from nsightwrap.watch.rules import TotalTimeout
-    from nsightwrap.watch.process import watch
-
     outcome = watch([sys.executable, "-m", "nsightwrap.call.child", str(spec_path)], TotalTimeout(timeout or 600.0),
                     env=env, frontend_names=())
     result = _read_result(result_path)
@@ -171,19 +161,19 @@ def _calibrate(spec_path: Path, result_path: Path, env, timeout: Optional[float]
 
 
 def profile(
-    fn: Callable,
+    fn: Callable[..., Any],
     *args: Any,
     kernel: Optional[str] = None,
     set: Optional[str] = None,  # noqa: A002 - ncu's own word
     sections: Optional[Sequence[str]] = None,
     metrics: Optional[Sequence[str]] = None,
     replay: str = "kernel",
-    profile: str = "default",
+    profile: "str | Ladder" = "default",
     warmup: int = 1,
     repeat: int = 1,
     stall_timeout: Optional[float] = None,
     timeout: Optional[float] = None,
-    store: Any = None,
+    store: "HangStore | str | os.PathLike[str] | None" = None,
     config: Optional[RunConfig] = None,
     calibrate: bool = True,
     on_output: Optional[Callable[[str], None]] = None,
@@ -193,49 +183,63 @@ def profile(
 
     kernel: a regex on the kernel's function name (`regex:` prefix optional;
     `exact:NAME` for an exact name). profile: a ladder name (default, quick,
-    deep) or a YAML path. store: a HangStore, a path, or None. Warm-up calls
-    run outside the profiled range; the `repeat` measured calls inside one.
+    deep), a YAML path or a Ladder. store: a HangStore, a path, or None.
+    Warm-up calls run outside the profiled range; the `repeat` measured
+    calls inside one. ncu is located and probed once for the whole call.
     """
     if warmup < 0 or repeat < 1:
         raise NsightwrapError("warmup must be >= 0 and repeat >= 1")
     config = config or RunConfig()
-    env = dict(os.environ if config.env is None else config.env)
-    work = Path(tempfile.mkdtemp(prefix="nsightwrap-call-"))
-    result_path = work / "result.pkl"
-    spec = _spec(fn, args, kwargs, warmup, repeat, str(result_path))
-    spec_path = work / "spec.pkl"
-    spec_path.write_bytes(pickle.dumps(spec))
-
-    calibration = None
-    if calibrate:
-        calibration = _calibrate(spec_path, result_path, env, timeout)
-    call_s = max(calibration.call_s) if calibration and calibration.call_s else None
-    explicit = stall_timeout
-    floor = None
-    if stall_timeout is None:
-        base = config.stall_timeout
-        # A single replay pass replays at most a whole call: allow three of them, plus start-up.
-        stall_timeout = max(base, 3 * call_s + 2.0) if call_s is not None else base
-        floor = 3 * call_s + 2.0 if call_s is not None else None
-
-    kfilter = None
-    if kernel:
-        if kernel.startswith("exact:"):
-            kfilter = KernelFilter(kernel[6:], False)
-        else:
-            kfilter = KernelFilter(kernel[6:] if kernel.startswith("regex:") else kernel, True)
     options = ProfileOptions(set=set, sections=tuple(sections or ()), metrics=tuple(metrics or ()),
-                             replay_mode=ReplayMode(replay), kernel=kfilter, profile_from_start=False)
-    cfg = config.replace(stall_timeout=stall_timeout, timeout=timeout, env=env)
-    if isinstance(store, (str, Path)):
-        from nsightwrap.store.hangstore import HangStore
-
-        store = HangStore(store)
-    walk_result = work / "walk-result.pkl"
-    command = [sys.executable, "-m", "nsightwrap.call.child", str(spec_path), str(walk_result)]
+                             replay_mode=replay, kernel=KernelFilter.from_user(kernel) if kernel else None,
+                             profile_from_start=False)
+    env = dict(os.environ if config.env is None else config.env)
+    context = RunContext.create(config.replace(timeout=timeout, env=env))
+    work = Path(tempfile.mkdtemp(prefix="nsightwrap-call-"))
     try:
-        walk = walk_ladder(command, options, profile, cfg, store=store, on_output=on_output, stall_timeout_floor=floor,
-                           stall_timeout=explicit)
+        spec_path, result_path = _write_spec(fn, args, kwargs, warmup, repeat, work)
+        calibration = _calibrate(spec_path, result_path, env, timeout) if calibrate else None
+        call_s = max(calibration.call_s) if calibration and calibration.call_s else None
+        allowance, floor = _stall_allowance(config.stall_timeout, call_s, stall_timeout)
+        walk_result = work / "walk-result.pkl"
+        command = [sys.executable, "-m", "nsightwrap.call.child", str(spec_path), str(walk_result)]
+        walk = _walk(walk_result, lambda: walk_ladder(
+            command, options, profile, context=context.replace(stall_timeout=allowance), store=_open_store(store),
+            on_output=on_output, stall_timeout_floor=floor, stall_timeout=stall_timeout))
+        return _result(walk, _read_result(walk_result), calibration, call_s, allowance)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_spec(fn: Callable[..., Any], args: tuple, kwargs: dict, warmup: int, repeat: int,
+                work: Path) -> tuple[Path, Path]:
+    """The child's instructions, written to `work`; (spec path, calibration result path)."""
+    result_path = work / "result.pkl"
+    spec_path = work / "spec.pkl"
+    spec_path.write_bytes(pickle.dumps(_spec(fn, args, kwargs, warmup, repeat, str(result_path))))
+    return spec_path, result_path
+
+
+def _stall_allowance(base: float, call_s: Optional[float], explicit: Optional[float]
+                     ) -> tuple[float, Optional[float]]:
+    """(stall timeout, least stall timeout any rung may use) from one timed plain call."""
+    if explicit is not None:
+        return explicit, None
+    if call_s is None:
+        return base, None
+    # A single replay pass replays at most a whole call: allow three of them, plus start-up.
+    floor = 3 * call_s + 2.0
+    return max(base, floor), floor
+
+
+def _open_store(store: "HangStore | str | os.PathLike[str] | None") -> Optional[HangStore]:
+    return HangStore(store) if isinstance(store, (str, os.PathLike)) else store
+
+
+def _walk(walk_result: Path, run: Callable[[], LadderResult]) -> LadderResult:
+    """The walk, with fn's own exception raised as a ChildError when the child reports one."""
+    try:
+        walk = run()
     except AttemptFailed as e:
         child = _read_result(walk_result)
         if child is not None and not child.ok:
@@ -245,6 +249,11 @@ def profile(
     if walk.stopped and child is not None and not child.ok:
         raise ChildError(f"fn raised in the child process under ncu ({walk.stopped})", child.error or "",
                          walk.attempts)
+    return walk
+
+
+def _result(walk: LadderResult, child: Optional[CallResult], calibration: Optional[CallResult],
+            call_s: Optional[float], stall_timeout: float) -> ProfileResult:
     result = ProfileResult(walk, call_s, stall_timeout)
     result.range_api = child.range_api if child is not None else (calibration.range_api if calibration else "")
     if calibration is not None:

@@ -21,7 +21,9 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence
+
+from nsightwrap.call.ranges import find_range_api
 
 RANGE_NAME = "nsightwrap"
 
@@ -61,7 +63,7 @@ def _load_main(file: str):
     return module
 
 
-def resolve(spec: CallSpec):
+def resolve(spec: CallSpec) -> Callable[..., Any]:
     if spec.module == "__main__":
         if not spec.file:
             raise RuntimeError("the function was defined in an interactive __main__ with no file; "
@@ -94,8 +96,6 @@ def _sync() -> None:
 
 
 def run(spec: CallSpec) -> CallResult:
-    from nsightwrap.call.ranges import find_range_api
-
     sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
     fn = resolve(spec)
     args, kwargs = pickle.loads(spec.args_pickle)
@@ -125,7 +125,7 @@ def run(spec: CallSpec) -> CallResult:
     return result
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], "rb") as f:
         spec: CallSpec = pickle.load(f)

@@ -8,30 +8,31 @@ nsightwrap installed can write
         assert not result.hung
 
 The fixture skips the test cleanly where there is no ncu, or (with the real
-ncu) no GPU. Imports stay lazy: loading the plugin costs nothing.
+ncu) no GPU. pandas loads only when the fixture is used.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+from typing import Callable
 
 import pytest
 
+from nsightwrap.errors import ToolNotFound
+from nsightwrap.ncu.locate import ENV_NCU, find_ncu
+
 
 @pytest.fixture
-def nsight_profile():
+def nsight_profile() -> Callable:
     """nsightwrap.profile, or a skip when nothing could be profiled here."""
-    from nsightwrap.errors import ToolNotFound
-    from nsightwrap.ncu.tools import find_ncu
-
     try:
         find_ncu()
     except ToolNotFound as e:
-        pytest.skip("nsightwrap: " + str(e).splitlines()[0] + " (set NSIGHTWRAP_NCU or install Nsight Compute)")
-    import os
-
-    if not os.environ.get("NSIGHTWRAP_NCU") and shutil.which("nvidia-smi") is None:
+        pytest.skip("nsightwrap: " + str(e).splitlines()[0] + f" (set {ENV_NCU} or install Nsight Compute)")
+    if not os.environ.get(ENV_NCU) and shutil.which("nvidia-smi") is None:
         pytest.skip("nsightwrap: no NVIDIA driver (nvidia-smi not found)")
+    # Lazy on purpose: call.api imports pandas, and the plugin loads in every pytest session.
     from nsightwrap.call.api import profile
 
     return profile

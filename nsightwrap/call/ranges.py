@@ -16,7 +16,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 PROFILER_API_VAR = "NSIGHTWRAP_PROFILER_API"
 
@@ -109,7 +109,7 @@ def _nvtx() -> tuple[Callable[[str], None], Callable[[], None], str]:
         return _noop, _noop, "no NVTX (install nvtx or torch to mark NVTX ranges)"
 
 
-def find_range_api(environ=None) -> RangeAPI:
+def find_range_api(environ: Optional[Mapping[str, str]] = None) -> RangeAPI:
     environ = os.environ if environ is None else environ
     push, pop, nvtx_desc = _nvtx()
     spec = environ.get(PROFILER_API_VAR)

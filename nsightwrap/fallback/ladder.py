@@ -9,7 +9,6 @@ tenacity's wait_chain, an empty ladder fails when it is built.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +16,14 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from nsightwrap.errors import OptionsError
+from nsightwrap.errors import LadderError, did_you_mean
+from nsightwrap.ncu.catalog import NcuInfo
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import RANGE_MODES, ReplayMode
-from nsightwrap.ncu.tools import NcuInfo
+from nsightwrap.status import RANGE_MODES, REGEX_PREFIX, REPLAY_MODES, ReplayMode
+from nsightwrap.store.hangstore import ProfileKey
 
+__all__ = ["Ladder", "LadderError", "Rung", "builtin_profiles", "exclude_kernels", "ladder_from_dict", "load_ladder",
+           "rewrite_for_replay"]
 
 
 def _profiles_dir() -> Path:
@@ -36,10 +38,6 @@ def _profiles_dir() -> Path:
 PROFILES_DIR = _profiles_dir()
 RUNG_KEYS = {"name", "requested", "set", "sections", "metrics", "replay_mode", "extra_args", "stall_timeout"}
 LADDER_KEYS = {"name", "description", "rungs"}
-
-
-class LadderError(OptionsError):
-    """A profile file that cannot be used: says which file, which rung, what to fix."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +67,7 @@ class Rung:
     def describe(self) -> str:
         if self.requested:
             return "the requested settings"
-        from nsightwrap.store.hangstore import ProfileKey
-
-        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode or "kernel").describe()
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode or ReplayMode.KERNEL.value).describe()
 
 
 def rewrite_for_replay(opts: ProfileOptions) -> tuple[ProfileOptions, list[str]]:
@@ -108,7 +104,7 @@ class Ladder:
     description: str = ""
     source: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.rungs:
             raise LadderError(f"ladder {self.name!r} ({self.source or 'built in code'}) has no rungs; give at least one")
         names = [r.name for r in self.rungs]
@@ -127,15 +123,11 @@ class Ladder:
         problems = []
         for r in self.rungs:
             if r.set and r.set not in info.set_ids:
-                close = difflib.get_close_matches(r.set, info.set_ids, n=3)
-                problems.append(f"rung {r.name!r}: unknown set {r.set!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+                problems.append(f"rung {r.name!r}: unknown set {r.set!r}" + _aside(did_you_mean(r.set, info.set_ids)))
             for s in r.sections:
-                if s.startswith("regex:"):
-                    continue
-                if s not in info.section_ids:
-                    close = difflib.get_close_matches(s, info.section_ids, n=3)
+                if not s.startswith(REGEX_PREFIX) and s not in info.section_ids:
                     problems.append(f"rung {r.name!r}: unknown section {s!r} for this ncu ({info.version})"
-                                    + (f" (did you mean {', '.join(close)}?)" if close else ""))
+                                    + _aside(did_you_mean(s, info.section_ids)))
         if problems:
             raise LadderError(f"ladder {self.name!r} ({self.source}):\n  - " + "\n  - ".join(problems)
                               + "\nRun `ncu --list-sets` / `ncu --list-sections` to see what this ncu offers.")
@@ -158,6 +150,10 @@ class Ladder:
                 continue
             kept.append(r)
         return Ladder(self.name, tuple(kept), self.description, self.source)
+
+
+def _aside(hint: str) -> str:
+    return f" ({hint})" if hint else ""
 
 
 def _demand(opts: ProfileOptions, info: Optional[NcuInfo]) -> tuple[frozenset, frozenset, str]:
@@ -199,16 +195,15 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
         unknown = set(rd) - RUNG_KEYS
         if unknown:
             bad = sorted(map(str, unknown))
-            close = [c for b in bad for c in difflib.get_close_matches(b, sorted(RUNG_KEYS), n=1)]
-            raise LadderError(f"{where}: unknown key(s) {', '.join(bad)}"
-                              + (f" (did you mean {', '.join(close)}?)" if close else "")
+            hints = "; ".join(h for h in (did_you_mean(b, sorted(RUNG_KEYS), n=1) for b in bad) if h)
+            raise LadderError(f"{where}: unknown key(s) {', '.join(bad)}" + _aside(hints)
                               + f"; allowed: {', '.join(sorted(RUNG_KEYS))}")
         name = rd.get("name") or f"rung-{i + 1}"
         where = f"{source}: rung {name!r}"
         replay = rd.get("replay_mode")
-        if replay is not None and replay not in [m.value for m in ReplayMode]:
-            raise LadderError(f"{where}: replay_mode {replay!r} is not one of "
-                              + ", ".join(m.value for m in ReplayMode))
+        if replay is not None and replay not in REPLAY_MODES:
+            raise LadderError(f"{where}: replay_mode {replay!r} is not one of " + ", ".join(REPLAY_MODES)
+                              + _aside(did_you_mean(str(replay), REPLAY_MODES)))
         stall = rd.get("stall_timeout")
         if stall is not None and (not isinstance(stall, (int, float)) or stall <= 0):
             raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}")
@@ -232,9 +227,9 @@ def load_ladder(name_or_path: str = "default") -> Ladder:
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
         path = PROFILES_DIR / f"{name_or_path}.yaml"
         if not path.exists():
-            close = difflib.get_close_matches(name_or_path, builtin_profiles(), n=2)
             raise LadderError(f"no profile named {name_or_path!r}; built in: {', '.join(builtin_profiles())}"
-                              + (f" (did you mean {close[0]}?)" if close else "") + "; or give a path to a .yaml file")
+                              + _aside(did_you_mean(name_or_path, builtin_profiles(), n=1))
+                              + "; or give a path to a .yaml file")
     if not path.exists():
         raise LadderError(f"profile file {path} does not exist")
     try:

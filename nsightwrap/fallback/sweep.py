@@ -14,21 +14,23 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import math
-import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from nsightwrap.ncu.attempt import HANG, OK, Attempt
-from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.ladder import exclude_kernels
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.ncu.tools import find_ncu, probe_ncu
+from nsightwrap.status import ERROR, HANG, NO_KERNELS, OK, ReplayMode
+from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.watch import gpu
 
-HUNG, WORKS, FAILED = "hang", "ok", "error"
+#: A probe's outcomes, in the one vocabulary of statuses.
+HUNG, WORKS, FAILED = HANG, OK, ERROR
 
 
 @dataclass(frozen=True)
@@ -132,14 +134,14 @@ class _Prober:
     set that worked works. Both are inferred without a probe.
     """
 
-    def __init__(self, kernel: str, run: Callable[[str, frozenset], Probe], record: list):
+    def __init__(self, kernel: str, run: Callable[[str, frozenset], Probe], record: list[Probe]) -> None:
         self.kernel = kernel
         self.run = run
         self.record = record
         self.hanging: list[frozenset] = []
         self.working: list[frozenset] = []
 
-    def hangs(self, sections) -> bool:
+    def hangs(self, sections: Iterable[str]) -> bool:
         s = frozenset(sections)
         if any(h <= s for h in self.hanging):
             return True
@@ -221,119 +223,127 @@ def sweep_sections(
     set: str = "full",  # noqa: A002
     sections: Sequence[str] = (),
     config: Optional[RunConfig] = None,
-    store=None,
+    context: Optional[RunContext] = None,
+    store: Optional[HangStore] = None,
     jobs: int = 1,
     gpus: Optional[Sequence[str]] = None,
     on_probe: Optional[Callable[[Probe], None]] = None,
 ) -> SweepResult:
-    """Find which sections hang on which kernels of `command`."""
-    config = config or RunConfig()
-    info = probe_ncu(find_ncu(config.ncu, config.env), Path(config.cache_dir) if config.cache_dir else None,
-                     env=config.env)
-    universe = list(sections) if sections else list(info.sections_of_set(set))
-    user_filter = None
-    if kernel:
-        user_filter = KernelFilter(kernel[6:] if kernel.startswith("regex:") else kernel, True)
-    env_info = None
-    if store is not None:
-        from nsightwrap.store.hangstore import Environment
+    """Find which sections hang on which kernels of `command`.
 
-        env_info = Environment.detect(ncu_version=info.version)
+    kernel: the user's kernel text (a regex; see KernelFilter.from_user).
+    ncu is located and probed once (`context`, else one made from `config`).
+    """
+    context = RunContext.resolve(config, context)
+    universe = list(sections) if sections else list(context.info.sections_of_set(set))
+    user_filter = KernelFilter.from_user(kernel) if kernel else None
+    runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe)
     result = SweepResult(tuple(universe))
-    base_env = dict(os.environ if config.env is None else config.env)
-    gpu_pool: "queue.Queue[Optional[str]]" = queue.Queue()
-    for g in (gpus if gpus is not None else _gpu_ids(jobs)):
-        gpu_pool.put(g)
-    lock = threading.Lock()
-    local = threading.local()
-    owner = threading.get_ident()
+    hanging = _hanging_kernels(runner, frozenset(universe), user_filter, result)
+    if not hanging:
+        result.clean = True
+        return result
+    # Each hanging kernel alone, in parallel where there are GPUs for it.
+    with cf.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(hanging)))) as pool:
+        futures = [pool.submit(investigate, k, universe, runner.probe) for k in hanging]
+        result.kernels = [f.result() for f in futures]
+    return result
 
-    def the_store():
-        """SQLite connections stay in their thread: workers open their own."""
-        if threading.get_ident() == owner:
-            return store
-        if not hasattr(local, "store"):
-            from nsightwrap.store.hangstore import HangStore
 
-            local.store = HangStore(store.path)
-        return local.store
-
-    def options_for(sec: frozenset, kfilter, **kw) -> ProfileOptions:
-        return ProfileOptions(sections=tuple(sorted(sec)), kernel=kfilter, **kw)
-
-    def watched(opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
-        gpu = gpu_pool.get()
-        try:
-            env = dict(base_env)
-            if gpu is not None:
-                env["CUDA_VISIBLE_DEVICES"] = gpu  # one probe per GPU, never two on one
-            attempt = profile_command(command, opts, config.replace(env=env))
-        finally:
-            gpu_pool.put(gpu)
-        if attempt.gpu_left_after:
-            raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
-                                  + "): the sweep stops so as not to record false hangs; free the GPU and run again")
-        if store is not None:
-            from nsightwrap.store.hangstore import ProfileKey
-
-            with lock:
-                the_store().record_attempt(attempt, ProfileKey.from_options(opts), env_info, ladder="sweep-sections")
-        return attempt, gpu
-
-    def stored(kname: str, sec: frozenset) -> Optional[str]:
-        if store is None:
-            return None
-        from nsightwrap.store.hangstore import ProfileKey
-
-        key = ProfileKey(None, tuple(sorted(sec)), (), "kernel").canonical()
-        for r in the_store().records(kernel=kname):
-            if r.trusted and r.key == key and r.gpu == env_info.gpu and r.ncu_version == env_info.ncu_version:
-                return HUNG if r.hung else WORKS if r.outcome == OK else None
-        return None
-
-    def run_probe(kname: str, sec: frozenset) -> Probe:
-        known = stored(kname, sec)
-        if known is not None:
-            p = Probe(kname, sec, known, 0.0, from_store=True, reason="from the hang store")
-        else:
-            a, gpu = watched(options_for(sec, KernelFilter(kname, False), launch_count=1))
-            outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
-            passes = a.kernels[0].passes if a.kernels else None
-            p = Probe(kname, sec, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu)
-        if on_probe:
-            on_probe(p)
-        return p
-
-    # 1. The whole set on the whole program: which kernels hang?
+def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optional[KernelFilter],
+                     result: SweepResult) -> list[str]:
+    """The whole set on the whole program, excluding each kernel found hanging, until none hangs."""
     hanging: list[str] = []
-    full = frozenset(universe)
     while True:
-        a, _ = watched(options_for(full, exclude_kernels(user_filter, hanging)))
+        a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging)))
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
             continue
-        if a.status not in (OK, HANG) and not hanging and a.status != "no-kernels":
-            raise NsightwrapError(f"the first probe (all {len(universe)} sections) ended {a.status}: {a.reason}")
-        break
-    if not hanging:
-        result.clean = True
-        return result
+        if a.status not in (OK, HANG, NO_KERNELS) and not hanging:
+            raise NsightwrapError(f"the first probe (all {len(full)} sections) ended {a.status}: {a.reason}")
+        return hanging
 
-    # 2. Each hanging kernel alone, in parallel where there are GPUs for it.
-    workers = max(1, min(jobs, len(hanging)))
-    with cf.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(investigate, k, universe, run_probe) for k in hanging]
-        result.kernels = [f.result() for f in futures]
-    return result
+
+def _options(sections: frozenset, kernel: Optional[KernelFilter], **kw: Any) -> ProfileOptions:
+    return ProfileOptions(sections=tuple(sorted(sections)), kernel=kernel, **kw)
+
+
+class _ProbeRunner:
+    """Runs watched probes, one per GPU at a time, and answers from the store where it can.
+
+    SQLite connections stay in their thread: worker threads open their own store.
+    """
+
+    def __init__(self, command: list[str], context: RunContext, store: Optional[HangStore],
+                 gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]]) -> None:
+        self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
+        self.env_info = Environment.detect(ncu_version=context.info.version) if store is not None else None
+        self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
+        for g in gpus:
+            self.gpus.put(g)
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.owner = threading.get_ident()
+
+    def _store(self) -> HangStore:
+        assert self.store is not None
+        if threading.get_ident() == self.owner:
+            return self.store
+        if not hasattr(self.local, "store"):
+            self.local.store = HangStore(self.store.path)
+        return self.local.store
+
+    def watched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
+        """One watched run on a free GPU, recorded in the store; (attempt, the GPU it ran on)."""
+        gpu_id = self.gpus.get()
+        try:
+            context = self.context
+            if gpu_id is not None:
+                # One probe per GPU, never two on one.
+                context = context.replace(env={**context.env, "CUDA_VISIBLE_DEVICES": gpu_id})
+            attempt = profile_command(self.command, opts, context=context)
+        finally:
+            self.gpus.put(gpu_id)
+        if attempt.gpu_left_after:
+            raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
+                                  + "): the sweep stops so as not to record false hangs; free the GPU and run again")
+        if self.store is not None:
+            with self.lock:
+                self._store().record_attempt(attempt, ProfileKey.from_options(opts), self.env_info,
+                                             ladder="sweep-sections")
+        return attempt, gpu_id
+
+    def stored(self, kernel: str, sections: frozenset) -> Optional[str]:
+        """The outcome the store already knows for this kernel and these sections here, if any."""
+        if self.store is None:
+            return None
+        key = ProfileKey(None, tuple(sorted(sections)), (), ReplayMode.KERNEL.value).canonical()
+        env = self.env_info
+        for r in self._store().records(kernel=kernel):
+            if r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version:
+                return HUNG if r.hung else WORKS if r.outcome == OK else None
+        return None
+
+    def probe(self, kernel: str, sections: frozenset) -> Probe:
+        """Does `kernel` hang with `sections`? From the store, else one launch of it alone."""
+        known = self.stored(kernel, sections)
+        if known is not None:
+            p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store")
+        else:
+            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1))
+            outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
+            passes = a.kernels[0].passes if a.kernels else None
+            p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id)
+        if self.on_probe:
+            self.on_probe(p)
+        return p
 
 
 def _gpu_ids(jobs: int) -> list[Optional[str]]:
     """One token per GPU to use; None (no CUDA_VISIBLE_DEVICES) when jobs is 1."""
     if jobs <= 1:
         return [None]
-    from nsightwrap.watch import gpu
-
     count = gpu.gpu_count()
     if count is None:
         raise NsightwrapError(f"--jobs {jobs} needs one GPU per probe, but the GPUs cannot be listed here "

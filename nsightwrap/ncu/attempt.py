@@ -11,14 +11,25 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from nsightwrap.ncu.events import KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten, SLOW_LAUNCH_WARNING
+from nsightwrap.errors import AttemptFailed, AttemptHung
+from nsightwrap.ncu.events import SLOW_LAUNCH_WARNING, KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten
 from nsightwrap.ncu.progress import Stall
-from nsightwrap.watch.process import RunOutcome, StopRecord
-
 from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
-    CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, NO_KERNELS, OK, STATUSES, TIMEOUT, USAGE_EXIT_CODE)
+    CRASHED,
+    ERROR,
+    EXIT_CODES,
+    HANG,
+    INTERRUPTED,
+    NO_KERNELS,
+    OK,
+    STATUSES,
+    TIMEOUT,
+    USAGE_EXIT_CODE,
+    ReplayMode,
+)
+from nsightwrap.watch.process import RunOutcome, StopRecord
 
 _APP_RC = re.compile(r"The application returned an error code \((-?\d+)\)")
 
@@ -45,7 +56,7 @@ class KernelResult:
     name: str
     kernel_id: int
     passes: int
-    replay: str = "kernel"
+    replay: str = ReplayMode.KERNEL.value
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,7 @@ class Attempt:
     slow_launch_warnings: int = 0
     gpu_foreign_before: tuple[str, ...] = ()
     gpu_left_after: tuple[str, ...] = ()
+    ncu: Optional[str] = None  # the ncu that ran (the report is read with it)
 
     # --- derived -------------------------------------------------------------
     @property
@@ -80,6 +92,19 @@ class Attempt:
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.status]
+
+    @property
+    def finished_kernels(self) -> tuple[KernelResult, ...]:
+        """The kernels whose profile completed: the one definition of "finished".
+
+        The stalled launch never finished. In application replay a kernel
+        is done only when every pass ran, so after a stop no kernel is
+        (ncu prints a pass line for a kernel and then hangs in it).
+        """
+        stalled = (self.stall.kernel, self.stall.kernel_id) if self.stall else None
+        return tuple(k for k in self.kernels
+                     if (k.name, k.kernel_id) != stalled
+                     and (k.replay == ReplayMode.KERNEL.value or (self.status == OK and stalled is None)))
 
     @property
     def stalled_kernel(self) -> Optional[str]:
@@ -144,15 +169,14 @@ class Attempt:
             "gpu_left_after": list(self.gpu_left_after),
             "started_at": self.started_at,
             "cookie": self.cookie,
+            "ncu": self.ncu,
         }
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def raise_for_status(self) -> "Attempt":
         """Return self when ok; else raise AttemptHung / AttemptFailed carrying this record."""
-        from nsightwrap.errors import AttemptFailed, AttemptHung
-
         if self.status == HANG:
             raise AttemptHung(self)
         if self.status != OK:
@@ -173,7 +197,7 @@ def _kernels(outcome: RunOutcome) -> tuple[KernelResult, ...]:
         if isinstance(e, ReplayPass):
             key = (e.kernel_id, e.name)
             passes[key] = max(passes.get(key, 0), e.pass_number)
-    return tuple(KernelResult(name, kid, n, "application") for (kid, name), n in sorted(passes.items()))
+    return tuple(KernelResult(name, kid, n, ReplayMode.APPLICATION.value) for (kid, name), n in sorted(passes.items()))
 
 
 def _hint(errors: tuple[str, ...]) -> str:
@@ -183,7 +207,8 @@ def _hint(errors: tuple[str, ...]) -> str:
     return ""
 
 
-def classify(outcome: RunOutcome, kernels, errors, warnings) -> tuple[str, str]:
+def classify(outcome: RunOutcome, kernels: Sequence[KernelResult], errors: Sequence[str],
+             warnings: Sequence[str]) -> tuple[str, str]:
     """The status and a one-line reason, from how the run ended."""
     rc = outcome.returncode
     if outcome.verdict is not None:
@@ -211,8 +236,9 @@ def classify(outcome: RunOutcome, kernels, errors, warnings) -> tuple[str, str]:
     return ERROR, first + _hint(errors)
 
 
-def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes=(),
-                  gpu_foreign_before=(), gpu_left_after=()) -> Attempt:
+def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: Sequence[str] = (),
+                  ncu: Optional[str] = None, gpu_foreign_before: Sequence[str] = (),
+                  gpu_left_after: Sequence[str] = ()) -> Attempt:
     kernels = _kernels(outcome)
     errors = tuple(e.text for _, e in outcome.events if isinstance(e, NcuError))
     warnings = tuple(e.text for _, e in outcome.events if isinstance(e, NcuWarning))
@@ -245,4 +271,5 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes=(
         slow_launch_warnings=sum(SLOW_LAUNCH_WARNING in w for w in warnings),
         gpu_foreign_before=tuple(gpu_foreign_before),
         gpu_left_after=tuple(gpu_left_after),
+        ncu=ncu,
     )

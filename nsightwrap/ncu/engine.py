@@ -11,61 +11,24 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from nsightwrap.watch import gpu
+from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
-from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, NcuObserver, StallRule
-from nsightwrap.watch.rules import TotalTimeout, WatchRule
-from nsightwrap.ncu.tools import find_ncu, probe_ncu
-from nsightwrap.watch.process import OWNER_VAR, StopPolicy, find_orphans, processes_with, watch
+from nsightwrap.ncu.progress import NcuObserver
+from nsightwrap.watch import gpu
+from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
+from nsightwrap.watch.rules import WatchRule
+
+__all__ = ["ProfileInterrupted", "RunConfig", "RunContext", "plan_report", "profile_command", "wanted_report"]
 
 log = logging.getLogger("nsightwrap")
 
 REPORT_SUFFIX = ".ncu-rep"
-
-
-class ProfileInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a watched run, re-raised after the tree was stopped.
-
-    A KeyboardInterrupt (so a script's Ctrl-C still ends the script) that
-    carries the attempt, whose partial report is kept.
-    """
-
-    def __init__(self, attempt: Attempt):
-        super().__init__(attempt.describe())
-        self.attempt = attempt
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How nsightwrap runs the profiler; one object passed down, no globals."""
-
-    ncu: Optional[str] = None  # explicit ncu path; else NSIGHTWRAP_NCU, PATH, ...
-    stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    stall_growth: float = DEFAULT_GROWTH
-    timeout: Optional[float] = None  # total, for the whole run
-    stop: StopPolicy = field(default_factory=StopPolicy)
-    report_dir: str = "nsightwrap-reports"
-    cache_dir: Optional[str] = None
-    validate: bool = True  # check sets/sections against the installed ncu first
-    check_gpu: bool = True  # look for foreign / leftover GPU processes with nvidia-smi
-    env: Optional[Mapping[str, str]] = None
-    cwd: Optional[str] = None
-
-    def rules(self) -> WatchRule:
-        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
-        if self.timeout is not None:
-            rule = rule | TotalTimeout(self.timeout)
-        return rule
-
-    def replace(self, **changes) -> "RunConfig":
-        return replace(self, **changes)
 
 
 def _slug(command: Sequence[str]) -> str:
@@ -134,11 +97,30 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
         time.sleep(0.5)
 
 
+def _foreign_on_gpu(notes: list[str]) -> list[str]:
+    """GPU processes that are not this run's (nor our parallel siblings'), noted as a warning."""
+    # Our own parallel runs (sweep --jobs, one per GPU) are not foreign.
+    siblings = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    held = gpu.foreign(gpu.compute_processes(), siblings)
+    if not held:
+        return []
+    foreign = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
+    _note(notes, "the GPU already holds compute processes that are not this run's: "
+          + ", ".join(foreign) + "; a hang recorded now may be caused by them")
+    return foreign
+
+
+def _note(notes: list[str], msg: str) -> None:
+    notes.append(msg)
+    log.warning(msg)
+
+
 def profile_command(
     command: Sequence[str],
     options: Optional[ProfileOptions] = None,
     config: Optional[RunConfig] = None,
     *,
+    context: Optional[RunContext] = None,
     on_output: Optional[Callable[[str], None]] = None,
     on_event: Optional[Callable[[Event], None]] = None,
     rules: Optional[WatchRule] = None,
@@ -146,6 +128,8 @@ def profile_command(
 ) -> Attempt:
     """Profile `command` under ncu, watched; return what happened.
 
+    `context` carries the ncu found (and probed) once by a caller that runs
+    many attempts; without one, one is created from `config` here.
     A hang, a timeout or a failure of the program is an Attempt status, not
     an exception (call `attempt.raise_for_status()` to turn it into one).
     Problems found before launching (ncu missing, bad options) raise an
@@ -153,45 +137,30 @@ def profile_command(
     stopped, with the attempt attached.
     """
     options = options or ProfileOptions()
-    config = config or RunConfig()
     command = list(command)
     if not command:
         raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
-    env = dict(os.environ if config.env is None else config.env)
-    ncu = find_ncu(config.ncu, env)
+    context = RunContext.resolve(config, context)
+    config, env = context.config, dict(context.env)
     if config.validate:
-        validate(options, probe_ncu(ncu, Path(config.cache_dir) if config.cache_dir else None, env=env))
+        validate(options, context.info)
     options, report, notes = plan_report(options, command, config)
-    argv = build_argv(ncu, options, command)
+    argv = build_argv(context.ncu, options, command)
 
-    foreign_before: list[str] = []
-    if config.check_gpu:
-        # Our own parallel runs (sweep --jobs, one per GPU) are not foreign.
-        siblings = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
-        held = gpu.foreign(gpu.compute_processes(), siblings)
-        if held:
-            foreign_before = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
-            msg = ("the GPU already holds compute processes that are not this run's: "
-                   + ", ".join(foreign_before) + "; a hang recorded now may be caused by them")
-            notes.append(msg)
-            log.warning(msg)
+    foreign_before = _foreign_on_gpu(notes) if config.check_gpu else []
     orphans = find_orphans()
     if orphans:
-        msg = ("processes of an earlier nsightwrap run whose owner was killed are still alive: "
-               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
-        notes.append(msg)
-        log.warning(msg)
+        _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
+              + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
     outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
                     clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
 
     left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
     if left_after:
-        msg = ("the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
-               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
-        notes.append(msg)
-        log.warning(msg)
-    attempt = build_attempt(outcome, export=report, notes=notes,
+        _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
+              + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
+    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
     if outcome.interrupted:
         raise ProfileInterrupted(attempt)

@@ -8,14 +8,13 @@ tests compare lists and patch nothing.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from nsightwrap.errors import OptionsError
+from nsightwrap.errors import OptionsError, did_you_mean
+from nsightwrap.ncu.catalog import NcuInfo
 from nsightwrap.status import RANGE_MODES, REGEX_PREFIX, ReplayMode
-from nsightwrap.ncu.tools import NcuInfo
 
 __all__ = [
     "KernelFilter",
@@ -25,16 +24,13 @@ __all__ = [
     "validate",
 ]
 
-
-_RANGE_MODES = RANGE_MODES
-
 _KERNEL_NAME_BASES = ("function", "demangled", "mangled")
 _CACHE_CONTROL = ("all", "none")
 _CLOCK_CONTROL = ("base", "none")
 _TARGET_PROCESSES = ("all", "application-only")
 _GRAPH_PROFILING = ("node", "graph")
-
-_REGEX_PREFIX = REGEX_PREFIX
+#: The user's spelling of an exact kernel name (bare text is a regex there).
+EXACT_PREFIX = "exact:"
 
 
 def _choice(name: str, value: Any, allowed: Sequence[str], optional: bool = True) -> None:
@@ -90,15 +86,24 @@ class KernelFilter:
         _choice("KernelFilter.base", self.base, _KERNEL_NAME_BASES, optional=False)
 
     @classmethod
-    def parse(cls, text: str, base: str = "function") -> "KernelFilter":
-        """Read ncu's own spelling: ``regex:EXPR`` or an exact name."""
-        if text.startswith(_REGEX_PREFIX):
-            return cls(text[len(_REGEX_PREFIX) :], regex=True, base=base)
-        return cls(text, regex=False, base=base)
+    def from_user(cls, text: str, base: str = "function", *, exact: bool = False) -> "KernelFilter":
+        """The one reading of a user's kernel text (CLI, profile(fn), sweep, options).
+
+        ``regex:EXPR`` is a regular expression and ``exact:NAME`` an exact
+        name; bare text is a regular expression, or, with ``exact=True`` (ncu's
+        own ``--kernel-name`` spelling), an exact name.
+        """
+        if not isinstance(text, str):
+            raise OptionsError(f"kernel={text!r} must be a string such as 'regex:^gemm' or 'exact:vec_add'.")
+        if text.startswith(REGEX_PREFIX):
+            return cls(text[len(REGEX_PREFIX) :], regex=True, base=base)
+        if text.startswith(EXACT_PREFIX):
+            return cls(text[len(EXACT_PREFIX) :], regex=False, base=base)
+        return cls(text, regex=not exact, base=base)
 
     @property
     def value(self) -> str:
-        return f"{_REGEX_PREFIX}{self.pattern}" if self.regex else self.pattern
+        return f"{REGEX_PREFIX}{self.pattern}" if self.regex else self.pattern
 
     def argv(self) -> list[str]:
         base = [] if self.base == "function" else ["--kernel-name-base", self.base]
@@ -145,7 +150,7 @@ class ProfileOptions:
             raise OptionsError(f"replay_mode={self.replay_mode!r} is not allowed; use one of {allowed}.") from None
 
         if isinstance(self.kernel, str):
-            put("kernel", KernelFilter.parse(self.kernel))
+            put("kernel", KernelFilter.from_user(self.kernel, exact=True))
         elif self.kernel is not None and not isinstance(self.kernel, KernelFilter):
             raise OptionsError(f"kernel={self.kernel!r} must be a KernelFilter, a string or None.")
 
@@ -232,12 +237,8 @@ def build_argv(ncu_path: str, options: ProfileOptions, command: Sequence[str]) -
 
 
 def _unknown(kind: str, bad: str, known: Sequence[str], list_flag: str) -> str:
-    close = difflib.get_close_matches(bad, known, n=3, cutoff=0.5)
-    if not close:
-        # Case slips ("speedoflight") score low on plain ratios.
-        lowered = {k.lower(): k for k in known}
-        close = [lowered[k] for k in difflib.get_close_matches(bad.lower(), list(lowered), n=3, cutoff=0.5)]
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(bad, known)
+    hint = f" {hint[0].upper()}{hint[1:]}" if hint else ""
     return f"unknown {kind} {bad!r}.{hint} Run `ncu {list_flag}` to see all."
 
 
@@ -245,7 +246,7 @@ def _check_regex(what: str, expression: str) -> tuple[re.Pattern[str] | None, st
     try:
         return re.compile(expression), None
     except re.error as exc:
-        return None, f"{what} {_REGEX_PREFIX}{expression!r} is not a valid regular expression ({exc})."
+        return None, f"{what} {REGEX_PREFIX}{expression!r} is not a valid regular expression ({exc})."
 
 
 def validate(options: ProfileOptions, info: NcuInfo) -> None:
@@ -262,8 +263,8 @@ def validate(options: ProfileOptions, info: NcuInfo) -> None:
         problems.append(_unknown("section set", o.set, info.set_ids, "--list-sets"))
 
     for section in o.sections:
-        if section.startswith(_REGEX_PREFIX):
-            expression = section[len(_REGEX_PREFIX) :]
+        if section.startswith(REGEX_PREFIX):
+            expression = section[len(REGEX_PREFIX) :]
             compiled, error = _check_regex("section", expression)
             if error:
                 problems.append(error)
@@ -284,7 +285,7 @@ def validate(options: ProfileOptions, info: NcuInfo) -> None:
     # replay.") --kernel-name, --kernel-id, --import-source on and
     # --profile-from-start off, but accepts --import-source off and
     # --profile-from-start on (its defaults), so only those values are errors.
-    if o.replay_mode in _RANGE_MODES:
+    if o.replay_mode in RANGE_MODES:
         mode = o.replay_mode.value
         fix = "; use replay_mode 'kernel' or 'application' to keep it."
         if o.kernel is not None:

@@ -1,4 +1,4 @@
-"""Finding nsys: the same search order as ncu (``ncu.tools.search_tool``), plus Nsight Compute's own copy."""
+"""Finding nsys: the same search order as ncu (``watch.locate.search_tool``), plus Nsight Compute's own copy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional
 
-from nsightwrap.ncu.tools import search_tool
+from nsightwrap.watch.locate import search_tool
 
 ENV_NSYS = "NSIGHTWRAP_NSYS"
 

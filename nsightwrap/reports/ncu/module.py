@@ -4,7 +4,7 @@ Reports are read with NVIDIA's ``ncu_report`` Python module. The one shipped
 with the ncu install (``<install>/extras/python/ncu_report.py``; the install
 is found from ``ncu=``, a path to ncu or to the install folder, for an
 attempt the ncu its run used, else from
-:func:`nsightwrap.ncu.tools.find_ncu`, following symlinks and wrapper scripts such
+:func:`nsightwrap.ncu.locate.find_ncu`, following symlinks and wrapper scripts such
 as ``/usr/local/cuda/bin/ncu``) is preferred, because it matches the ncu that
 wrote the report. It is imported under a private module name and removed from
 ``sys.modules`` afterwards, so it never shadows an ``import ncu_report``.
@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nsightwrap.errors import ReportError, ToolError, ToolNotFound
-from nsightwrap.ncu.tools import find_ncu, run_command
+from nsightwrap.ncu.locate import find_ncu
+from nsightwrap.watch.locate import run_command
 
 
 @dataclass(frozen=True)

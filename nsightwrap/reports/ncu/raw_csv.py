@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from nsightwrap.errors import ReportError, ToolError
-from nsightwrap.ncu.tools import run_command
+from nsightwrap.watch.locate import run_command
 from nsightwrap.reports.ncu.frame import Table, build_wide
 from nsightwrap.reports.ncu.schema import (
     BLOCK_SIZE, BLOCK_X, BLOCK_Y, BLOCK_Z, COMPUTE_CAPABILITY, CONTEXT, DEFAULT_DOMAINS, DEMANGLED, DEVICE,

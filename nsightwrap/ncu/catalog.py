@@ -1,177 +1,40 @@
-"""Find ncu and learn which sets and sections this installation offers.
+"""What the installed ncu offers: its version, sets and sections.
 
 Options are checked against what the installed ncu lists, not against a
 hard-coded table, because sets and sections differ between versions and
-users can add their own section files.
+users can add their own section files. Asking costs three ncu starts, so
+the answer is cached per binary.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from nsightwrap.errors import ToolError, ToolNotFound
+from nsightwrap.errors import ToolError
+from nsightwrap.watch.locate import Runner, run_command
 
 __all__ = [
-    "ENV_NCU",
     "ENV_CACHE_DIR",
     "NcuInfo",
-    "Runner",
     "Section",
     "SectionSet",
     "default_cache_dir",
-    "find_ncu",
     "parse_table",
     "parse_version",
     "probe_ncu",
-    "run_command",
 ]
 
-ENV_NCU = "NSIGHTWRAP_NCU"
 ENV_CACHE_DIR = "NSIGHTWRAP_CACHE_DIR"
-
-DEFAULT_CUDA_ROOT = "/usr/local/cuda"
-DEFAULT_NSIGHT_ROOT = "/opt/nvidia/nsight-compute"
-
-PROBE_TIMEOUT_S = 60.0
 
 # Bump when NcuInfo's JSON shape changes so old cache files are re-probed.
 _CACHE_FORMAT = 1
-
-_HINT = (
-    "Install NVIDIA Nsight Compute (it ships with the CUDA toolkit), "
-    f"or point nsightwrap at ncu: set {ENV_NCU}=/path/to/ncu or pass --ncu /path/to/ncu."
-)
-
-Runner = Callable[[Sequence[str]], tuple[int, str]]
-"""Runs argv and returns (exit status, merged stdout+stderr); injectable for tests."""
-
-
-# --------------------------------------------------------------------------
-# Finding ncu
-# --------------------------------------------------------------------------
-
-
-def _is_executable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def _version_key(name: str) -> tuple[int, ...]:
-    """Numeric key so 2025.10.0 sorts after 2025.3.1 (string order gets it wrong)."""
-    return tuple(int(part) for part in re.findall(r"\d+", name))
-
-
-def _check_given(path: str, origin: str, env: Mapping[str, str], tool: str = "ncu") -> str:
-    """A path the user named must work: falling through would hide their typo."""
-    expanded = os.path.expanduser(path)
-    if os.sep not in expanded and (os.altsep is None or os.altsep not in expanded):
-        # A bare name ("ncu-2025") is looked up on PATH like a shell would.
-        found = shutil.which(expanded, path=env.get("PATH", ""))
-        if found:
-            return os.path.abspath(found)
-        raise ToolNotFound(
-            tool,
-            searched=[f"{origin}: {path} (not on PATH)"],
-            hint=f"{origin} names {path!r}, which is not on PATH; give a full path to {tool}.",
-        )
-    if not os.path.exists(expanded):
-        problem = "does not exist"
-    elif not _is_executable(expanded):
-        problem = "is not an executable file"
-    else:
-        return os.path.abspath(expanded)
-    raise ToolNotFound(
-        tool,
-        searched=[f"{origin}: {path} ({problem})"],
-        hint=f"{origin} names {path!r}, which {problem}; fix it or remove it.",
-    )
-
-
-def _newest(pattern: str, version_of: Callable[[str], str]) -> str | None:
-    """The executable matching ``pattern`` with the highest version (``version_of`` names it)."""
-    found = [p for p in glob.glob(pattern) if _is_executable(p)]
-    return os.path.abspath(max(found, key=lambda p: _version_key(version_of(p)))) if found else None
-
-
-def search_tool(
-    tool: str,
-    explicit: str | None,
-    explicit_origin: str,
-    env_var: str,
-    env: Mapping[str, str],
-    cuda_root: str,
-    installs: Sequence[tuple[str, Callable[[str], str]]],
-    hint: str,
-) -> str:
-    """The search order ncu and nsys share: ``explicit``, ``$env_var``, ``PATH``,
-    ``$CUDA_HOME/bin``, ``<cuda_root>/bin``, then the newest match of each
-    ``(glob pattern, version of a match)`` in ``installs``. ToolNotFound lists
-    every place looked at."""
-    if explicit:
-        return _check_given(explicit, explicit_origin, env, tool=tool)
-    if env.get(env_var):
-        return _check_given(env[env_var], env_var, env, tool=tool)
-
-    searched: list[str] = []
-
-    path_var = env.get("PATH", "")
-    found = shutil.which(tool, path=path_var) if path_var else None
-    if found:
-        return os.path.abspath(found)
-    searched.append(f"PATH ({path_var})" if path_var else "PATH (empty)")
-
-    candidates: list[tuple[str, str]] = []
-    cuda_home = env.get("CUDA_HOME")
-    if cuda_home:
-        candidates.append((f"$CUDA_HOME/bin/{tool}", os.path.join(cuda_home, "bin", tool)))
-    else:
-        searched.append(f"$CUDA_HOME/bin/{tool} (CUDA_HOME not set)")
-    candidates.append(("", os.path.join(cuda_root, "bin", tool)))
-    for label, candidate in candidates:
-        if _is_executable(candidate):
-            return os.path.abspath(candidate)
-        note = "exists but is not executable" if os.path.exists(candidate) else "missing"
-        searched.append(f"{label + ': ' if label else ''}{candidate} ({note})")
-
-    for pattern, version_of in installs:
-        newest = _newest(pattern, version_of)
-        if newest:
-            return newest
-        searched.append(pattern)
-
-    raise ToolNotFound(tool, searched=searched, hint=hint)
-
-
-def find_ncu(
-    explicit: str | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    cuda_root: str = DEFAULT_CUDA_ROOT,
-    nsight_root: str = DEFAULT_NSIGHT_ROOT,
-) -> str:
-    """Absolute path of ncu, tried in the order a user would expect to win.
-
-    Order: ``explicit``, ``$NSIGHTWRAP_NCU``, ``PATH``, ``$CUDA_HOME/bin``,
-    ``<cuda_root>/bin``, newest ``<nsight_root>/<version>/ncu``. The two
-    roots are parameters only so tests can point them at a temporary folder.
-    """
-    env = os.environ if env is None else env
-    installs = [(os.path.join(nsight_root, "*", "ncu"), lambda p: os.path.basename(os.path.dirname(p)))]
-    return search_tool("ncu", explicit, "--ncu", ENV_NCU, env, cuda_root, installs, _HINT)
-
-
-# --------------------------------------------------------------------------
-# What ncu offers
-# --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -380,29 +243,6 @@ def _parse_sections(text: str) -> tuple[Section, ...]:
 # --------------------------------------------------------------------------
 # Probing, with a cache
 # --------------------------------------------------------------------------
-
-
-def run_command(argv: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> tuple[int, str]:
-    """Default runner: no shell, stdin closed so ncu can never wait on a terminal."""
-    try:
-        done = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.output or ""
-        if isinstance(out, bytes):
-            out = out.decode(errors="replace")
-        raise ToolError(f"`{' '.join(argv)}` did not finish within {timeout:g} s.\nOutput so far:\n{out}") from exc
-    except OSError as exc:
-        raise ToolError(f"could not run `{' '.join(argv)}`: {exc}") from exc
-    return done.returncode, done.stdout or ""
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -1,0 +1,128 @@
+"""One run context: which ncu, what it offers, which environment, how to run.
+
+Found once at the top (a `run`, a ladder walk, a sweep, one profile(fn)
+call) and handed to every attempt and probe, so a walk of six attempts
+locates ncu once and probes it once, and every record says which ncu ran.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
+
+from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
+from nsightwrap.ncu.locate import find_ncu
+from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
+from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.rules import TotalTimeout, WatchRule
+
+__all__ = ["FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
+
+FindNcu = Callable[[Optional[str], Mapping[str, str]], str]
+"""find_ncu's shape: (explicit path or None, environment) -> ncu path."""
+
+ProbeNcu = Callable[..., NcuInfo]
+"""probe_ncu's shape: (path, cache_dir, *, env=...) -> NcuInfo."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How nsightwrap runs the profiler; one object passed down, no globals."""
+
+    ncu: Optional[str] = None  # explicit ncu path; else NSIGHTWRAP_NCU, PATH, ...
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    stall_growth: float = DEFAULT_GROWTH
+    timeout: Optional[float] = None  # total, for the whole run
+    stop: StopPolicy = field(default_factory=StopPolicy)
+    report_dir: str = "nsightwrap-reports"
+    cache_dir: Optional[str] = None
+    validate: bool = True  # check sets/sections against the installed ncu first
+    check_gpu: bool = True  # look for foreign / leftover GPU processes with nvidia-smi
+    env: Optional[Mapping[str, str]] = None
+    cwd: Optional[str] = None
+
+    def rules(self) -> WatchRule:
+        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
+        if self.timeout is not None:
+            rule = rule | TotalTimeout(self.timeout)
+        return rule
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return replace(self, **changes)
+
+
+class _Once(Generic[T]):
+    """A value computed on first use, once, shared by the contexts derived from one another."""
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._compute = compute
+        self._lock = threading.Lock()  # sweep --jobs asks from several threads
+        self._done = False
+        self._value: Optional[T] = None
+
+    def get(self) -> T:
+        with self._lock:
+            if not self._done:
+                self._value = self._compute()
+                self._done = True
+        return self._value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The ncu found once, its NcuInfo probed once (on first use), the
+    environment and the RunConfig. Derive per-attempt variants with
+    :meth:`replace`; they share the ncu and its probe."""
+
+    config: RunConfig
+    ncu: str
+    env: Mapping[str, str]
+    _info: _Once[NcuInfo] = field(repr=False, compare=False)
+    _locate: FindNcu = field(repr=False, compare=False)
+    _probe: ProbeNcu = field(repr=False, compare=False)
+
+    @classmethod
+    def create(cls, config: Optional[RunConfig] = None, *, locate: Optional[FindNcu] = None,
+               probe: Optional[ProbeNcu] = None) -> "RunContext":
+        """Locate ncu now (ToolNotFound says where it looked); probe it later, once."""
+        config = config or RunConfig()
+        locate = locate or find_ncu
+        probe = probe or probe_ncu
+        env = dict(os.environ if config.env is None else config.env)
+        return cls._build(config, locate(config.ncu, env), env, locate, probe)
+
+    @classmethod
+    def _build(cls, config: RunConfig, ncu: str, env: Mapping[str, str], locate: FindNcu,
+               probe: ProbeNcu) -> "RunContext":
+        cache = Path(config.cache_dir) if config.cache_dir else None
+        return cls(config, ncu, env, _Once(lambda: probe(ncu, cache, env=env)), locate, probe)
+
+    @classmethod
+    def resolve(cls, config: Optional[RunConfig], context: Optional["RunContext"]) -> "RunContext":
+        """The context to use when a caller may give either: the context (with
+        ``config`` as its config, if given too), else a new one."""
+        if context is None:
+            return cls.create(config)
+        return context if config is None or config is context.config else context.with_config(config)
+
+    @property
+    def info(self) -> NcuInfo:
+        """What this ncu offers, probed on first use and then shared."""
+        return self._info.get()
+
+    def with_config(self, config: RunConfig) -> "RunContext":
+        """This context run with another config: the same ncu and probe, unless
+        the config names another ncu or cache; the environment follows config.env."""
+        if (config.ncu, config.cache_dir) != (self.config.ncu, self.config.cache_dir):
+            return RunContext.create(config, locate=self._locate, probe=self._probe)
+        env = self.env if config.env is None or config.env is self.config.env else dict(config.env)
+        return replace(self, config=config, env=env)
+
+    def replace(self, **changes: Any) -> "RunContext":
+        """with_config(config.replace(**changes)), e.g. a rung's stall timeout or a GPU's env."""
+        return self.with_config(self.config.replace(**changes))
