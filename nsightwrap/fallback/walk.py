@@ -152,6 +152,7 @@ class _Settings:
     reader: Callable[[Attempt], pd.DataFrame]
     stall_timeout_floor: Optional[float]
     stall_timeout: Optional[float]
+    environment: Optional[Environment] = None
 
 
 def walk_ladder(
@@ -169,6 +170,7 @@ def walk_ladder(
     reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
     stall_timeout_floor: Optional[float] = None,
     stall_timeout: Optional[float] = None,
+    environment: Optional[Environment] = None,
 ) -> LadderResult:
     """Profile `command`, stepping down `ladder` for each kernel that hangs.
 
@@ -176,14 +178,15 @@ def walk_ladder(
     and used by every attempt. reader turns an attempt into rows (default:
     its report, through load_report); stall_timeout_floor is the least stall
     timeout any rung may use, and stall_timeout, when given, is used at
-    every rung.
+    every rung. environment: this machine as the store knows it, when the
+    caller already detected it (else detected here, when there is a store).
     """
     options = options or ProfileOptions()
     context = RunContext.resolve(config, context)
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout_floor, stall_timeout)
+                         stall_timeout_floor, stall_timeout, environment)
     return _Walk(list(command), options, ladder.for_request(options, context.info), context, settings).run()
 
 
@@ -194,7 +197,8 @@ class _Walk:
                  settings: _Settings) -> None:
         self.command, self.options, self.ladder = command, options, ladder
         self.context, self.s = context, settings
-        self.env = Environment.detect(ncu_version=context.info.version) if settings.store is not None else None
+        self.env = None if settings.store is None else (
+            settings.environment or Environment.detect(ncu_version=context.info.version))
         self.result = LadderResult(ladder)
         self.jobs = self._first_jobs()
 
