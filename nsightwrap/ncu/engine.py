@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -57,6 +59,10 @@ class RunConfig:
     check_gpu: bool = True  # look for foreign / leftover GPU processes with nvidia-smi
     env: Optional[Mapping[str, str]] = None
     cwd: Optional[str] = None
+    #: Read ncu's own output from `--log-file` (its own channel) and pass the
+    #: program's output through unparsed; False parses the merged stdout
+    #: (for an ncu that cannot log to a file).
+    log_channel: bool = True
 
     def rules(self) -> WatchRule:
         rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
@@ -162,7 +168,10 @@ def profile_command(
     if config.validate:
         validate(options, probe_ncu(ncu, Path(config.cache_dir) if config.cache_dir else None, env=env))
     options, report, notes = plan_report(options, command, config)
-    argv = build_argv(ncu, options, command)
+    own_log = config.log_channel and "--log-file" not in options.extra_args
+    log_dir = tempfile.mkdtemp(prefix="nsightwrap-ncu-") if own_log else None
+    tool_log = os.path.join(log_dir, "ncu.log") if log_dir else None
+    argv = build_argv(ncu, options, command, log_file=tool_log)
 
     foreign_before: list[str] = []
     if config.check_gpu:
@@ -182,8 +191,12 @@ def profile_command(
         notes.append(msg)
         log.warning(msg)
 
-    outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
-                    clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
+    try:
+        outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=NcuObserver, tool_log=tool_log)
+    finally:
+        if log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
 
     left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
     if left_after:
