@@ -17,7 +17,9 @@ from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.watch.process import StopPolicy, find_orphans, terminate_as_interrupt
+from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
+from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.signals import ignore_stop_signals, interruptible
 
 EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
 
@@ -83,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nsightwrap.store.hangstore import add_hangs_parser
 
     add_hangs_parser(sub)
-    sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
+    add_cleanup_parser(sub)
     doctor = sub.add_parser("doctor", help="say which tools are found and what is missing")
     doctor.add_argument("--ncu", metavar="PATH")
     return parser
@@ -125,10 +127,10 @@ def cmd_run(args) -> int:
             attempt = profile_command(command, options, config, on_output=echo)
         except ProfileInterrupted as e:
             attempt = e.attempt
-    if args.json:
-        print(attempt.to_json())
-    else:
-        print("\n" + attempt.describe(), file=sys.stderr)
+        if args.json:
+            print(attempt.to_json())
+        else:
+            print("\n" + attempt.describe(), file=sys.stderr)
     return attempt.exit_code
 
 
@@ -137,15 +139,10 @@ def _echo(text: str) -> None:
     sys.stderr.flush()
 
 
-class _signals_as_interrupt:
-    """SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
-    (probing ncu and walking a ladder included): no orphan when a CI job is cancelled."""
-
-    def __enter__(self):
-        self.restore = terminate_as_interrupt()
-
-    def __exit__(self, *exc):
-        self.restore()
+#: SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
+#: (probing ncu and walking a ladder included): no orphan when a CI job is
+#: cancelled; the signals that follow the first are counted, not raised.
+_signals_as_interrupt = interruptible
 
 
 def _open_store(path):
@@ -217,20 +214,6 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def cmd_cleanup(args) -> int:
-    orphans = find_orphans()
-    if not orphans:
-        print("no processes left by killed nsightwrap runs")
-        return 0
-    for p in orphans:
-        try:
-            print(f"killing {p.pid} ({p.name()})")
-            p.kill()
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"could not kill {p.pid}: {e}")
-    return 0
-
-
 def cmd_doctor(args) -> int:
     from nsightwrap.watch import gpu
     from nsightwrap.ncu.tools import find_ncu, probe_ncu
@@ -262,11 +245,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         from nsightwrap.store.hangstore import cmd_hangs
 
-        return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
+        code = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
                 "hangs": cmd_hangs}[args.cmd](args)
     except NsightwrapError as e:
         print(f"nsightwrap: {e}", file=sys.stderr)
         return USAGE_EXIT_CODE
+    except KeyboardInterrupt:  # outside a watched run: no tree is left (each run stops its own)
+        code = EXIT_CODES["interrupted"]
+        print("nsightwrap: interrupted", file=sys.stderr)
+    if code == EXIT_CODES["interrupted"] and argv is None:
+        ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover
