@@ -86,7 +86,7 @@ class _Watch:
     """One watched process tree: its channels, observer, rules, guard and stop."""
 
     def __init__(self, argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer,
-                 tool_log, signals: Interrupts, guard: bool):
+                 tool_log, signals: Interrupts, guard: bool, log_limit: int):
         self.argv, self.rules, self.policy, self.clock = list(argv), rules, policy, clock
         self.on_output, self.on_event = on_output, on_event
         self.env, self.cwd, self.frontend_names = env, cwd, tuple(frontend_names)
@@ -97,7 +97,7 @@ class _Watch:
         self.observer = observer(self.t0)
         self.state = self.observer.state
         self.events = EventLog(getattr(self.observer, "keep", lambda ev: True))
-        self.log = BoundedText()
+        self.log = BoundedText(tail=log_limit)
         self.tool = FollowedFile(tool_log) if tool_log else None
         self.proc: Optional[subprocess.Popen] = None
         self.out: Optional[PipeReader] = None
@@ -314,6 +314,7 @@ def watch(
     observer: ObserverFactory = PlainObserver,
     tool_log: Optional[str] = None,
     guard: bool = True,
+    log_limit: int = 4 << 20,
 ) -> RunOutcome:
     """Run argv in a new session under `rules`; whatever happens, stop the whole tree.
 
@@ -322,11 +323,12 @@ def watch(
     says interrupted / carries the exception, and the caller decides whether
     to raise. tool_log: a file the tool writes its own output to (parsed
     instead of stdout once it exists). guard: a guard process stops the tree
-    if this process is killed.
+    if this process is killed. log_limit: characters of the end of the output
+    kept in the outcome's log (its first 64 KiB are kept too).
     """
     with Interrupts(raise_first=False) as signals:
         w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer,
-                   tool_log, signals, guard)
+                   tool_log, signals, guard, log_limit)
         stop = None
         try:
             try:
