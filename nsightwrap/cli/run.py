@@ -81,10 +81,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             attempt = profile_command(command, options, context=context, on_output=echo)
         except ProfileInterrupted as e:
             attempt = e.attempt
-    if args.json:
-        print(attempt.to_json())
-    else:
-        print("\n" + attempt.describe(), file=sys.stderr)
+        if args.json:
+            print(attempt.to_json())
+        else:
+            print("\n" + attempt.describe(), file=sys.stderr)
     return attempt.exit_code
 
 

@@ -49,6 +49,10 @@ class RunConfig:
     #: A file in which the program reports the time of one call of its work
     #: (nsightwrap.ncu.calltime); the stall timeout grows to cover it once written.
     call_time_file: Optional[str] = None
+    #: Read ncu's own output from `--log-file` (its own channel) and pass the
+    #: program's output through unparsed; False parses the merged stdout
+    #: (for an ncu that cannot log to a file).
+    log_channel: bool = True
 
     def rules(self) -> WatchRule:
         rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)

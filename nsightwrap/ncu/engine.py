@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -145,7 +147,10 @@ def profile_command(
     if config.validate:
         validate(options, context.info)
     options, report, notes = plan_report(options, command, config)
-    argv = build_argv(context.ncu, options, command)
+    own_log = config.log_channel and "--log-file" not in options.extra_args
+    log_dir = tempfile.mkdtemp(prefix="nsightwrap-ncu-") if own_log else None
+    tool_log = os.path.join(log_dir, "ncu.log") if log_dir else None
+    argv = build_argv(context.ncu, options, command, log_file=tool_log)
 
     foreign_before = _foreign_on_gpu(notes) if config.check_gpu else []
     orphans = find_orphans()
@@ -153,8 +158,12 @@ def profile_command(
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
-    outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
-                    clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
+    try:
+        outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=NcuObserver, tool_log=tool_log)
+    finally:
+        if log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
 
     left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
     if left_after:
