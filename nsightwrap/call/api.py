@@ -195,6 +195,7 @@ def profile(
                              profile_from_start=False)
     env = dict(os.environ if config.env is None else config.env)
     context = RunContext.create(config.replace(timeout=timeout, env=env))
+    context.info  # ncu found and answering before fn runs at all (ToolNotFound / ToolError otherwise)
     work = Path(tempfile.mkdtemp(prefix="nsightwrap-call-"))
     try:
         spec_path, result_path = _write_spec(fn, args, kwargs, warmup, repeat, work)

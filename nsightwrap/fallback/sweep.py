@@ -96,9 +96,11 @@ class SweepResult:
                          + (f"  on {a.stalled_kernel}" if a.status == HANG and a.stalled_kernel else ""))
         for k in self.kernels:
             for p in k.probes:
-                lines.append(f"{k.kernel[:32]:<32} {p.label()[:60]:<60} {p.outcome:<7} "
+                first, *rest = wrap_sections(p.label())
+                lines.append(f"{k.kernel[:32]:<32} {first:<60} {p.outcome:<7} "
                              f"{'' if p.passes is None else p.passes:>6} {p.seconds:>6.1f}"
                              + ("  (stored)" if p.from_store else "") + (f"  GPU {p.gpu}" if p.gpu else ""))
+                lines.extend(f"{'':<32} {more}" for more in rest)
         lines.append("")
         for k in self.kernels:
             lines.append(f"{k.kernel}: hang alone: {', '.join(k.singles) or 'none'}; "
@@ -125,6 +127,18 @@ class SweepResult:
                        for p in k.probes]} for k in self.kernels],
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
                                     "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]}
+
+
+def wrap_sections(label: str, width: int = 60) -> list[str]:
+    """A probe's `A+B+C` label on lines of at most `width` characters, cut only after a `+`
+    (never cut short: the sections of a probe are what the table is read for)."""
+    lines = [""]
+    for i, name in enumerate(label.split("+")):
+        piece = name + ("+" if i < label.count("+") else "")
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return lines
 
 
 class _Prober:

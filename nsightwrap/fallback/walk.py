@@ -92,8 +92,13 @@ class LadderResult:
 
     @property
     def df(self) -> pd.DataFrame:
+        """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
         frames = [f for f in self.frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        if not frames:
+            return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        merged = pd.concat(frames, ignore_index=True)
+        merged.attrs = merged_attrs(frames)
+        return merged
 
     def summary(self) -> str:
         lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s)"]
@@ -103,6 +108,17 @@ class LadderResult:
         if self.stopped:
             lines.append("stopped early: " + self.stopped)
         return "\n".join(lines)
+
+
+def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
+    """The attrs of frames read from several reports: units merged, and the reports listed."""
+    units: dict = {}
+    reports: list = []
+    for f in frames:
+        units.update(f.attrs.get("units", {}))
+        if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
+            reports.append(f.attrs["report"])
+    return {"units": units, "reports": reports}
 
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
