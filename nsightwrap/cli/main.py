@@ -17,14 +17,16 @@ from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
 from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
+from nsightwrap import __version__
+from nsightwrap.cli.common import Parser, UsageError, error_doc, interrupted_doc, print_json, wants_json
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.status import USAGE_EXIT_CODE
+from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.process import find_orphans
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m nsightwrap",
-                                     description="Run NVIDIA profilers under a watchdog.")
+    parser = Parser(prog="python -m nsightwrap", description="Run NVIDIA profilers under a watchdog.")
+    parser.add_argument("--version", action="version", version=f"nsightwrap {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     run.add_parser(sub)
     sweep.add_parser(sub)
@@ -50,17 +52,41 @@ def cmd_cleanup(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit code of the command; with --json, stdout holds exactly one JSON object whatever happens."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = wants_json(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.cmd is None:
-        parser.print_help()
-        return USAGE_EXIT_CODE
     try:
-        return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
-                "hangs": cmd_hangs, "nsys": cmd_nsys}[args.cmd](args)
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        return _usage_error(e, as_json)
+    if args.cmd is None:
+        parser.print_help(sys.stderr)
+        return _usage_error(UsageError("give a command, e.g. `python -m nsightwrap run -- ./my_app`"), as_json)
+    try:
+        return COMMANDS[args.cmd](args)
+    except UsageError as e:
+        return _usage_error(e, as_json)
     except NsightwrapError as e:
         print(f"nsightwrap: {e}", file=sys.stderr)
+        if as_json:
+            print_json(error_doc(str(e)))
         return USAGE_EXIT_CODE
+    except KeyboardInterrupt:  # a command without its own handling (doctor, hangs, nsys)
+        if as_json:
+            print_json(interrupted_doc("interrupted"))
+        return EXIT_CODES[INTERRUPTED]
+
+
+def _usage_error(e: UsageError, as_json: bool) -> int:
+    print(f"{e.usage}{e}" if e.usage else str(e), file=sys.stderr)
+    if as_json:
+        print_json(error_doc(str(e), usage=e.usage.strip()))
+    return USAGE_EXIT_CODE
+
+
+COMMANDS = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
+            "hangs": cmd_hangs, "nsys": cmd_nsys}
 
 
 if __name__ == "__main__":  # pragma: no cover

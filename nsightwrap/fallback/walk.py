@@ -247,6 +247,7 @@ class _Walk:
             self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=KNOWN_HANG))
             self.jobs.insert(0, job.lower())
             return True
+        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}")
         attempt = self._attempt(opts, rung)
         self._record(job, rung, opts, notes, attempt)
         if attempt.gpu_left_after:
@@ -282,9 +283,13 @@ class _Walk:
         # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
         stall = s.stall_timeout or max(rung.stall_timeout or self.context.config.stall_timeout,
                                        s.stall_timeout_floor or 0.0)
+        listener = self.context.listener
         retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
                             wait=wait_exponential(min=s.retry_wait[0], max=s.retry_wait[1]), reraise=True,
-                            retry_error_callback=lambda state: state.outcome.result())
+                            retry_error_callback=lambda state: state.outcome.result(),
+                            before_sleep=lambda state: listener.stage(
+                                f"ncu's error looks transient: retrying rung {rung.name!r} in "
+                                f"{state.next_action.sleep:.0f} s"))
         return retrying(profile_command, self.command, opts, context=self.context.replace(stall_timeout=stall),
                         on_output=s.on_output)
 
