@@ -11,6 +11,7 @@ Everything public is importable from here; other modules are internal.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from nsightwrap.errors import (
@@ -97,6 +98,10 @@ def __dir__() -> list[str]:
 
 
 __version__ = "0.1.0"
+
+# A library logs; the application decides where it goes (the CLI: --verbose). Without this,
+# logging's last-resort handler printed every warning a second time, beside the attempt's note.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "Attempt",

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from nsightwrap.cli.common import EPILOG, echo_unless, positive, signals_as_interrupt, split_command
-from nsightwrap.errors import ProfileInterrupted
+from nsightwrap.cli.common import (
+    EPILOG, LineLog, UsageError, configure_logging, interrupted_doc, positive, print_json,
+    signals_as_interrupt, split_command, without_logged,
+)
+from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
+from nsightwrap.cli.screen import PlainScreen, open_screen
+from nsightwrap.errors import AttemptFailed, ProfileInterrupted
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REPLAY_MODES, USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.process import StopPolicy
 
@@ -44,8 +48,12 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--store", metavar="PATH", help="hang store for --profile (default: $NSIGHTWRAP_STORE or "
                                                       "~/.cache/nsightwrap/hangs.db)")
     run.add_argument("--retry-known-hangs", action="store_true", help="with --profile: try rungs the store knows to hang")
-    run.add_argument("--json", action="store_true", help="print one JSON object describing the attempt on stdout")
-    run.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
+    # What the run shows and prints (kept together).
+    run.add_argument("--json", action="store_true", help="print one JSON object on stdout, whatever happens")
+    run.add_argument("-q", "--quiet", action="store_true", help="no ncu output and no live progress on stderr")
+    run.add_argument("--verbose", action="store_true", help="print nsightwrap's own log (each message once)")
+    run.add_argument("--no-preflight", action="store_true",
+                     help="with --profile: skip the checks made before the walk (doctor's cheap ones)")
     run.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
@@ -60,57 +68,81 @@ def _kernel(args: argparse.Namespace) -> Optional[KernelFilter]:
 def cmd_run(args: argparse.Namespace) -> int:
     command = split_command(args.extra)
     if not command:
-        print("nsightwrap run: give the command to profile after `--`, e.g.\n"
-              "  python -m nsightwrap run --set basic -- ./my_app 1024", file=sys.stderr)
-        return USAGE_EXIT_CODE
+        raise UsageError("nsightwrap run: give the command to profile after `--`, e.g.\n"
+                         "  python -m nsightwrap run --set basic -- ./my_app 1024")
     if args.kernel and args.kernel_name:
-        print("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both", file=sys.stderr)
-        return USAGE_EXIT_CODE
+        raise UsageError("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both")
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
                              launch_count=args.launch_count, export=args.export)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
-    echo = echo_unless(args.quiet)
-    with signals_as_interrupt():
-        context = RunContext.create(config)
-        if args.profile:
-            return _run_ladder(args, command, options, context, echo)
-        try:
-            attempt = profile_command(command, options, context=context, on_output=echo)
-        except ProfileInterrupted as e:
-            attempt = e.attempt
-        if args.json:
-            print(attempt.to_json())
-        else:
-            print("\n" + attempt.describe(), file=sys.stderr)
+    screen = open_screen(args.quiet)
+    log = configure_logging(args.verbose, screen.say)
+    try:
+        with signals_as_interrupt(), screen:
+            context = RunContext.create(config).with_listener(screen)
+            run = _run_ladder if args.profile else _run_once
+            return run(args, command, options, context, screen, log)
+    except KeyboardInterrupt:
+        # Between attempts (back-off, GPU settle wait, probing ncu): nothing of ours is running.
+        return report_interrupt(args, screen, None)
+    finally:
+        configure_logging(False, screen.line)
+
+
+def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
+              screen: PlainScreen, log: Optional[LineLog]) -> int:
+    try:
+        attempt = profile_command(command, options, context=context, on_output=screen.on_output)
+    except ProfileInterrupted as e:
+        attempt = e.attempt
+    screen.close()
+    if args.json:
+        print(attempt.to_json())
+    else:
+        print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code
 
 
 def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-                echo: Optional[Callable[[str], None]]) -> int:
+                screen: PlainScreen, log: Optional[LineLog]) -> int:
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
+    refused = preflight(args, context, screen)
+    if refused:
+        return refuse(args, screen, refused)
     store = HangStore(args.store)
     try:
-        result = walk_ladder(command, options, args.profile, context=context, store=store, on_output=echo,
-                             retry_known_hangs=args.retry_known_hangs)
+        result = walk_ladder(command, options, args.profile, context=context, store=store,
+                             on_output=screen.on_output, retry_known_hangs=args.retry_known_hangs)
     except ProfileInterrupted as e:
-        print(e.attempt.to_json() if args.json else e.attempt.describe())
-        return EXIT_CODES[INTERRUPTED]
-    df = result.df
+        return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
+                                                               attempt=e.attempt.to_dict()))
+    except AttemptFailed as e:  # the first rung failed outright: nothing to step down from
+        screen.close()
+        print(f"\nnsightwrap: {e}", file=sys.stderr)
+        if args.json:
+            print_json({"status": e.attempt.status, "exit_code": e.attempt.exit_code, "ladder": args.profile,
+                        "reason": str(e), "attempt": e.attempt.to_dict()})
+        return e.attempt.exit_code
+    screen.close()
+    status = ERROR if result.stopped else HANG if result.unprofiled else OK
     if args.json:
-        print(json.dumps({
-            "ladder": result.ladder.name,
-            "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
-                       "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
-            "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
-            "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
-            "reports": result.report_paths}))
+        print_json(_walk_doc(result, status))
     else:
         print("\n" + result.summary(), file=sys.stderr)
-    if result.stopped:
-        return EXIT_CODES[ERROR]
-    return EXIT_CODES[HANG] if result.unprofiled else EXIT_CODES[OK]
+    return EXIT_CODES[status]
+
+
+def _walk_doc(result: Any, status: str) -> dict[str, Any]:
+    df = result.df
+    return {
+        "status": status, "exit_code": EXIT_CODES[status], "ladder": result.ladder.name,
+        "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
+                   "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
+        "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
+        "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
+        "reports": result.report_paths}

@@ -19,15 +19,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import ERROR, HANG, NO_KERNELS, OK, ReplayMode
+from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ReplayMode
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
 from nsightwrap.watch import gpu
+from nsightwrap.watch.rules import Cancelled
 
 #: A probe's outcomes, in the one vocabulary of statuses.
 HUNG, WORKS, FAILED = HANG, OK, ERROR
@@ -96,9 +97,11 @@ class SweepResult:
                          + (f"  on {a.stalled_kernel}" if a.status == HANG and a.stalled_kernel else ""))
         for k in self.kernels:
             for p in k.probes:
-                lines.append(f"{k.kernel[:32]:<32} {p.label()[:60]:<60} {p.outcome:<7} "
+                first, *rest = wrap_sections(p.label())
+                lines.append(f"{k.kernel[:32]:<32} {first:<60} {p.outcome:<7} "
                              f"{'' if p.passes is None else p.passes:>6} {p.seconds:>6.1f}"
                              + ("  (stored)" if p.from_store else "") + (f"  GPU {p.gpu}" if p.gpu else ""))
+                lines.extend(f"{'':<32} {more}" for more in rest)
         lines.append("")
         for k in self.kernels:
             lines.append(f"{k.kernel}: hang alone: {', '.join(k.singles) or 'none'}; "
@@ -125,6 +128,18 @@ class SweepResult:
                        for p in k.probes]} for k in self.kernels],
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
                                     "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]}
+
+
+def wrap_sections(label: str, width: int = 60) -> list[str]:
+    """A probe's `A+B+C` label on lines of at most `width` characters, cut only after a `+`
+    (never cut short: the sections of a probe are what the table is read for)."""
+    lines = [""]
+    for i, name in enumerate(label.split("+")):
+        piece = name + ("+" if i < label.count("+") else "")
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return lines
 
 
 class _Prober:
@@ -246,7 +261,11 @@ def sweep_sections(
     # Each hanging kernel alone, in parallel where there are GPUs for it.
     with cf.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(hanging)))) as pool:
         futures = [pool.submit(investigate, k, universe, runner.probe) for k in hanging]
-        result.kernels = [f.result() for f in futures]
+        try:
+            result.kernels = [f.result() for f in futures]
+        except BaseException:
+            runner.cancel.set()  # Ctrl-C reaches this thread only: stop the probes of the workers too
+            raise
     return result
 
 
@@ -255,6 +274,8 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
     """The whole set on the whole program, excluding each kernel found hanging, until none hangs."""
     hanging: list[str] = []
     while True:
+        runner.context.listener.stage(f"whole program, all {len(full)} sections"
+                                      + (f", without {', '.join(hanging)}" if hanging else ""))
         a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging)))
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
@@ -283,6 +304,7 @@ class _ProbeRunner:
         for g in gpus:
             self.gpus.put(g)
         self.lock = threading.Lock()
+        self.cancel = threading.Event()
         self.local = threading.local()
         self.owner = threading.get_ident()
 
@@ -302,9 +324,14 @@ class _ProbeRunner:
             if gpu_id is not None:
                 # One probe per GPU, never two on one.
                 context = context.replace(env={**context.env, "CUDA_VISIBLE_DEVICES": gpu_id})
-            attempt = profile_command(self.command, opts, context=context)
+            if self.cancel.is_set():
+                raise KeyboardInterrupt("the sweep was interrupted")
+            attempt = profile_command(self.command, opts, context=context,
+                                      rules=context.config.rules() | Cancelled(self.cancel))
         finally:
             self.gpus.put(gpu_id)
+        if attempt.status == INTERRUPTED:
+            raise ProfileInterrupted(attempt)
         if attempt.gpu_left_after:
             raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
                                   + "): the sweep stops so as not to record false hangs; free the GPU and run again")
@@ -331,6 +358,7 @@ class _ProbeRunner:
         if known is not None:
             p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store")
         else:
+            self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
             a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1))
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None

@@ -92,8 +92,13 @@ class LadderResult:
 
     @property
     def df(self) -> pd.DataFrame:
+        """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
         frames = [f for f in self.frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        if not frames:
+            return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        merged = pd.concat(frames, ignore_index=True)
+        merged.attrs = merged_attrs(frames)
+        return merged
 
     def summary(self) -> str:
         lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s)"]
@@ -103,6 +108,17 @@ class LadderResult:
         if self.stopped:
             lines.append("stopped early: " + self.stopped)
         return "\n".join(lines)
+
+
+def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
+    """The attrs of frames read from several reports: units merged, and the reports listed."""
+    units: dict = {}
+    reports: list = []
+    for f in frames:
+        units.update(f.attrs.get("units", {}))
+        if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
+            reports.append(f.attrs["report"])
+    return {"units": units, "reports": reports}
 
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
@@ -235,6 +251,7 @@ class _Walk:
             self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=KNOWN_HANG))
             self.jobs.insert(0, job.lower())
             return True
+        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}")
         attempt = self._attempt(opts, rung)
         self._record(job, rung, opts, notes, attempt)
         if attempt.gpu_left_after:
@@ -270,9 +287,13 @@ class _Walk:
         # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
         stall = s.stall_timeout or max(rung.stall_timeout or self.context.config.stall_timeout,
                                        s.stall_timeout_floor or 0.0)
+        listener = self.context.listener
         retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
                             wait=wait_exponential(min=s.retry_wait[0], max=s.retry_wait[1]), reraise=True,
-                            retry_error_callback=lambda state: state.outcome.result())
+                            retry_error_callback=lambda state: state.outcome.result(),
+                            before_sleep=lambda state: listener.stage(
+                                f"ncu's error looks transient: retrying rung {rung.name!r} in "
+                                f"{state.next_action.sleep:.0f} s"))
         return retrying(profile_command, self.command, opts, context=self.context.replace(stall_timeout=stall),
                         on_output=s.on_output)
 

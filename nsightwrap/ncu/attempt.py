@@ -246,6 +246,12 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
     status, reason = classify(outcome, kernels, errors, warnings)
     written = [Path(e.path) for _, e in outcome.events if isinstance(e, ReportWritten)]
     report = written[-1] if written else (export if export is not None and export.exists() else None)
+    if status == OK and export is not None and (report is None or not report.exists()):
+        # The kernels ran, but what they were profiled for is not on disk (full disk, a folder
+        # that became unwritable): that is a failure, not "N kernel(s) profiled".
+        status, reason = ERROR, (f"ncu profiled {len(kernels)} kernel(s) but did not write the report {export}"
+                                 + (f": {errors[0]}" if errors else "")
+                                 + "; check that its folder is writable and the disk not full, then run again")
     notes = list(notes)
     if outcome.stop and outcome.stop.reason == "leftovers":
         notes.append("the program ended but left processes behind; they were stopped: "

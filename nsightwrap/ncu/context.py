@@ -15,6 +15,7 @@ from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
 from nsightwrap.ncu.calltime import ReportedCallTime
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
+from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
 from nsightwrap.watch.process import StopPolicy
@@ -95,6 +96,8 @@ class RunContext:
     _info: _Once[NcuInfo] = field(repr=False, compare=False)
     _locate: FindNcu = field(repr=False, compare=False)
     _probe: ProbeNcu = field(repr=False, compare=False)
+    #: Hears what each attempt does as it runs (the CLI's live progress); silent by default.
+    listener: RunListener = field(default=SILENT, repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Optional[RunConfig] = None, *, locate: Optional[FindNcu] = None,
@@ -129,9 +132,13 @@ class RunContext:
         """This context run with another config: the same ncu and probe, unless
         the config names another ncu or cache; the environment follows config.env."""
         if (config.ncu, config.cache_dir) != (self.config.ncu, self.config.cache_dir):
-            return RunContext.create(config, locate=self._locate, probe=self._probe)
+            return RunContext.create(config, locate=self._locate, probe=self._probe).with_listener(self.listener)
         env = self.env if config.env is None or config.env is self.config.env else dict(config.env)
         return replace(self, config=config, env=env)
+
+    def with_listener(self, listener: RunListener) -> "RunContext":
+        """This context, telling `listener` what its attempts do."""
+        return replace(self, listener=listener)
 
     def replace(self, **changes: Any) -> "RunContext":
         """with_config(config.replace(**changes)), e.g. a rung's stall timeout or a GPU's env."""
