@@ -10,7 +10,8 @@
 #   e.g. here: pip download -d .whl --only-binary=:all: --python-version 3.12 \
 #              --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
 #              tenacity 'ncu-report>=2026.3' psutil pandas numpy PyYAML rich setuptools
-# and carry .whl (run's carry=[".whl"]). Every step runs under `timeout`; nothing is left running.
+# (tenacity and ncu-report in .whl, the rest in .whlv, which gpu_evidence.sh does not install into its site)
+# and carry both (run's carry=[".whl", ".whlv"]). Every step runs under `timeout`; nothing is left running.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-devtools/gpu-runs/$(date +%F)-surface}
@@ -42,8 +43,8 @@ python3 -m venv "$WORK/venv" || { note "python3 -m venv failed (apt install pyth
 PY="$WORK/venv/bin/python"
 "$PY" -c 'import torch' 2>/dev/null && note "WARNING: torch is importable in the fresh venv" \
                                     || note "fresh venv: torch not importable (as wanted)"
-export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" PIP_DISABLE_PIP_VERSION_CHECK=1
-step make-run 600 make run PYTHON="$PY"
+export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl $PWD/.whlv" PIP_DISABLE_PIP_VERSION_CHECK=1
+step make-run 240 make run PYTHON="$PY"
 gpu_state make-run
 
 # 2. The programs of the GPU tests: `app passes 1` hangs under multi-pass replay only (see gpu-runs/README.md).
@@ -52,19 +53,19 @@ nvcc -O2 -arch=native -o "$WORK/app" tests/gpu/kernels.cu 2>>"$LOG" || nvcc -O2 
 STORE="$WORK/hangs.db"
 
 # 3. A ladder walk with live progress, recorded as a terminal would show it.
-step walk 420 script -q -e -c "$PY -m nsightwrap run --profile default --set basic --stall-timeout 8 \
+step walk 150 script -q -e -c "$PY -m nsightwrap run --profile default --set basic --stall-timeout 8 \
   --store $STORE -o $WORK/walk -- $WORK/app passes 1 30" "$OUT/walk.typescript"
 gpu_state walk
 
 # 4. A sweep with live progress.
-step sweep 420 script -q -e -c "$PY -m nsightwrap sweep-sections --stall-timeout 8 --store $STORE \
+step sweep 150 script -q -e -c "$PY -m nsightwrap sweep-sections --stall-timeout 8 --store $STORE \
   --section SpeedOfLight --section LaunchStats --section Occupancy --section WorkloadDistribution \
   --markdown $OUT/sweep-debug.md -- $WORK/app passes 1 30" "$OUT/sweep.typescript"
 gpu_state sweep
 
 # 5. doctor's view of this machine, and that nothing of ours is left.
-step doctor 300 "$PY" -m nsightwrap doctor
-step doctor-json 300 "$PY" -m nsightwrap doctor --json
+step doctor 60 "$PY" -m nsightwrap doctor
+step doctor-json 60 "$PY" -m nsightwrap doctor --json
 step cleanup 60 "$PY" -m nsightwrap cleanup
 gpu_state end
 note "typescripts: $OUT/walk.typescript $OUT/sweep.typescript (view: cat, or less -R)"
