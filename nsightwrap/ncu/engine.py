@@ -153,14 +153,15 @@ def profile_command(
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
-    outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
+    outcome = watch(argv, rules or config.rules(options), policy=config.stop, env=env, cwd=config.cwd,
                     clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
 
     left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
-    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu,
+    calibration = None if config.stall_timeout_given else config.calibration
+    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu, calibration=calibration,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
     if outcome.interrupted:
         raise ProfileInterrupted(attempt)
