@@ -28,6 +28,20 @@ Schema, version 1 (table ``records``, one row a verdict; see :class:`Record`)::
 
     index records_match (kernel_pattern, gpu, ncu_version)
     index records_kernel (kernel)
+
+Version 2 adds to ``records`` the stall allowance behind a hang verdict
+(NULL in older rows: made without calibration)::
+
+    allowance_s     REAL or NULL      the silence allowed before the verdict
+    basis           TEXT or NULL      what it was based on: "from calibration (...)",
+                                      "default (not calibrated)", "given (--stall-timeout ...)"
+
+and the table ``calibrations``: how long each kernel of a program runs
+without ncu, per command, GPU and driver (rows of one measurement share a
+run_id; kernel "*" is the whole program's wall time)::
+
+    id, time, host, gpu, driver, command (JSON list), kernel, seconds, source, run_id
+    index calibrations_match (command, gpu, driver)
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
+from nsightwrap.ncu.allowance import CALIBRATED
 from nsightwrap.status import HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
@@ -74,6 +89,13 @@ class Record:
     ladder: Optional[str]
     note: str
     run_id: Optional[str]
+    allowance_s: Optional[float] = None
+    basis: Optional[str] = None
+
+    @property
+    def calibrated(self) -> bool:
+        """Was the verdict judged against the kernel's calibrated allowance?"""
+        return bool(self.basis) and self.basis.startswith(CALIBRATED)
 
     @property
     def profile_key(self) -> ProfileKey:
@@ -142,6 +164,23 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX records_match ON records (kernel_pattern, gpu, ncu_version);
     CREATE INDEX records_kernel ON records (kernel);
+    """,
+    """
+    ALTER TABLE records ADD COLUMN allowance_s REAL;
+    ALTER TABLE records ADD COLUMN basis TEXT;
+    CREATE TABLE calibrations (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        time           TEXT    NOT NULL,
+        host           TEXT,
+        gpu            TEXT,
+        driver         TEXT,
+        command        TEXT    NOT NULL,
+        kernel         TEXT    NOT NULL,
+        seconds        REAL    NOT NULL,
+        source         TEXT    NOT NULL,
+        run_id         TEXT    NOT NULL
+    );
+    CREATE INDEX calibrations_match ON calibrations (command, gpu, driver);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
