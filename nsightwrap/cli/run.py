@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from typing import Any, Callable, Optional
 
-from nsightwrap.cli.common import EPILOG, echo_unless, positive, signals_as_interrupt, split_command
+from nsightwrap.calibrate.confirm import Calibrator
+from nsightwrap.cli.common import EPILOG, echo, echo_unless, positive, signals_as_interrupt, split_command
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
@@ -31,9 +33,14 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
     run.add_argument("--launch-skip", type=int, metavar="N")
     run.add_argument("--launch-count", type=int, metavar="N")
-    run.add_argument("--stall-timeout", type=positive, default=DEFAULT_STALL_TIMEOUT, metavar="SEC",
-                     help=f"a kernel with no progress for SEC is hung (default {DEFAULT_STALL_TIMEOUT:g}; "
-                          "grows with the observed pace of progress)")
+    run.add_argument("--stall-timeout", type=positive, metavar="SEC",
+                     help="a kernel with no progress for SEC is hung, whatever its calibration and at every "
+                          f"rung (default: each kernel's calibrated allowance, else {DEFAULT_STALL_TIMEOUT:g} and "
+                          "a stall is confirmed by calibrating first; grows with the observed pace of progress)")
+    run.add_argument("--calibrate", action="store_true",
+                     help="time the program without ncu first (nsys, else a plain run; kept in the hang store), "
+                          "so that each kernel gets its own stall allowance from the start")
+    run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
@@ -70,15 +77,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
                              launch_count=args.launch_count, export=args.export)
-    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
+                       stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
-    echo = echo_unless(args.quiet)
+    out = echo_unless(args.quiet)
     with signals_as_interrupt():
         context = RunContext.create(config)
+        # The hang store is opened only when calibrating: a run without a stall pays nothing.
+        store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
+        calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else echo)
+        if args.calibrate and not config.stall_timeout_given:
+            calibrator.calibrate(config)
         if args.profile:
-            return _run_ladder(args, command, options, context, echo)
+            return _run_ladder(args, command, options, context, out, calibrator, store())
         try:
-            attempt = profile_command(command, options, context=context, on_output=echo)
+            attempt = calibrator.run(lambda ctx: profile_command(command, options, context=ctx, on_output=out),
+                                     context, options)
         except ProfileInterrupted as e:
             attempt = e.attempt
     if args.json:
@@ -89,14 +103,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-                echo: Optional[Callable[[str], None]]) -> int:
+                echo: Optional[Callable[[str], None]], calibrator: Calibrator, store: HangStore) -> int:
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
-    store = HangStore(args.store)
     try:
         result = walk_ladder(command, options, args.profile, context=context, store=store, on_output=echo,
-                             retry_known_hangs=args.retry_known_hangs)
+                             retry_known_hangs=args.retry_known_hangs, calibrator=calibrator)
     except ProfileInterrupted as e:
         print(e.attempt.to_json() if args.json else e.attempt.describe())
         return EXIT_CODES[INTERRUPTED]

@@ -6,13 +6,14 @@ import argparse
 import sys
 from typing import Any
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import echo, positive, signals_as_interrupt, split_command
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import load_ladder
 from nsightwrap.fallback.sweep import Probe, result_json, sweep_sections
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
+from nsightwrap.status import EXIT_CODES, INTERRUPTED, NO_KERNELS, USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 
@@ -27,7 +28,9 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
                        help="ladder whose first rung's stall timeout the probes use")
     sweep.add_argument("--stall-timeout", type=positive, metavar="SEC",
-                       help=f"stall timeout of every probe (default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+                       help="stall timeout of every probe, whatever the calibration (default: each kernel's "
+                            f"calibrated allowance, else the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+    sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -42,7 +45,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("nsightwrap sweep-sections: give the command after `--`", file=sys.stderr)
         return USAGE_EXIT_CODE
     first = load_ladder(args.profile).rungs[0]
-    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT)
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
+                       stall_timeout_given=args.stall_timeout is not None)
     store = HangStore(args.store)
 
     def said(probe: Probe) -> None:
@@ -51,8 +55,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     with signals_as_interrupt():
         try:
+            calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else echo)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    config=config, store=store, jobs=args.jobs, on_probe=said)
+                                    config=config, store=store, jobs=args.jobs, on_probe=said, calibrator=calibrator)
         except ProfileInterrupted as e:
             print(f"\nsweep interrupted; every probe so far is in the store ({store.path})\n{e.attempt.describe()}",
                   file=sys.stderr)
@@ -61,4 +66,4 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         with open(args.markdown, "w") as f:
             f.write("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")
     print(result_json(result) if args.json else result.table())
-    return 0
+    return EXIT_CODES[NO_KERNELS] if result.status == NO_KERNELS else 0
