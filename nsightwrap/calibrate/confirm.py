@@ -77,18 +77,22 @@ class Calibrator:
 
     store: a HangStore, or a callable returning the one to use now (a sweep's
     worker threads each have their own); None keeps nothing. limit_s bounds
-    the calibration run (else the run's --timeout, else a default).
+    the calibration run (else the run's --timeout, else a default). lazy:
+    do not look in the store before a stall (a single `run` then pays
+    nothing unless it stalls); walks and sweeps look first.
     """
 
     def __init__(self, command: Sequence[str], *, store: StoreSource = None, env: Optional[Environment] = None,
                  nsys: Optional[str] = None, use_nsys: bool = True, limit_s: Optional[float] = None,
-                 say: Optional[Callable[[str], None]] = None, measure: Callable[..., Calibration] = default_measure):
+                 say: Optional[Callable[[str], None]] = None, measure: Callable[..., Calibration] = default_measure,
+                 lazy: bool = False):
         self.command = list(command)
         self._store_source = store
         self._env = env
         self.nsys, self.use_nsys, self.limit_s = nsys, use_nsys, limit_s
         self._say = say
         self._measure = measure
+        self.lazy = lazy
         self._calibration: Optional[Calibration] = None
         self._looked_up = False
         self._lock = threading.RLock()
@@ -144,7 +148,7 @@ class Calibrator:
         config = context.config
         if config.stall_timeout_given or config.calibration is not None:
             return context
-        found = self.known()
+        found = self._calibration if self.lazy else self.known()
         return context if found is None or not found.ok else context.replace(calibration=found)
 
     # --- confirm before recording ------------------------------------------------

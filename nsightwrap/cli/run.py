@@ -85,9 +85,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         context = RunContext.create(config)
         # The hang store is opened only when calibrating: a run without a stall pays nothing.
         store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
-        calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else echo)
+        calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else echo,
+                                lazy=not args.profile)
         if args.calibrate and not config.stall_timeout_given:
-            calibrator.calibrate(config)
+            calibration = calibrator.calibrate(config)
+            if not calibration.ok:  # the program hangs or fails by itself: nothing to profile
+                return _program_fault(args, calibration)
         if args.profile:
             return _run_ladder(args, command, options, context, out, calibrator, store())
         try:
@@ -100,6 +103,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print("\n" + attempt.describe(), file=sys.stderr)
     return attempt.exit_code
+
+
+def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
+    if args.json:
+        print(json.dumps({"status": calibration.status, "reason": calibration.reason,
+                          "exit_code": EXIT_CODES[calibration.status], "calibration": calibration.to_dict()}))
+    else:
+        print(f"\n{calibration.status}: {calibration.reason}", file=sys.stderr)
+    return EXIT_CODES[calibration.status]
 
 
 def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
