@@ -18,7 +18,7 @@ from nsightwrap.ncu.allowance import (
     kernel_allowance,
 )
 from nsightwrap.ncu.attempt import Attempt, KernelResult
-from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuWarning, Progress, ReplayPass
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall, StallRule, WatchState
@@ -261,7 +261,8 @@ def test_calibrations_are_kept_per_command_gpu_and_driver(tmp_path):
         assert store.calibration_for(["app", "2"], H100) is None
         assert store.calibration_for(["app"], replace(H100, driver="581.0")) is None
         store.record_calibration(Calibration.from_wall(2.0), ["app"], H100)  # the newest wins
-        assert store.calibration_for(["app"], H100).kernels == () and store.calibration_for(["app"], H100).bound_s == 2.0
+        newest = store.calibration_for(["app"], H100)
+        assert newest.kernels == () and newest.bound_s == 2.0
         assert store.record_calibration(Calibration.failed(TIMEOUT, "hangs", "plain run"), ["app"], H100) == 0
         assert store.record_calibration(Calibration.from_call(0.1), ["app"], H100) == 0
 
