@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call.ranges import range
 from nsightwrap.errors import (
     AttemptFailed,
@@ -30,6 +31,7 @@ from nsightwrap.errors import (
 )
 from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
 from nsightwrap.fallback.sweep import SweepResult, sweep_sections
+from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
 from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -70,9 +72,12 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllowancePolicy",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "Calibration",
+    "Calibrator",
     "ChildError",
     "EXIT_CODES",
     "Environment",

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence, Union
 
 from nsightwrap.calibrate.measure import measure as default_measure
-from nsightwrap.errors import StoreError
+from nsightwrap.errors import ProfileInterrupted, StoreError
 from nsightwrap.ncu.allowance import Allowance, Calibration, KernelAllowances
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -164,7 +164,10 @@ class Calibrator:
         stall = attempt.stall
         self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
         limit = max(MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR * attempt.elapsed_s)
-        calibration = config.calibration if config.calibration is not None else self.calibrate(config, limit)
+        try:
+            calibration = config.calibration if config.calibration is not None else self.calibrate(config, limit)
+        except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
+            raise ProfileInterrupted(replace(attempt, notes=attempt.notes + ("interrupted while calibrating",)))
         if not calibration.ok:
             return replace(attempt, status=calibration.status, reason=calibration.reason, calibration=calibration,
                            program_fault=calibration.reason,

@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nsightwrap.calibrate.confirm import Calibrator
@@ -17,6 +18,7 @@ from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REPLAY_MODES, USAGE_EXIT_CODE
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.paths import default_store_path
 from nsightwrap.watch.process import StopPolicy
 
 
@@ -83,12 +85,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = echo_unless(args.quiet)
     with signals_as_interrupt():
         context = RunContext.create(config)
-        # The hang store is opened only when calibrating: a run without a stall pays nothing.
+        # A run without a stall pays nothing for calibration: the store is read up front only when it
+        # exists (a calibration kept by an earlier run is used from the start), else opened on a stall.
         store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
+        known = Path(args.store).expanduser() if args.store else default_store_path()
         calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else echo,
-                                lazy=not args.profile)
+                                lazy=not (args.profile or known.exists()))
         if args.calibrate and not config.stall_timeout_given:
-            calibration = calibrator.calibrate(config)
+            try:
+                calibration = calibrator.calibrate(config)
+            except KeyboardInterrupt:
+                print("\ninterrupted while calibrating; its process tree was stopped", file=sys.stderr)
+                return EXIT_CODES[INTERRUPTED]
             if not calibration.ok:  # the program hangs or fails by itself: nothing to profile
                 return _program_fault(args, calibration)
         if args.profile:
