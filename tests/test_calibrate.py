@@ -231,6 +231,13 @@ def test_a_program_that_hangs_or_fails_by_itself_is_not_an_ncu_hang(status):
     assert any(n.startswith("under ncu: kernel") for n in a.notes)
 
 
+def test_no_calibration_while_the_gpu_still_runs_the_stopped_program():
+    cal, calls = _calibrator(Calibration.from_wall(1.0))
+    left = replace(_attempt(), gpu_left_after=("123 (app)",))
+    a = cal.run(lambda ctx: left, FakeContext(RunConfig()), SOL)
+    assert calls == [] and a.status == HANG and "not calibrated" in a.notes[-1]
+
+
 def test_an_explicit_stall_timeout_is_taken_as_it_is():
     cal, calls = _calibrator(Calibration.from_wall(1.0))
     hung = _attempt()

@@ -42,7 +42,7 @@ log = logging.getLogger("nsightwrap")
 #: longer without ncu is reported as hanging by itself (or too long to calibrate).
 DEFAULT_LIMIT_S = 300.0
 #: When confirming a stall: at least this, and this many times the attempt that stalled.
-MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR = 60.0, 4.0
+MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR = 120.0, 4.0
 
 AttemptFn = Callable[[RunContext], Attempt]
 StoreSource = Union[HangStore, Callable[[], Optional[HangStore]], None]
@@ -162,6 +162,9 @@ class Calibrator:
         if not needs_confirmation(attempt, config):
             return attempt
         stall = attempt.stall
+        if attempt.gpu_left_after:  # FACTS: a target left spinning makes plain runs hang too
+            return replace(attempt, notes=attempt.notes + (
+                "not calibrated: the GPU still runs processes of this run, so a plain run would hang too",))
         self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
         limit = max(MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR * attempt.elapsed_s)
         try:

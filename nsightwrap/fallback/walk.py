@@ -303,7 +303,7 @@ class _Walk:
         """What the attempt's outcome means for the jobs left; False when the walk must stop."""
         status = attempt.status
         if attempt.program_fault:
-            self.result.stopped = f"the program itself {status} without ncu: {attempt.reason}"
+            self.result.stopped = f"the program hangs or fails by itself, without ncu ({status}): {attempt.reason}"
             return False
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
