@@ -227,8 +227,11 @@ def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozen
 
     When the first section tried alone hangs, `least` (one probe with a
     single metric) asks whether the kernel hangs whatever is collected: then
-    every section hangs and no other probe is needed. So a kernel on which
-    every section hangs costs 3 probes (basic: 4 one at a time), not 7.
+    every section hangs and no other probe is needed. So a kernel that hangs
+    whatever is collected costs ceil(log2 S) + 1 probes (basic: 3; one at a
+    time: 4; 7 before). No adaptive search can beat one-at-a-time somewhere
+    and never lose to it: a kernel that works with one metric yet hangs with
+    every section alone still costs more than S probes (basic: 7).
     """
     result = KernelSweep(kernel, tuple(sorted(universe)))
     pr = _Prober(kernel, run, result.probes)
