@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -337,6 +338,7 @@ def main() -> int:
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
     ap.add_argument("--budget", type=float, default=480.0, help="no step starts after this many seconds")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side in the overhead step")
+    ap.add_argument("--keep", action="store_true", help="keep the reports and hang stores made (a temporary folder)")
     args = ap.parse_args()
     if not args.fake and not args.app:
         ap.error("give --app (tests/gpu/kernels.cu built by nvcc), or --fake")
@@ -356,6 +358,10 @@ def main() -> int:
             getattr(bench, f"step_{step}")()
     finally:
         print("\n" + write_table(bench, Path(args.output), ran))
+        if args.keep:
+            print(f"reports and stores kept in {bench.work}")
+        else:
+            shutil.rmtree(bench.work, ignore_errors=True)
     return 0
 
 
