@@ -82,7 +82,7 @@ SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStat
 
 @pytest.fixture
 def cfg(tmp_path, fake_env):
-    return RunConfig(report_dir=str(tmp_path), stall_timeout=0.6, check_gpu=False, env=fake_env,
+    return RunConfig(report_dir=str(tmp_path), stall_timeout=0.6, stall_timeout_given=True, check_gpu=False, env=fake_env,
                      stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
 
 

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
-    EPILOG, LineLog, UsageError, configure_logging, interrupted_doc, positive, print_json,
-    signals_as_interrupt, split_command, without_logged,
+    EPILOG,
+    LineLog,
+    UsageError,
+    configure_logging,
+    interrupted_doc,
+    positive,
+    print_json,
+    signals_as_interrupt,
+    split_command,
+    without_logged,
 )
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import PlainScreen, open_screen
@@ -19,6 +30,7 @@ from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.paths import default_store_path
 from nsightwrap.watch.process import StopPolicy
 
 
@@ -35,9 +47,14 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
     run.add_argument("--launch-skip", type=int, metavar="N")
     run.add_argument("--launch-count", type=int, metavar="N")
-    run.add_argument("--stall-timeout", type=positive, default=DEFAULT_STALL_TIMEOUT, metavar="SEC",
-                     help=f"a kernel with no progress for SEC is hung (default {DEFAULT_STALL_TIMEOUT:g}; "
-                          "grows with the observed pace of progress)")
+    run.add_argument("--stall-timeout", type=positive, metavar="SEC",
+                     help="a kernel with no progress for SEC is hung, whatever its calibration and at every "
+                          f"rung (default: each kernel's calibrated allowance, else {DEFAULT_STALL_TIMEOUT:g} and "
+                          "a stall is confirmed by calibrating first; grows with the observed pace of progress)")
+    run.add_argument("--calibrate", action="store_true",
+                     help="time the program without ncu first (nsys, else a plain run; kept in the hang store), "
+                          "so that each kernel gets its own stall allowance from the start")
+    run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
@@ -76,15 +93,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
                              launch_count=args.launch_count, export=args.export)
-    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
+                       stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:
         with signals_as_interrupt(), screen:
             context = RunContext.create(config).with_listener(screen)
-            run = _run_ladder if args.profile else _run_once
-            return run(args, command, options, context, screen, log)
+            refused = preflight(args, context, screen) if args.profile else None
+            if refused:  # before anything is run or stored
+                return refuse(args, screen, refused)
+            calibrator, store = _calibrator(args, command, screen)
+            if args.calibrate and not config.stall_timeout_given:
+                calibration = calibrator.calibrate(config)
+                if not calibration.ok:  # the program hangs or fails by itself: nothing to profile
+                    screen.close()
+                    return _program_fault(args, calibration)
+            if args.profile:
+                return _run_ladder(args, command, options, context, screen, log, calibrator, store)
+            return _run_once(args, command, options, context, screen, log, calibrator)
     except KeyboardInterrupt:
         # Between attempts (back-off, GPU settle wait, probing ncu): nothing of ours is running.
         return report_interrupt(args, screen, None)
@@ -92,10 +120,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         configure_logging(False, screen.line)
 
 
+def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScreen) -> tuple[Calibrator, Any]:
+    """The run's calibrator, and the hang store opened on first use.
+
+    A run without a stall pays nothing for calibration: the store is read up
+    front only when it exists (a calibration kept by an earlier run is used
+    from the start), else opened on a stall.
+    """
+    store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
+    known = Path(args.store).expanduser() if args.store else default_store_path()
+    calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say,
+                            lazy=not (args.profile or known.exists()))
+    return calibrator, store
+
+
+def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
+    doc = {"status": calibration.status, "reason": calibration.reason,
+           "exit_code": EXIT_CODES[calibration.status], "calibration": calibration.to_dict()}
+    if args.json:
+        print_json(doc)
+    else:
+        print(f"\n{calibration.status}: {calibration.reason}", file=sys.stderr)
+    return EXIT_CODES[calibration.status]
+
+
 def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-              screen: PlainScreen, log: Optional[LineLog]) -> int:
+              screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator) -> int:
     try:
-        attempt = profile_command(command, options, context=context, on_output=screen.on_output)
+        attempt = calibrator.run(lambda ctx: profile_command(command, options, context=ctx,
+                                                             on_output=screen.on_output), context, options)
     except ProfileInterrupted as e:
         attempt = e.attempt
     screen.close()
@@ -107,17 +160,15 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
 
 
 def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-                screen: PlainScreen, log: Optional[LineLog]) -> int:
+                screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator,
+                store: Callable[[], HangStore]) -> int:
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
-    refused = preflight(args, context, screen)
-    if refused:
-        return refuse(args, screen, refused)
-    store = HangStore(args.store)
     try:
-        result = walk_ladder(command, options, args.profile, context=context, store=store,
-                             on_output=screen.on_output, retry_known_hangs=args.retry_known_hangs)
+        result = walk_ladder(command, options, args.profile, context=context, store=store(),
+                             on_output=screen.on_output, retry_known_hangs=args.retry_known_hangs,
+                             calibrator=calibrator)
     except ProfileInterrupted as e:
         return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
                                                                attempt=e.attempt.to_dict()))

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
     UsageError, configure_logging, interrupted_doc, positive, print_json, signals_as_interrupt, split_command,
 )
@@ -17,6 +18,7 @@ from nsightwrap.fallback.ladder import load_ladder
 from nsightwrap.fallback.sweep import Probe, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.status import EXIT_CODES, NO_KERNELS
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.files import folder_problem
@@ -32,7 +34,9 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
                        help="ladder whose first rung's stall timeout the probes use")
     sweep.add_argument("--stall-timeout", type=positive, metavar="SEC",
-                       help=f"stall timeout of every probe (default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+                       help="stall timeout of every probe, whatever the calibration (default: each kernel's "
+                            f"calibrated allowance, else the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+    sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
@@ -62,7 +66,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("nsightwrap sweep-sections: give the command after `--`")
     markdown = _markdown_path(args.markdown) if args.markdown else None
     first = load_ladder(args.profile).rungs[0]
-    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT)
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
+                       stall_timeout_given=args.stall_timeout is not None)
     store = HangStore(args.store)
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)
@@ -76,8 +81,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             refused = preflight(args, context, screen)
             if refused:
                 return refuse(args, screen, refused)
+            calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    context=context, store=store, jobs=args.jobs, on_probe=said)
+                                    context=context, store=store, jobs=args.jobs, on_probe=said,
+                                    calibrator=calibrator)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         return report_interrupt(args, screen, interrupted_doc(
@@ -85,11 +92,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             attempt=attempt))
     finally:
         configure_logging(False, screen.line)
-    print_json({"status": "ok", "exit_code": 0, **result.to_dict()}) if args.json else print(result.table())
+    code = EXIT_CODES[NO_KERNELS] if result.status == NO_KERNELS else 0  # hangs found: the sweep did its job
+    print_json({"exit_code": code, **result.to_dict()}) if args.json else print(result.table())
     if markdown is not None:
         try:
             markdown.write_text("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")
         except OSError as e:
             print(f"nsightwrap sweep-sections: could not write {markdown}: {e.strerror or e}", file=sys.stderr)
             return 2
-    return 0
+    return code

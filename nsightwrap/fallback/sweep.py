@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
@@ -46,9 +47,10 @@ class Probe:
     from_store: bool = False
     reason: str = ""
     gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1
+    metrics: tuple[str, ...] = ()  # the one-metric probe (no section): does the kernel hang at all?
 
     def label(self) -> str:
-        return "+".join(sorted(self.sections))
+        return "+".join(sorted(self.sections)) or "+".join(self.metrics) or "(nothing)"
 
 
 @dataclass
@@ -62,6 +64,7 @@ class KernelSweep:
     largest_working: tuple[str, ...] = ()
     probes: list[Probe] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    hangs_whatever: bool = False  # hung with one metric alone: every section hangs, none needs its own probe
 
     @property
     def probes_run(self) -> int:
@@ -89,6 +92,14 @@ class SweepResult:
         """The first run of the whole set on the whole program."""
         return self.whole_runs[0] if self.whole_runs else None
 
+    @property
+    def status(self) -> str:
+        """no-kernels when the whole set profiled nothing (a mistyped --kernel?), hang when kernels
+        hung (see .kernels), else ok."""
+        if self.first is not None and self.first.status == NO_KERNELS:
+            return NO_KERNELS
+        return HANG if self.kernels else OK
+
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
         for a in self.whole_runs:
@@ -107,22 +118,27 @@ class SweepResult:
             lines.append(f"{k.kernel}: hang alone: {', '.join(k.singles) or 'none'}; "
                          f"hang together: {', '.join('+'.join(c) for c in k.combinations) or 'none'}; "
                          f"largest working set: {len(k.largest_working)} of {len(k.universe)} sections; "
-                         f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})")
+                         f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})"
+                         + ("; it hangs even with one metric alone, whatever is collected" if k.hangs_whatever
+                            else ""))
         if self.kernels:
             lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
             if k.unresolved:
                 lines.append(f"  unresolved: {'; '.join(k.unresolved)}")
         if self.clean:
             lines.append("the requested sections worked on every kernel: nothing to find")
+        if self.status == NO_KERNELS:
+            lines.append(f"nothing was profiled, so nothing was found: {self.first.reason}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"clean": self.clean, "kernels": [{
+        return {"status": self.status, "clean": self.clean, "kernels": [{
             "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
             "hang_together": [list(c) for c in k.combinations], "largest_working_set": list(k.largest_working),
             "probes_run": k.probes_run, "naive_probes": k.naive_probes, "probe_goal": k.budget(),
-            "unresolved": k.unresolved,
-            "probes": [{"sections": sorted(p.sections), "outcome": p.outcome, "passes": p.passes,
+            "unresolved": k.unresolved, "hangs_whatever_is_collected": k.hangs_whatever,
+            "probes": [{"sections": sorted(p.sections), "metrics": list(p.metrics), "outcome": p.outcome,
+                        "passes": p.passes,
                         "seconds": round(p.seconds, 2), "from_store": p.from_store, "reason": p.reason,
                         "gpu": p.gpu}
                        for p in k.probes]} for k in self.kernels],
@@ -175,9 +191,32 @@ class _Prober:
         return sorted(i for i in items if i in best) + sorted(i for i in items if i not in best)
 
 
-def _first_needed(pr: _Prober, order: list[str], base: frozenset) -> int:
-    """Smallest i with base + order[:i] hanging (base + order hangs, base alone works)."""
+#: The least ncu can collect: one metric in one pass. A kernel that hangs with it hangs whatever is collected.
+LEAST = ("gpu__time_duration.sum",)
+
+
+def _chunk(n: int, found: int) -> Optional[int]:
+    """Sections added per probe when `found` culprits are known (Hwang's generalized binary
+    splitting, expecting one more): None (plain halving) until one is found, 1 when they are dense."""
+    if found == 0:
+        return None
+    d = found + 1
+    if n <= 2 * d - 2:
+        return 1
+    return 2 ** int(math.floor(math.log2((n - d + 1) / d)))
+
+
+def _first_needed(pr: _Prober, order: list[str], base: frozenset, chunk: Optional[int] = None) -> int:
+    """Smallest i with base + order[:i] hanging (base + order hangs, base alone works).
+
+    With a chunk, prefixes grow by `chunk` sections until one hangs; then halving.
+    """
     lo, hi = 0, len(order)
+    while chunk and hi - lo > chunk:
+        if pr.hangs(base | frozenset(order[: lo + chunk])):
+            hi = lo + chunk
+            break
+        lo += chunk
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if pr.hangs(base | frozenset(order[:mid])):
@@ -188,7 +227,8 @@ def _first_needed(pr: _Prober, order: list[str], base: frozenset) -> int:
 
 
 def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozenset], Probe],
-                known_hang: bool = True, max_combination: int = 3) -> KernelSweep:
+                known_hang: bool = True, max_combination: int = 3,
+                least: Optional[Callable[[str], Probe]] = None) -> KernelSweep:
     """Culprit sections of one kernel, by adaptive group testing.
 
     Each round finds the first section x (in an order that puts known-good
@@ -197,9 +237,16 @@ def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozen
     at most ceil(log2 S) + 1 probes, plus one final probe that the rest
     works: the goal ceil(log2 S) + 2. Each further culprit costs two probes
     more than ceil(log2 S) (the probe that tells "alone" from "together",
-    and the one that shows the rest still hangs), so k culprits cost at most
-    k * ceil(log2 S) + 2k, less where sections already shown to work shorten
-    the search.
+    and the one that shows the rest still hangs), and once culprits are
+    found the prefixes grow in smaller steps (generalized binary splitting).
+
+    When the first section tried alone hangs, `least` (one probe with a
+    single metric) asks whether the kernel hangs whatever is collected: then
+    every section hangs and no other probe is needed. So a kernel that hangs
+    whatever is collected costs ceil(log2 S) + 1 probes (basic: 3; one at a
+    time: 4; 7 before). No adaptive search can beat one-at-a-time somewhere
+    and never lose to it: a kernel that works with one metric yet hangs with
+    every section alone still costs more than S probes (basic: 7).
     """
     result = KernelSweep(kernel, tuple(sorted(universe)))
     pr = _Prober(kernel, run, result.probes)
@@ -208,27 +255,50 @@ def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozen
     remaining = sorted(universe)
     while remaining and pr.hangs(remaining):
         order = pr.order(remaining)
-        i = _first_needed(pr, order, frozenset())
+        found = len(result.singles) + len(result.combinations)
+        chunk = _chunk(len(order), found)
+        alone = [x for x in order if pr.hangs([x])] if chunk == 1 else []
+        if alone:  # dense: one section at a time is the cheapest now
+            result.singles.extend(alone)
+            remaining = [x for x in remaining if x not in alone]
+            continue
+        i = _first_needed(pr, order, frozenset(), chunk)
         x = order[i - 1]
         if pr.hangs([x]):
             result.singles.append(x)
             remaining.remove(x)
+            if i == 1 and found == 0 and least is not None and _hangs_whatever(least, result):
+                result.singles.extend(remaining)
+                remaining = []
             continue
-        members, pool = [x], order[: i - 1]
-        while not pr.hangs(members) and pool and len(members) < max_combination:
-            pool = pr.order(pool)
-            j = _first_needed(pr, pool, frozenset(members))
-            members.append(pool[j - 1])
-            pool = pool[: j - 1]
-        if not pr.hangs(members):
+        members = _partners(pr, x, order[: i - 1], max_combination)
+        if members is None:
             result.unresolved.append(f"{x} hangs only with more than {max_combination - 1} others among "
                                      + "+".join(order[: i - 1]))
-            remaining.remove(x)
-            continue
-        result.combinations.append(tuple(sorted(members)))
+        else:
+            result.combinations.append(members)
         remaining.remove(x)  # the others may work once x is gone
     result.largest_working = tuple(remaining)
     return result
+
+
+def _hangs_whatever(least: Callable[[str], Probe], result: KernelSweep) -> bool:
+    """One probe with a single metric: does the kernel hang whatever ncu collects?"""
+    p = least(result.kernel)
+    result.probes.append(p)
+    result.hangs_whatever = p.outcome == HUNG
+    return result.hangs_whatever
+
+
+def _partners(pr: _Prober, x: str, before: list[str], max_combination: int) -> Optional[tuple[str, ...]]:
+    """The sections that hang together with x (x hangs with all of `before`, not alone); None if too many."""
+    members, pool = [x], before
+    while not pr.hangs(members) and pool and len(members) < max_combination:
+        pool = pr.order(pool)
+        j = _first_needed(pr, pool, frozenset(members))
+        members.append(pool[j - 1])
+        pool = pool[: j - 1]
+    return tuple(sorted(members)) if pr.hangs(members) else None
 
 
 def sweep_sections(
@@ -243,24 +313,28 @@ def sweep_sections(
     jobs: int = 1,
     gpus: Optional[Sequence[str]] = None,
     on_probe: Optional[Callable[[Probe], None]] = None,
+    calibrator: Optional[Calibrator] = None,
 ) -> SweepResult:
     """Find which sections hang on which kernels of `command`.
 
     kernel: the user's kernel text (a regex; see KernelFilter.from_user).
     ncu is located and probed once (`context`, else one made from `config`).
+    Kernels get calibrated allowances (stored, else measured at the first
+    stall; see nsightwrap.calibrate), for every later probe too.
     """
     context = RunContext.resolve(config, context)
     universe = list(sections) if sections else list(context.info.sections_of_set(set))
     user_filter = KernelFilter.from_user(kernel) if kernel else None
-    runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe)
+    runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
+                          calibrator)
     result = SweepResult(tuple(universe))
     hanging = _hanging_kernels(runner, frozenset(universe), user_filter, result)
     if not hanging:
-        result.clean = True
+        result.clean = result.status == OK
         return result
     # Each hanging kernel alone, in parallel where there are GPUs for it.
     with cf.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(hanging)))) as pool:
-        futures = [pool.submit(investigate, k, universe, runner.probe) for k in hanging]
+        futures = [pool.submit(investigate, k, universe, runner.probe, least=runner.least) for k in hanging]
         try:
             result.kernels = [f.result() for f in futures]
         except BaseException:
@@ -297,9 +371,12 @@ class _ProbeRunner:
     """
 
     def __init__(self, command: list[str], context: RunContext, store: Optional[HangStore],
-                 gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]]) -> None:
+                 gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]],
+                 calibrator: Optional[Calibrator] = None) -> None:
         self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
         self.env_info = Environment.detect(ncu_version=context.info.version) if store is not None else None
+        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None,
+                                                   env=self.env_info)
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
@@ -326,8 +403,9 @@ class _ProbeRunner:
                 context = context.replace(env={**context.env, "CUDA_VISIBLE_DEVICES": gpu_id})
             if self.cancel.is_set():
                 raise KeyboardInterrupt("the sweep was interrupted")
-            attempt = profile_command(self.command, opts, context=context,
-                                      rules=context.config.rules() | Cancelled(self.cancel))
+            attempt = self.calibrator.run(
+                lambda ctx: profile_command(self.command, opts, context=ctx,
+                                            rules=ctx.config.rules(opts) | Cancelled(self.cancel)), context, opts)
         finally:
             self.gpus.put(gpu_id)
         if attempt.status == INTERRUPTED:
@@ -341,31 +419,35 @@ class _ProbeRunner:
                                              ladder="sweep-sections")
         return attempt, gpu_id
 
-    def stored(self, kernel: str, sections: frozenset) -> Optional[str]:
+    def stored(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Optional[str]:
         """The outcome the store already knows for this kernel and these sections here, if any."""
         if self.store is None:
             return None
-        key = ProfileKey(None, tuple(sorted(sections)), (), ReplayMode.KERNEL.value).canonical()
+        key = ProfileKey(None, tuple(sorted(sections)), metrics, ReplayMode.KERNEL.value).canonical()
         env = self.env_info
         for r in self._store().records(kernel=kernel):
             if r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version:
                 return HUNG if r.hung else WORKS if r.outcome == OK else None
         return None
 
-    def probe(self, kernel: str, sections: frozenset) -> Probe:
-        """Does `kernel` hang with `sections`? From the store, else one launch of it alone."""
-        known = self.stored(kernel, sections)
+    def probe(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Probe:
+        """Does `kernel` hang with `sections` (or `metrics`)? From the store, else one launch of it alone."""
+        known = self.stored(kernel, sections, metrics)
         if known is not None:
-            p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store")
+            p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store", metrics=metrics)
         else:
             self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
-            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1))
+            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics))
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
-            p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id)
+            p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id, metrics=metrics)
         if self.on_probe:
             self.on_probe(p)
         return p
+
+    def least(self, kernel: str) -> Probe:
+        """The kernel with one metric alone (see LEAST): does it hang whatever is collected?"""
+        return self.probe(kernel, frozenset(), LEAST)
 
 
 def _gpu_ids(jobs: int) -> list[Optional[str]]:

@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
 from nsightwrap.ncu.attempt import Attempt
@@ -168,6 +169,7 @@ class _Settings:
     reader: Callable[[Attempt], pd.DataFrame]
     stall_timeout_floor: Optional[float]
     stall_timeout: Optional[float]
+    calibrator: Optional[Calibrator]
     environment: Optional[Environment] = None
 
 
@@ -187,22 +189,28 @@ def walk_ladder(
     stall_timeout_floor: Optional[float] = None,
     stall_timeout: Optional[float] = None,
     environment: Optional[Environment] = None,
+    calibrator: Optional[Calibrator] = None,
 ) -> LadderResult:
     """Profile `command`, stepping down `ladder` for each kernel that hangs.
 
     ncu is located and probed once (`context`, else one made from `config`)
     and used by every attempt. reader turns an attempt into rows (default:
     its report, through load_report); stall_timeout_floor is the least stall
-    timeout any rung may use, and stall_timeout, when given, is used at
-    every rung. environment: this machine as the store knows it, when the
-    caller already detected it (else detected here, when there is a store).
+    timeout any rung may use. An explicit stall timeout (stall_timeout, or
+    config.stall_timeout_given) is used at every rung, over the rungs' own.
+    Otherwise kernels get calibrated allowances: the calibration is taken
+    from the store, else measured at the first stall (calibrator: the
+    Calibrator to use, e.g. one that already calibrated; default: one for
+    this command and store), and a stall is a hang only once calibrated.
+    environment: this machine as the store knows it, when the caller
+    already detected it (else detected here, when there is a store).
     """
     options = options or ProfileOptions()
     context = RunContext.resolve(config, context)
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout_floor, stall_timeout, environment)
+                         stall_timeout_floor, stall_timeout, calibrator, environment)
     return _Walk(list(command), options, ladder.for_request(options, context.info), context, settings).run()
 
 
@@ -216,6 +224,7 @@ class _Walk:
         self.env = None if settings.store is None else (
             settings.environment or Environment.detect(ncu_version=context.info.version))
         self.result = LadderResult(ladder)
+        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store, env=self.env)
         self.jobs = self._first_jobs()
 
     def run(self) -> LadderResult:
@@ -281,12 +290,8 @@ class _Walk:
                 and store.hangs_for(kernel, ProfileKey.from_options(opts), self.env))
 
     def _attempt(self, opts: ProfileOptions, rung: Rung) -> Attempt:
-        """One watched run, retried after a pause when ncu's error is transient."""
+        """One watched run, retried after a pause when ncu's error is transient, confirmed by calibration."""
         s = self.s
-        # A rung's own stall timeout wins over the config's, but never goes below the floor
-        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
-        stall = s.stall_timeout or max(rung.stall_timeout or self.context.config.stall_timeout,
-                                       s.stall_timeout_floor or 0.0)
         listener = self.context.listener
         retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
                             wait=wait_exponential(min=s.retry_wait[0], max=s.retry_wait[1]), reraise=True,
@@ -294,8 +299,22 @@ class _Walk:
                             before_sleep=lambda state: listener.stage(
                                 f"ncu's error looks transient: retrying rung {rung.name!r} in "
                                 f"{state.next_action.sleep:.0f} s"))
-        return retrying(profile_command, self.command, opts, context=self.context.replace(stall_timeout=stall),
-                        on_output=s.on_output)
+
+        def attempt(context: RunContext) -> Attempt:
+            return retrying(profile_command, self.command, opts, context=context, on_output=s.on_output)
+
+        return self.calibrator.run(attempt, self._context(rung), opts)
+
+    def _context(self, rung: Rung) -> RunContext:
+        """The run context of one rung: an explicit stall timeout wins over the rung's own, everywhere."""
+        s, config = self.s, self.context.config
+        if s.stall_timeout is not None or config.stall_timeout_given:
+            return self.context.replace(stall_timeout=s.stall_timeout or config.stall_timeout,
+                                        stall_timeout_given=True)
+        # A rung's own stall timeout (for kernels not calibrated) never goes below the floor
+        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
+        stall = max(rung.stall_timeout or config.stall_timeout, s.stall_timeout_floor or 0.0)
+        return self.context.replace(stall_timeout=stall)
 
     def _record(self, job: _Job, rung: Rung, opts: ProfileOptions, notes: list[str], attempt: Attempt) -> None:
         index = len(self.result.steps)
@@ -309,6 +328,9 @@ class _Walk:
     def _follow(self, job: _Job, rung: Rung, attempt: Attempt) -> bool:
         """What the attempt's outcome means for the jobs left; False when the walk must stop."""
         status = attempt.status
+        if attempt.program_fault:
+            self.result.stopped = f"the program hangs or fails by itself, without ncu ({status}): {attempt.reason}"
+            return False
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
         if status == HANG and attempt.stall is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
+from nsightwrap.ncu.allowance import GIVEN, NOT_CALIBRATED, AllowancePolicy, Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import ReportedCallTime
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
 from nsightwrap.ncu.listen import SILENT, RunListener
@@ -54,10 +55,25 @@ class RunConfig:
     #: program's output through unparsed; False parses the merged stdout
     #: (for an ncu that cannot log to a file).
     log_channel: bool = True
+    #: True when stall_timeout was given by the user (--stall-timeout, stall_timeout=): it then wins
+    #: everywhere, over calibrated allowances and over every ladder rung's own stall_timeout.
+    stall_timeout_given: bool = False
+    #: How long the program's kernels run without ncu (nsightwrap.calibrate, or
+    #: Calibration.from_call for profile(fn)): each kernel then gets its own allowance.
+    calibration: Optional[Calibration] = None
+    allowance: AllowancePolicy = field(default_factory=AllowancePolicy)
 
-    def rules(self) -> WatchRule:
-        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
-        if self.call_time_file is not None:
+    def rules(self, options: Any = None) -> WatchRule:
+        """The stall rule (with per-kernel allowances when calibrated) | the total timeout.
+
+        options (ProfileOptions) say how many passes each kernel needs and the clock control.
+        """
+        allowances = None
+        if not self.stall_timeout_given and self.calibration is not None and self.calibration.ok:
+            allowances = KernelAllowances.for_options(self.calibration, options, self.allowance)
+        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth, allowances=allowances,
+                                    basis=GIVEN if self.stall_timeout_given else NOT_CALIBRATED)
+        if self.call_time_file is not None and not self.stall_timeout_given:
             rule = ReportedCallTime(rule, self.call_time_file)
         if self.timeout is not None:
             rule = rule | TotalTimeout(self.timeout)

@@ -197,7 +197,7 @@ def profile_command(
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
-    rule = rules or config.rules()
+    rule = rules or config.rules(options)
     try:
         outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
                         on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
@@ -212,7 +212,8 @@ def profile_command(
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
-    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu,
+    calibration = None if config.stall_timeout_given else config.calibration
+    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu, calibration=calibration,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
     context.listener.finished(attempt)
     if outcome.interrupted:

@@ -33,7 +33,7 @@ class Verdict:
 
     status: str
     reason: str
-    stall: Optional[Stall] = None
+    stall: Optional[Any] = None  # the profiler's detail (nsightwrap.ncu.progress.Stall for ncu)
 
 
 class WatchRule:
