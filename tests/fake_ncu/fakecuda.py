@@ -171,9 +171,10 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, spin=None, a
     _state["profiled"] += 1
     # ncu 2025.3.1 prints no ID after the name when a kernel-name filter is given (GPU machine, 2026-11-26).
     label = f'"{name}"' if _SESSION.get("kernel") else f'"{name}" - {kid}'
-    if _SESSION["count"] is not None:
+    if _SESSION["count"] is not None and not _SESSION.get("kernel"):
         # With --launch-count, ncu 2025.3.1 numbers the profiled launches: `"k" - 0 (1/1): ` (GPU machine,
-        # 2026-11-26). With a kernel-name filter too, the same suffix is assumed (not seen).
+        # 2026-11-26). With a kernel-name filter as well (the sweep's probes) the GPU tests parsed the
+        # header without it, so it is not printed then.
         label += f' ({kid + 1}/{_SESSION["count"]})'
     passes = _SESSION["passes"]
     scale = _scale()
