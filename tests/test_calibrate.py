@@ -220,6 +220,41 @@ def test_a_slow_kernel_runs_again_with_its_allowance():
     assert runs[0] is not None and len(calls) == 1
 
 
+def test_an_uncalibrated_kernel_is_suspected_early_and_calibration_decides():
+    from nsightwrap.calibrate.confirm import SUSPECT_AFTER_S
+
+    cal, calls = _calibrator(Calibration.from_kernels({"k": 2e-5}, program_s=0.4))
+    seen = []
+
+    def attempt_fn(ctx):
+        seen.append(ctx.config.stall_timeout)
+        return _attempt(silent=SUSPECT_AFTER_S)
+
+    a = cal.run(attempt_fn, FakeContext(RunConfig()), SOL)
+    assert seen == [SUSPECT_AFTER_S] and len(calls) == 1  # suspected at 3 s, not 10 s; one calibration
+    assert a.status == HANG and a.stall.calibrated  # confirmed: 3 s of silence > the kernel's 2.5 s allowance
+
+
+def test_a_suspect_that_calibration_cannot_bound_is_judged_by_the_patient_rule():
+    cal, _ = _calibrator(Calibration.from_kernels({"other": 1.0}))  # nothing about k, no program time
+    seen = []
+
+    def attempt_fn(ctx):
+        seen.append(ctx.config.stall_timeout)
+        return _attempt(silent=3.0) if len(seen) == 1 else _attempt(status=OK)
+
+    a = cal.run(attempt_fn, FakeContext(RunConfig()), SOL)
+    assert seen == [3.0, 10.0] and a.status == OK  # never a hang on suspicion alone
+
+
+def test_no_suspicion_when_the_stall_timeout_is_given():
+    cal, calls = _calibrator(Calibration.from_wall(1.0))
+    seen = []
+    a = cal.run(lambda ctx: seen.append(ctx.config.stall_timeout) or _attempt(silent=7.0),
+                FakeContext(RunConfig(stall_timeout=7.0, stall_timeout_given=True)), SOL)
+    assert seen == [7.0] and calls == [] and a.status == HANG
+
+
 @pytest.mark.parametrize("status", [TIMEOUT, CRASHED])
 def test_a_program_that_hangs_or_fails_by_itself_is_not_an_ncu_hang(status):
     failed = program_verdict(timed_out=status == TIMEOUT, returncode=3, elapsed_s=1.0, limit_s=60.0,

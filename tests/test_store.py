@@ -426,3 +426,17 @@ def test_range_replay_hang_is_recorded_for_the_kernel_it_was_tried_for(store):
     assert store.hangs_for("wait_for_host", key, H200)
     [plain] = store.record_attempt(make_attempt("hang", stall=make_stall("range", 0), cookie="s"), key, H200)
     assert plain.kernel == "range"
+
+
+def test_a_rung_that_profiled_nothing_of_a_kernel_in_this_program_is_known(tmp_path):
+    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+
+    env = Environment("h", "NVIDIA H100", "580", "2025.3.1.0")
+    key = ProfileKey(replay_mode="range")
+    with HangStore(tmp_path / "s.db") as store:
+        store.record("k", key, "no-kernels", env=env, command=["ncu", "--replay-mode", "range", "./app", "mixed"])
+        assert store.profiled_nothing("k", key, env, ["./app", "mixed"])
+        assert not store.profiled_nothing("k", key, env, ["./app", "third"])  # another program may mark ranges
+        assert not store.profiled_nothing("other", key, env, ["./app", "mixed"])
+        store.record("k", key, "ok", env=env, command=["ncu", "--replay-mode", "range", "./app", "mixed"])
+        assert not store.profiled_nothing("k", key, env, ["./app", "mixed"])  # the newest outcome decides

@@ -13,6 +13,13 @@ uncalibrated allowance, it calibrates (once) and then:
 - the program itself hangs or fails without ncu: that is the status,
   never an ncu hang.
 
+Because no stall becomes a hang before calibration has its say, the first
+attempt need not wait the whole uncalibrated allowance (10 s) to suspect a
+kernel: it suspects after SUSPECT_AFTER_S, and calibration decides. A slow
+kernel then costs one calibration (kept in the store) and a second run; a
+real hang costs seconds. When calibration bounds nothing for the kernel, it
+runs again with the patient rule rather than take the suspicion as a verdict.
+
 An explicit stall timeout (--stall-timeout, stall_timeout=) wins over all
 of this: its verdicts are taken as they are. Runs without a stall pay
 nothing.
@@ -34,7 +41,7 @@ from nsightwrap.status import HANG
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 
-__all__ = ["Calibrator", "DEFAULT_LIMIT_S", "calibrated_allowance", "needs_confirmation"]
+__all__ = ["Calibrator", "DEFAULT_LIMIT_S", "SUSPECT_AFTER_S", "calibrated_allowance", "needs_confirmation"]
 
 log = logging.getLogger("nsightwrap")
 
@@ -43,6 +50,12 @@ log = logging.getLogger("nsightwrap")
 DEFAULT_LIMIT_S = 300.0
 #: When confirming a stall: at least this, and this many times the attempt that stalled.
 MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR = 120.0, 4.0
+
+#: Silence after which an uncalibrated kernel is suspected and calibration is asked (seconds). Above
+#: the longest silence between two progress marks of small kernels (0.7 s with --set full on the H200,
+#: 1.1 s in FACTS.md), so ordinary kernels are not suspected; a kernel slower than this costs a
+#: calibration (once, kept in the store) and a second run, never a false hang.
+SUSPECT_AFTER_S = 3.0
 
 AttemptFn = Callable[[RunContext], Attempt]
 StoreSource = Union[HangStore, Callable[[], Optional[HangStore]], None]
@@ -154,7 +167,19 @@ class Calibrator:
     # --- confirm before recording ------------------------------------------------
     def run(self, attempt_fn: AttemptFn, context: RunContext, options: Any = None) -> Attempt:
         """One attempt (calibrated when the calibration is known), confirmed before it is taken as a hang."""
-        return self.confirm(attempt_fn(self.apply(context)), attempt_fn, context, options)
+        return self.confirm(attempt_fn(self._suspicious(self.apply(context))), attempt_fn, context, options)
+
+    @staticmethod
+    def _suspicious(context: RunContext) -> RunContext:
+        """The first attempt's context: uncalibrated kernels are suspected early (see the module docstring).
+
+        Not when the user gave the stall timeout, nor when the program reports its own call time
+        (profile(fn): that allowance already comes from a measurement).
+        """
+        config = context.config
+        if config.stall_timeout_given or config.call_time_file is not None:
+            return context
+        return context.replace(stall_timeout=min(config.stall_timeout, SUSPECT_AFTER_S))
 
     def confirm(self, attempt: Attempt, attempt_fn: AttemptFn, context: RunContext, options: Any = None) -> Attempt:
         """The attempt's verdict once its stalled kernel is calibrated (see the module docstring)."""
@@ -176,7 +201,12 @@ class Calibrator:
                            program_fault=calibration.reason,
                            notes=attempt.notes + (f"under ncu: {stall.message()}",))
         allowance = calibrated_allowance(attempt, calibration, options, config)
-        if allowance is None:  # nothing bounds this kernel: the uncalibrated verdict stands
+        if allowance is None:  # nothing bounds this kernel: the patient uncalibrated rule decides
+            if stall.allowance_s < config.stall_timeout:  # it was only suspected: judge it patiently
+                self._tell(f'"{stall.kernel}": calibration does not bound it; running again with the '
+                           f"uncalibrated allowance of {config.stall_timeout:g} s")
+                again = attempt_fn(context.replace(calibration=calibration))
+                return replace(again, calibration=again.calibration or calibration)
             return replace(attempt, calibration=calibration)
         if stall.silent_s >= allowance.seconds:
             return self._confirmed(attempt, calibration, allowance)

@@ -41,6 +41,7 @@ TRANSIENT_ERRORS = (
 RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN = "rung", "attempt", "job"
 #: Why a step was skipped when the hang store knows the rung hangs for the kernel.
 KNOWN_HANG = "known to hang here (hang store)"
+KNOWN_EMPTY = "profiled nothing of it in this program before (hang store)"
 
 
 def is_transient(attempt: Attempt) -> bool:
@@ -256,8 +257,9 @@ class _Walk:
         if planned is None:
             return True
         opts, notes = planned
-        if job.kernel is not None and self._known_to_hang(job.kernel, opts):
-            self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=KNOWN_HANG))
+        skipped = self._known_outcome(job.kernel, opts) if job.kernel is not None else None
+        if skipped:
+            self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=skipped))
             self.jobs.insert(0, job.lower())
             return True
         self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}")
@@ -284,10 +286,15 @@ class _Walk:
         return rung.apply(o.replace(kernel=exclude_kernels(o.kernel, job.excluded), launch_skip=skip or None,
                                     launch_count=count))
 
-    def _known_to_hang(self, kernel: str, opts: ProfileOptions) -> bool:
+    def _known_outcome(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
+        """Why this rung need not run for `kernel`, from the store; None: run it."""
         store = self.s.store
-        return (store is not None and not self.s.retry_known_hangs
-                and store.hangs_for(kernel, ProfileKey.from_options(opts), self.env))
+        if store is None or self.s.retry_known_hangs:
+            return None
+        key = ProfileKey.from_options(opts)
+        if store.hangs_for(kernel, key, self.env):
+            return KNOWN_HANG
+        return KNOWN_EMPTY if store.profiled_nothing(kernel, key, self.env, self.command) else None
 
     def _attempt(self, opts: ProfileOptions, rung: Rung) -> Attempt:
         """One watched run, retried after a pause when ncu's error is transient, confirmed by calibration."""

@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, Calibration
 from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, match_sql
-from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, OK, OUTCOMES
+from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
@@ -400,6 +400,20 @@ class HangStore:
         if exact:  # this very kernel's newest verdict decides
             return exact[0].hung
         return any(r.hung for r in rows)
+
+    def profiled_nothing(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
+                         program: Sequence[str]) -> bool:
+        """Did this key profile nothing of `kernel` in this very program, here, last time it ran?
+
+        A rung that profiles nothing (range replay of a program that marks no
+        range) does so again for the same program: a second walk skips it.
+        """
+        canonical = as_key(key).canonical()
+        rows = self._matching(kernel, env, " AND key = ? AND outcome IN (?, ?, ?, ?)",
+                              (canonical, OK, NO_KERNELS, *HANG_OUTCOMES))
+        program = list(program)
+        mine = [r for r in rows if r.kernel == kernel.strip() and list(r.command[-len(program):]) == program]
+        return bool(mine) and mine[0].outcome == NO_KERNELS
 
     def kernels(self) -> list[KernelSummary]:
         """Every kernel in the store, most recently recorded first."""
