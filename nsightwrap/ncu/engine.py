@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,6 +22,7 @@ from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
+from nsightwrap.watch.launchers import one_rank_argv
 from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
 
@@ -146,6 +148,8 @@ def profile_command(
         validate(options, context.info)
     options, report, notes = plan_report(options, command, config)
     argv = build_argv(context.ncu, options, command)
+    if options.rank is not None:  # ncu around one rank of a multi-process launch
+        argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
     foreign_before = _foreign_on_gpu(notes) if config.check_gpu else []
     orphans = find_orphans()

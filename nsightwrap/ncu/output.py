@@ -20,7 +20,9 @@ Choices where the format leaves room:
 - Headers are recognised only at the start of a line.
 - A character that cannot continue a progress line ends it (no KernelDone);
   the text from there to the newline is read as an ordinary line (so plain
-  text gives Output, and nothing is lost).
+  text gives Output, and nothing is lost). Marks that start a later line
+  continue the kernel, as after the slow-launch warning: in a multi-process
+  program another rank connects or prints in the middle of a progress line.
 """
 
 from __future__ import annotations
@@ -337,6 +339,10 @@ class OutputParser:
                 self._end_progress()
                 return i + 1
             else:
+                if not self._digits and self._kernel:
+                    # Other text in the middle (another rank connecting, or printing):
+                    # marks that start a later line continue this kernel.
+                    self._cut = (self._kernel, self._percent, self._dots)
                 # Not progress: read the rest as an ordinary line, keeping
                 # the digits of an unfinished mark.
                 self._parts = [self._digits] if self._digits else []
