@@ -28,6 +28,14 @@ Schema, version 1 (table ``records``, one row a verdict; see :class:`Record`)::
 
     index records_match (kernel_pattern, gpu, ncu_version)
     index records_kernel (kernel)
+
+Version 2 adds the job's size, so that a hang of a multi-process job (a
+collective waiting for its other half) is not applied to a single-process
+run of the same kernel::
+
+    processes       INTEGER  the job's processes (ranks); 1 for older rows
+    gpus            INTEGER or NULL   the GPUs its processes here could use
+    ranks           TEXT     "all" (ncu wrapped every rank) or "one" (one rank alone)
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
-from nsightwrap.status import HANG_OUTCOMES
+from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
 
@@ -74,14 +82,17 @@ class Record:
     ladder: Optional[str]
     note: str
     run_id: Optional[str]
+    processes: int = 1
+    gpus: Optional[int] = None
+    ranks: str = ALL_RANKS
 
     @property
     def profile_key(self) -> ProfileKey:
-        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode)
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode, self.ranks)
 
     @property
     def environment(self) -> Environment:
-        return Environment(self.host, self.gpu, self.driver, self.ncu_version)
+        return Environment(self.host, self.gpu, self.driver, self.ncu_version, self.processes, self.gpus)
 
     @property
     def hung(self) -> bool:
@@ -142,6 +153,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX records_match ON records (kernel_pattern, gpu, ncu_version);
     CREATE INDEX records_kernel ON records (kernel);
+    """,
+    """
+    ALTER TABLE records ADD COLUMN processes INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE records ADD COLUMN gpus INTEGER;
+    ALTER TABLE records ADD COLUMN ranks TEXT NOT NULL DEFAULT 'all';
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
