@@ -44,6 +44,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--store", metavar="PATH", help="hang store for --profile (default: $NSIGHTWRAP_STORE or "
                                                       "~/.cache/nsightwrap/hangs.db)")
     run.add_argument("--retry-known-hangs", action="store_true", help="with --profile: try rungs the store knows to hang")
+    run.add_argument("--rank", type=int, metavar="N",
+                     help="multi-process jobs (torchrun, mpirun, srun): ncu wraps rank N alone; with --profile, the "
+                          "rank that the ladder's one-rank rungs profile (default 0)")
     run.add_argument("--json", action="store_true", help="print one JSON object describing the attempt on stdout")
     run.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
     run.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -69,7 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
-                             launch_count=args.launch_count, export=args.export)
+                             launch_count=args.launch_count, export=args.export,
+                             rank=None if args.profile else args.rank)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
     echo = echo_unless(args.quiet)
@@ -96,7 +100,7 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
     store = HangStore(args.store)
     try:
         result = walk_ladder(command, options, args.profile, context=context, store=store, on_output=echo,
-                             retry_known_hangs=args.retry_known_hangs)
+                             retry_known_hangs=args.retry_known_hangs, rank=args.rank or 0)
     except ProfileInterrupted as e:
         print(e.attempt.to_json() if args.json else e.attempt.describe())
         return EXIT_CODES[INTERRUPTED]
@@ -108,6 +112,7 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
                        "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
             "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
             "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
+            "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
             "reports": result.report_paths}))
     else:
         print("\n" + result.summary(), file=sys.stderr)

@@ -29,6 +29,8 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--stall-timeout", type=positive, metavar="SEC",
                        help=f"stall timeout of every probe (default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
+    sweep.add_argument("--rank", type=int, default=0, metavar="N",
+                       help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
     sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
@@ -52,7 +54,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with signals_as_interrupt():
         try:
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    config=config, store=store, jobs=args.jobs, on_probe=said)
+                                    config=config, store=store, jobs=args.jobs, on_probe=said, rank=args.rank)
         except ProfileInterrupted as e:
             print(f"\nsweep interrupted; every probe so far is in the store ({store.path})\n{e.attempt.describe()}",
                   file=sys.stderr)
