@@ -6,8 +6,10 @@ Each argument is one step:
   NAME@hang            ... that hangs whenever the profiler measures it
   NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
   NAME@slow=S          ... whose progress marks come S seconds apart
+  NAME@collective      ... a collective: each rank's half waits for every rank's (under tests/fake_dist)
   start / stop         cudaProfilerStart / cudaProfilerStop
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
+  env:NAME             print NAME=its value in this process's environment
 """
 import os
 import sys
@@ -24,6 +26,8 @@ def step(arg):
         fakecuda.profiler_stop()
     elif arg.startswith("print:"):
         print(arg[6:], flush=True)
+    elif arg.startswith("env:"):
+        print(f"{arg[4:]}={os.environ.get(arg[4:], '')}", flush=True)
     elif arg.startswith("sleep:"):
         time.sleep(float(arg[6:]))
     elif arg.startswith("exit:"):
@@ -36,6 +40,8 @@ def step(arg):
             kw["hang"] = True
         elif opt.startswith("hang-if="):
             kw["hang_if"] = [group.split("+") for group in opt[8:].split("|")]
+        elif opt == "collective":
+            kw["collective"] = True
         elif opt.startswith("slow="):
             kw["slow"] = float(opt[5:])
         elif opt:
