@@ -189,3 +189,20 @@ def test_sigint_in_the_middle_leaves_no_rank_behind(fake_env, tmp_path, tag):
     assert p.returncode == 130, buf.decode()
     d = json.loads(out)
     assert d["status"] == "interrupted" and processes_with(COOKIE_VAR, d["cookie"]) == []
+
+
+def test_ctrl_c_between_two_attempts_of_a_walk_says_so(monkeypatch, capsys, tmp_path):
+    import argparse
+
+    import nsightwrap.fallback.walk as walk
+    from nsightwrap.cli.run import _run_ladder
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(walk, "walk_ladder", interrupted)
+    args = argparse.Namespace(store=str(tmp_path / "h.db"), profile="default", retry_known_hangs=False, rank=None,
+                              json=True)
+    assert _run_ladder(args, ["./app"], ProfileOptions(), None, None) == 130
+    d = json.loads(capsys.readouterr().out)
+    assert d["status"] == "interrupted" and "between two attempts" in d["reason"]

@@ -104,6 +104,11 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
     except ProfileInterrupted as e:
         print(e.attempt.to_json() if args.json else e.attempt.describe())
         return EXIT_CODES[INTERRUPTED]
+    except KeyboardInterrupt:  # between two attempts: no process of the walk was running
+        why = ("interrupted between two attempts of the walk (no process of it was running); "
+               "the store keeps every attempt so far")
+        print(json.dumps({"status": INTERRUPTED, "reason": why}) if args.json else why)
+        return EXIT_CODES[INTERRUPTED]
     df = result.df
     if args.json:
         print(json.dumps({
