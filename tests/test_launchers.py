@@ -248,3 +248,12 @@ def test_a_version_1_store_is_migrated_and_its_records_count_as_single_process(t
         new = store.records()[0]
         assert (new.processes, new.gpus, new.ranks, new.environment) == (2, 2, "all", two)
         assert store.records()[1].profile_key == one_rank
+
+
+def test_a_hang_of_every_rank_points_to_one_rank():
+    from nsightwrap.fallback.collectives import one_rank_hint
+
+    torchrun = ["torchrun", "--nproc-per-node", "2", "p.py"]
+    assert "--rank 0 --metrics gpu__time_duration.sum" in one_rank_hint(torchrun, 2, "ncclDevKernel_AllReduce")
+    assert "regex:^(?!nccl)" in one_rank_hint(["./forks"], 2, "ncclDevKernel_AllReduce")  # no launcher to rewrite
+    assert one_rank_hint(["./app"], 1, "k") is None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any, Callable, Optional
 
 from nsightwrap.cli.common import EPILOG, echo_unless, positive, signals_as_interrupt, split_command
 from nsightwrap.errors import ProfileInterrupted
+from nsightwrap.fallback.collectives import one_rank_hint
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
@@ -85,6 +87,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             attempt = profile_command(command, options, context=context, on_output=echo)
         except ProfileInterrupted as e:
             attempt = e.attempt
+    hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
+    if hint and options.rank is None:
+        attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
     if args.json:
         print(attempt.to_json())
     else:

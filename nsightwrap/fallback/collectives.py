@@ -111,3 +111,15 @@ def unprofiled_reason(kernel: str, shape: JobShape, ladder: Ladder, tried_one_ra
                 "kernel), and here the single-pass ones hung as well: ncu cannot profile this kernel in this "
                 "job; time it with nsys (`python -m nsightwrap nsys profile`)")
     return f"{head}; the one-rank rungs were not reached"
+
+
+def one_rank_hint(command: Sequence[str], connected: int, kernel: Optional[str]) -> Optional[str]:
+    """What to run instead after `kernel` hung in a multi-process job with every rank profiled (else None)."""
+    shape = JobShape.of(command).seen(connected)
+    if not shape.multi:
+        return None
+    what = f"{kernel} hung in a {shape.describe()} with every rank profiled: {SERIALISED}. "
+    if not shape.one_rank_possible:
+        return what + f"Leave it out (--kernel 'regex:^(?!{collective_family(kernel) or re.escape(kernel or '')})')."
+    return (what + "Profile it on one rank with a single-pass collection (--rank 0 --metrics gpu__time_duration.sum), "
+            "or let a ladder do both (--profile default)")
