@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.events import Event
+from nsightwrap.ncu.events import Connected, Event
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
@@ -160,7 +160,9 @@ def profile_command(
     outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
                     clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
 
-    left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
+    # The tree's members, and every process ncu connected to (each rank of a multi-process job).
+    pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
+    left_after = _left_on_gpu(pids, config) if config.check_gpu and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")

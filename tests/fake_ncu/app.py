@@ -10,6 +10,7 @@ Each argument is one step:
   start / stop         cudaProfilerStart / cudaProfilerStop
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
+  stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
 """
 import os
 import sys
@@ -28,6 +29,9 @@ def step(arg):
         print(arg[6:], flush=True)
     elif arg.startswith("env:"):
         print(f"{arg[4:]}={os.environ.get(arg[4:], '')}", flush=True)
+    elif arg.startswith("stick:"):
+        with open(arg[6:], "a") as f:
+            f.write(f"{os.getpid()}\n")
     elif arg.startswith("sleep:"):
         time.sleep(float(arg[6:]))
     elif arg.startswith("exit:"):
