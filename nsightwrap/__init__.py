@@ -45,7 +45,7 @@ from nsightwrap.watch.rules import TotalTimeout, WatchRule
 # Names whose modules import pandas (or the report reader) load on first use,
 # so that `python -m nsightwrap run` and the watched run start fast.
 _LAZY = {
-    "ProfileResult": "call.api", "profile": "call.api", "profiled": "call.api",
+    "ProfileResult": "call.api", "Profiler": "call.api", "profile": "call.api", "profiled": "call.api",
     "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
     "debug_log": "store.debuglog",
     "LadderResult": "fallback.walk", "walk_ladder": "fallback.walk",
@@ -91,6 +91,7 @@ __all__ = [
     "ProfileKey",
     "ProfileOptions",
     "ProfileResult",
+    "Profiler",
     "Record",
     "ReplayMode",
     "ReportError",

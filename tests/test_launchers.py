@@ -220,7 +220,7 @@ def test_profile_key_ranks_keep_old_keys_equal():
 
 # --- the store knows the job's size ---------------------------------------------------------------------
 
-def test_a_version_1_store_is_migrated_and_its_records_count_as_single_process(tmp_path):
+def test_an_older_store_is_migrated_and_its_records_count_as_single_process(tmp_path):
     import sqlite3
 
     from nsightwrap.store.hangstore import HangStore
@@ -237,7 +237,7 @@ def test_a_version_1_store_is_migrated_and_its_records_count_as_single_process(t
     single = Environment(gpu="H100", ncu_version="2025.3.1")
     two = Environment(gpu="H100", ncu_version="2025.3.1", processes=2, gpus=2)
     with HangStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         (old,) = store.records()
         assert (old.processes, old.gpus, old.ranks) == (1, None, "all")
         assert store.hangs_for("k", ProfileKey("basic"), single) and not store.hangs_for("k", ProfileKey("basic"), two)

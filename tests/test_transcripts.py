@@ -1,5 +1,9 @@
 """The watched run on real ncu output: the fake replays recorded transcripts
-byte for byte with their own timing (4x faster, stall timeouts scaled alike)."""
+byte for byte with their own timing (4x faster, stall timeouts scaled alike).
+
+By default ncu's pieces go to its --log-file and the program's lines to
+stdout (split as tests/fake_ncu/ncutext.py says); a few cases also run with
+everything merged on stdout, the fallback for an ncu that cannot log to a file."""
 
 import pytest
 
@@ -28,11 +32,17 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,status,stalled,n_kernels", CASES, ids=[c[0].split("/")[-1] for c in CASES])
-def test_replayed_transcript(name, status, stalled, n_kernels, fake_env, tmp_path, monkeypatch):
+MERGED = {"hang-after-three-kernels-sigint.jsonl", "slow-one-pass-5s.jsonl", "hang-application-replay.jsonl",
+          "pytorch-detailed-set.jsonl"}
+RUNS = [(*c, True) for c in CASES] + [(*c, False) for c in CASES if c[0].split("/")[-1] in MERGED]
+
+
+@pytest.mark.parametrize("name,status,stalled,n_kernels,log_channel", RUNS,
+                         ids=[r[0].split("/")[-1] + ("" if r[4] else "-merged") for r in RUNS])
+def test_replayed_transcript(name, status, stalled, n_kernels, log_channel, fake_env, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_TRANSCRIPT", str(DATA / name))
     monkeypatch.setenv("FAKE_NCU_SCALE", str(SCALE))
-    cfg = RunConfig(report_dir=str(tmp_path), check_gpu=False, stall_timeout=DEFAULT_STALL,
+    cfg = RunConfig(report_dir=str(tmp_path), check_gpu=False, stall_timeout=DEFAULT_STALL, log_channel=log_channel,
                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
     a = profile_command(app(), ProfileOptions(set="basic"), cfg)
     assert a.status == status, a.describe()

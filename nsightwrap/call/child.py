@@ -4,11 +4,13 @@ fn never runs in the caller: a replay deadlock inside the caller's process
 could not be undone. The child imports fn by reference (module and
 qualified name; a script's __main__ is loaded from its file without running
 its main block), unpickles the arguments, makes `warmup` calls outside any
-profiled range, then `repeat` calls inside one profiler range and one NVTX
-range. It writes what happened (timings, return value, or the traceback) to
-a result file, which the parent reads.
+profiled range, each timed with the device synchronised, and reports their
+times to the watchdog (nsightwrap.ncu.calltime) *before* it opens the range;
+then `repeat` calls inside one profiler range and one NVTX range. It writes
+what happened (timings, return value, or the traceback) to a result file,
+which the parent reads. It imports no pandas and reads no report.
 
-    python -m nsightwrap.call.child SPEC.pkl
+    python -m nsightwrap.call SPEC.pkl [RESULT.pkl]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.call.ranges import find_range_api
+from nsightwrap.ncu.calltime import write_call_time
 
 RANGE_NAME = "nsightwrap"
 
@@ -41,12 +44,14 @@ class CallSpec:
     sys_path: list[str]
     result_path: str
     mark_range: bool = True
+    call_time_path: Optional[str] = None  # where the warm-up times go, for the watchdog
 
 
 @dataclass
 class CallResult:
     ok: bool
     call_s: list[float] = field(default_factory=list)  # wall time of each measured call
+    warmup_s: list[float] = field(default_factory=list)  # wall time of each warm-up call
     value_pickle: Optional[bytes] = None
     value_error: Optional[str] = None  # why the value could not be pickled
     error: Optional[str] = None  # the child's traceback
@@ -95,25 +100,31 @@ def _sync() -> None:
             pass
 
 
+def _timed(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[Any, float]:
+    """fn's value and its wall time, the device synchronised at the end."""
+    t = time.perf_counter()
+    value = fn(*args, **kwargs)
+    _sync()
+    return value, time.perf_counter() - t
+
+
 def run(spec: CallSpec) -> CallResult:
     sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
     fn = resolve(spec)
     args, kwargs = pickle.loads(spec.args_pickle)
-    for _ in range(spec.warmup):
-        fn(*args, **kwargs)
-    _sync()
+    warmup_s = [_timed(fn, args, kwargs)[1] for _ in range(spec.warmup)]
+    if warmup_s and spec.call_time_path:
+        write_call_time(spec.call_time_path, warmup_s)  # before the range: the watchdog knows it in time
     api = find_range_api()
-    result = CallResult(ok=True, range_api=api.describe)
+    result = CallResult(ok=True, range_api=api.describe, warmup_s=warmup_s)
     value = None
     if spec.mark_range:
         api.push(RANGE_NAME)
         api.start()
     try:
         for _ in range(spec.repeat):
-            t = time.perf_counter()
-            value = fn(*args, **kwargs)
-            _sync()
-            result.call_s.append(time.perf_counter() - t)
+            value, took = _timed(fn, args, kwargs)
+            result.call_s.append(took)
     finally:
         if spec.mark_range:
             api.stop()
@@ -146,7 +157,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the module's own copy, so that pickled results name nsightwrap.call.child.CallResult.
+    # `python -m nsightwrap.call.child` runs this file twice (as __main__, then as the module that
+    # pickled results name); profile(fn) launches `python -m nsightwrap.call`, which imports it once.
     from nsightwrap.call.child import main as _main
 
     sys.exit(_main())

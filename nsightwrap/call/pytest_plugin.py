@@ -1,4 +1,4 @@
-"""pytest fixture `nsight_profile`: profile a callable inside a test.
+"""pytest fixtures `nsight_profile` and `nsight_profiler`: profile a callable inside a test.
 
 Registered through the `pytest11` entry point, so any project with
 nsightwrap installed can write
@@ -7,15 +7,17 @@ nsightwrap installed can write
         result = nsight_profile(softmax_step, 4096, kernel="softmax", set="basic")
         assert not result.hung
 
-The fixture skips the test cleanly where there is no ncu, or (with the real
-ncu) no GPU. pandas loads only when the fixture is used.
+Every test of the session shares one Profiler (`nsight_profiler`): ncu is
+located and probed once, and each callable's call time is measured once.
+The fixtures skip the test cleanly where there is no ncu, or (with the
+real ncu) no GPU. pandas loads only when a fixture is used.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -23,16 +25,36 @@ from nsightwrap.errors import ToolNotFound
 from nsightwrap.ncu.locate import ENV_NCU, find_ncu
 
 
-@pytest.fixture
-def nsight_profile() -> Callable:
-    """nsightwrap.profile, or a skip when nothing could be profiled here."""
+def _skip_unless_profilable() -> None:
     try:
         find_ncu()
     except ToolNotFound as e:
         pytest.skip("nsightwrap: " + str(e).splitlines()[0] + f" (set {ENV_NCU} or install Nsight Compute)")
     if not os.environ.get(ENV_NCU) and shutil.which("nvidia-smi") is None:
         pytest.skip("nsightwrap: no NVIDIA driver (nvidia-smi not found)")
-    # Lazy on purpose: call.api imports pandas, and the plugin loads in every pytest session.
+
+
+@pytest.fixture(scope="session")
+def nsight_profiler() -> Iterator[Any]:
+    """One nsightwrap.Profiler for the test session, or a skip when nothing could be profiled here."""
+    _skip_unless_profilable()
+    # Lazy on purpose: call.profiler imports pandas, and the plugin loads in every pytest session.
+    from nsightwrap.call.profiler import Profiler
+
+    with Profiler() as profiler:
+        yield profiler
+
+
+@pytest.fixture
+def nsight_profile(request: pytest.FixtureRequest) -> Callable:
+    """nsightwrap.profile through the session's Profiler (config= or store= given: a Profiler of their own)."""
+    _skip_unless_profilable()
     from nsightwrap.call.api import profile
 
-    return profile
+    def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("config") is not None or kwargs.get("store") is not None:
+            return profile(fn, *args, **kwargs)
+        # Asked for on first use, so that fixtures set up before this one (an environment) apply to it.
+        return profile(fn, *args, profiler=request.getfixturevalue("nsight_profiler"), **kwargs)
+
+    return call

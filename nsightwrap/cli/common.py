@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from nsightwrap.status import EXIT_CODES, USAGE_EXIT_CODE
-from nsightwrap.watch.process import terminate_as_interrupt
+from nsightwrap.watch.signals import interruptible
 
 EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
 
@@ -37,12 +37,7 @@ def echo_unless(quiet: bool) -> Optional[Callable[[str], None]]:
     return None if quiet else echo
 
 
-class signals_as_interrupt:
-    """SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
-    (probing ncu and walking a ladder included): no orphan when a CI job is cancelled."""
-
-    def __enter__(self) -> None:
-        self.restore = terminate_as_interrupt()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.restore()
+#: SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
+#: (probing ncu and walking a ladder included): no orphan when a CI job is
+#: cancelled; the signals that follow the first are counted, not raised.
+signals_as_interrupt = interruptible

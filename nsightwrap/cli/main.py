@@ -18,8 +18,9 @@ from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.status import USAGE_EXIT_CODE
-from nsightwrap.watch.process import find_orphans
+from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
+from nsightwrap.status import EXIT_CODES, USAGE_EXIT_CODE
+from nsightwrap.watch.signals import ignore_stop_signals
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,23 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_parser(sub)
     add_hangs_parser(sub)
     add_nsys_parser(sub)
-    sub.add_parser("cleanup", help="stop processes left by nsightwrap runs whose owner was killed")
+    add_cleanup_parser(sub)
     doctor.add_parser(sub)
     return parser
-
-
-def cmd_cleanup(args) -> int:
-    orphans = find_orphans()
-    if not orphans:
-        print("no processes left by killed nsightwrap runs")
-        return 0
-    for p in orphans:
-        try:
-            print(f"killing {p.pid} ({p.name()})")
-            p.kill()
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"could not kill {p.pid}: {e}")
-    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -56,11 +43,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return USAGE_EXIT_CODE
     try:
-        return {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
+        code = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
                 "hangs": cmd_hangs, "nsys": cmd_nsys}[args.cmd](args)
     except NsightwrapError as e:
         print(f"nsightwrap: {e}", file=sys.stderr)
         return USAGE_EXIT_CODE
+    except KeyboardInterrupt:  # outside a watched run: no tree is left (each run stops its own)
+        code = EXIT_CODES["interrupted"]
+        print("nsightwrap: interrupted", file=sys.stderr)
+    if code == EXIT_CODES["interrupted"] and argv is None:
+        ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

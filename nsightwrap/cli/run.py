@@ -87,13 +87,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             attempt = profile_command(command, options, context=context, on_output=echo)
         except ProfileInterrupted as e:
             attempt = e.attempt
-    hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
-    if hint and options.rank is None:
-        attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
-    if args.json:
-        print(attempt.to_json())
-    else:
-        print("\n" + attempt.describe(), file=sys.stderr)
+        hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
+        if hint and options.rank is None:
+            attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
+        if args.json:
+            print(attempt.to_json())
+        else:
+            print("\n" + attempt.describe(), file=sys.stderr)
     return attempt.exit_code
 
 

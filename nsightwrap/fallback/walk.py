@@ -176,7 +176,8 @@ class _Settings:
     reader: Callable[[Attempt], pd.DataFrame]
     stall_timeout_floor: Optional[float]
     stall_timeout: Optional[float]
-    rank: int
+    rank: int = 0
+    environment: Optional[Environment] = None
 
 
 def walk_ladder(
@@ -194,6 +195,7 @@ def walk_ladder(
     reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
     stall_timeout_floor: Optional[float] = None,
     stall_timeout: Optional[float] = None,
+    environment: Optional[Environment] = None,
     rank: int = 0,
 ) -> LadderResult:
     """Profile `command`, stepping down `ladder` for each kernel that hangs.
@@ -202,15 +204,17 @@ def walk_ladder(
     and used by every attempt. reader turns an attempt into rows (default:
     its report, through load_report); stall_timeout_floor is the least stall
     timeout any rung may use, and stall_timeout, when given, is used at
-    every rung. rank is the rank that one-rank rungs profile in a
-    multi-process job (unless options.rank chooses one for every rung).
+    every rung. environment: this machine as the store knows it, when the
+    caller already detected it (else detected here, when there is a store).
+    rank is the rank that one-rank rungs profile in a multi-process job
+    (unless options.rank chooses one for every rung).
     """
     options = options or ProfileOptions()
     context = RunContext.resolve(config, context)
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout_floor, stall_timeout, rank)
+                         stall_timeout_floor, stall_timeout, rank, environment)
     shape = JobShape.of(command)
     ladder = ladder.for_request(options, context.info).for_processes(shape.one_rank_possible)
     return _Walk(list(command), options, ladder, context, settings, shape).run()
@@ -238,7 +242,9 @@ class _Walk:
         return self.result
 
     def _environment(self) -> Environment:
-        """This machine and the job's size, as the store records them."""
+        """This machine and the job's size, as the store records them (the caller's, for one process)."""
+        if self.s.environment is not None and self.shape.processes == self.s.environment.processes:
+            return self.s.environment
         return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
                                   local_processes=self.shape.local_processes,
                                   cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))

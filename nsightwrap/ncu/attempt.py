@@ -239,10 +239,11 @@ def classify(outcome: RunOutcome, kernels: Sequence[KernelResult], errors: Seque
              warnings: Sequence[str]) -> tuple[str, str]:
     """The status and a one-line reason, from how the run ended."""
     rc = outcome.returncode
+    if outcome.interrupted:  # also while stopping a hang: the user asked to stop, and exit 130 says so
+        during = f" while stopping a {outcome.verdict.status} ({outcome.verdict.reason})" if outcome.verdict else ""
+        return INTERRUPTED, f"interrupted (Ctrl-C or a termination signal){during}; the tree was stopped"
     if outcome.verdict is not None:
         return outcome.verdict.status, outcome.verdict.reason
-    if outcome.interrupted:
-        return INTERRUPTED, "interrupted (Ctrl-C or a termination signal); the tree was stopped"
     if outcome.exception is not None:
         return ERROR, f"nsightwrap failed while watching: {outcome.exception!r}"
     app_rc = [int(m[1]) for e in errors for m in [_APP_RC.search(e)] if m]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
+from nsightwrap.ncu.calltime import ReportedCallTime
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
@@ -45,9 +46,18 @@ class RunConfig:
     check_gpu: bool = True  # look for foreign / leftover GPU processes with nvidia-smi
     env: Optional[Mapping[str, str]] = None
     cwd: Optional[str] = None
+    #: A file in which the program reports the time of one call of its work
+    #: (nsightwrap.ncu.calltime); the stall timeout grows to cover it once written.
+    call_time_file: Optional[str] = None
+    #: Read ncu's own output from `--log-file` (its own channel) and pass the
+    #: program's output through unparsed; False parses the merged stdout
+    #: (for an ncu that cannot log to a file).
+    log_channel: bool = True
 
     def rules(self) -> WatchRule:
         rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
+        if self.call_time_file is not None:
+            rule = ReportedCallTime(rule, self.call_time_file)
         if self.timeout is not None:
             rule = rule | TotalTimeout(self.timeout)
         return rule

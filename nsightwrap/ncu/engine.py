@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +24,7 @@ from nsightwrap.ncu.events import Connected, Event
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
-from nsightwrap.watch.launchers import one_rank_argv
+from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
 
@@ -146,8 +148,13 @@ def profile_command(
     config, env = context.config, dict(context.env)
     if config.validate:
         validate(options, context.info)
+    if options.rank is not None:
+        one_rank_launch(command, options.rank)  # refused before anything is made: not a launch to rewrite
     options, report, notes = plan_report(options, command, config)
-    argv = build_argv(context.ncu, options, command)
+    own_log = config.log_channel and "--log-file" not in options.extra_args
+    log_dir = tempfile.mkdtemp(prefix="nsightwrap-ncu-") if own_log else None
+    tool_log = os.path.join(log_dir, "ncu.log") if log_dir else None
+    argv = build_argv(context.ncu, options, command, log_file=tool_log)
     if options.rank is not None:  # ncu around one rank of a multi-process launch
         argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
@@ -157,8 +164,12 @@ def profile_command(
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
-    outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd,
-                    clock=clock, on_output=on_output, on_event=on_event, observer=NcuObserver)
+    try:
+        outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=NcuObserver, tool_log=tool_log)
+    finally:
+        if log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
 
     # The tree's members, and every process ncu connected to (each rank of a multi-process job).
     pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}

@@ -187,11 +187,14 @@ def _on_off(value: bool) -> str:
     return "on" if value else "off"
 
 
-def build_argv(ncu_path: str, options: ProfileOptions, command: Sequence[str]) -> list[str]:
+def build_argv(ncu_path: str, options: ProfileOptions, command: Sequence[str],
+               log_file: str | None = None) -> list[str]:
     """``[ncu, options..., extra_args..., command...]`` in a fixed order, so
     the same options always give the same list (reproducible records, exact
-    test comparisons). ``options.rank`` is not ncu's: the engine rewrites the
-    launch around this list (nsightwrap.watch.launchers.wrap_one_rank)."""
+    test comparisons). ``log_file``: where ncu writes its own output
+    (``--log-file``), apart from the program's. ``options.rank`` is not
+    ncu's: the engine rewrites the launch around this list
+    (nsightwrap.watch.launchers.wrap_one_rank)."""
     if isinstance(command, str):
         raise OptionsError(f"command must be a list of arguments, not the string {command!r}.")
     command = list(command)
@@ -238,6 +241,8 @@ def build_argv(ncu_path: str, options: ProfileOptions, command: Sequence[str]) -
         argv += ["--export", o.export]
     if o.force_overwrite:
         argv.append("--force-overwrite")
+    if log_file is not None:
+        argv += ["--log-file", log_file]
     return [*argv, *o.extra_args, *command]
 
 

@@ -1,28 +1,30 @@
-"""Incremental parser of ncu's merged stdout/stderr into events.
+"""Incremental parser of ncu's output into events.
 
 ncu prints a kernel's progress without a newline until the kernel is done
 (`==PROF== Profiling "k" - 0: 0%....50%....100% - 38 passes`), and a hung
-kernel leaves that line open for good, so a line-based reader would see
-nothing of it. This parser is a small state machine fed chunk by chunk: it
-emits each event as soon as the text that decides it is complete, and so
-gives the same events however the stream happens to be split.
+kernel leaves that line open for good. This parser is a state machine fed
+chunk by chunk: it emits each event as soon as the text that decides it is
+complete, and gives the same events however the stream is split (up to how
+a run of marks is cut into Progress events: one per run in a chunk).
+
+It normally reads ncu's own channel (`--log-file`). It also reads ncu's
+output merged with the program's (stdout, for an ncu that cannot log to a
+file), where the program's writes fall between ncu's pieces (a header, a
+mark, a whole line). A kernel whose line is cut by other text is kept open:
+marks that start a later line continue it, and a line that ends in
+`100% - N passes` finishes it, so every kernel whose end arrives is counted.
 
 Choices where the format leaves room:
 - A header `==PROF== Profiling "NAME" - ID: ` is complete at the first
-  `" - ID: `. With a kernel-name filter, ncu 2025.3.1 prints no ID
-  (`==PROF== Profiling "NAME": `, seen on the GPU machine); such headers are
-  numbered here in order of appearance, starting again at each new process
-  (ncu numbers the results of each process from 0). A kernel name holding
-  `": ` would end such a header early. Whether it starts a progress line (KernelStarted) or is an
-  application-replay line (`Application replay pass N`, a ReplayPass) is
-  decided by the next character, so KernelStarted waits for that character.
-  A header left undecided at close() still gives its KernelStarted.
-- Headers are recognised only at the start of a line.
-- A character that cannot continue a progress line ends it (no KernelDone);
-  the text from there to the newline is read as an ordinary line (so plain
-  text gives Output, and nothing is lost). Marks that start a later line
-  continue the kernel, as after the slow-launch warning: in a multi-process
-  program another rank connects or prints in the middle of a progress line.
+  `" - ID: `. With a kernel-name filter ncu 2025.3.1 prints no ID
+  (`"NAME": `); such kernels are numbered in order, from 0 in each process,
+  as ncu numbers results (a name holding `": ` ends such a header early).
+  After a header, a mark starts a progress line, `Application replay pass N`
+  an application-replay line, and anything else is program text cutting
+  into the kernel's line. A header left undecided at close() still gives its
+  KernelStarted.
+- Headers are recognised at the start of a line, or glued after program text.
+- Lines are kept up to MAX_LINE characters; the rest is counted, not kept.
 """
 
 from __future__ import annotations
@@ -46,20 +48,32 @@ from nsightwrap.ncu.events import (
     ReportWritten,
 )
 
-__all__ = ["OutputParser", "parse_all"]
+__all__ = ["MAX_LINE", "OutputParser", "parse_all"]
+
+#: Characters of one line kept (a line longer than this is not ncu's).
+MAX_LINE = 1 << 20
 
 _PROFILING = '==PROF== Profiling "'
 _REPORT_CREATION = "==PROF== Creating report from application replay data: "
+_APP_REPLAY = "Application replay pass "
 # End of a kernel header. The ID is capped so that a match has a bounded
 # length and can be found across chunks by keeping only the last few chars.
 _HEADER_END = re.compile(r'"(?: - (\d{1,18}))?: ')
 _HEADER_END_MAX = 24
 _HEADER = re.compile(r'==PROF== Profiling "(.*?)"(?: - (\d+))?: ', re.S)
 _PASSES = re.compile(r"\s*-\s*(\d+)\s*pass(?:es)?\s*")
+# What a ` - N passes` tail may look like before its newline.
+_TAIL_PREFIX = re.compile(r"[ \t]*(?:-[ \t]*(?:\d+[ \t]*(?:p(?:a(?:s(?:s(?:e(?:s)?)?)?)?)?[ \t\r]*)?)?)?")
+_TAIL_MAX = 40
+# A line of program text that ends with the rest of a suspended kernel's progress.
+_FINISHED = re.compile(r"(?:\.|\d{1,3}%)*100%\s*-\s*(\d+)\s*pass(?:es)?\s*$")
+_FINISHED_WINDOW = 4096
+# A run of progress marks, taken in one step.
+_MARK_RUN = re.compile(r"(?:\.|\d{1,3}%)+")
 _DIGITS = "0123456789"
 # ncu's line prefixes, which may follow program output on the same line.
-_MARKERS = ("==PROF== ", "==WARNING==", "==ERROR==")
-_MARKER_MAX = max(map(len, _MARKERS)) - 1
+_MARKER = re.compile("==PROF== |==WARNING==|==ERROR==")
+_MARKER_MAX = len("==WARNING==") - 1
 _MARK_START = _DIGITS + "."
 
 _LINE_EVENTS = [
@@ -76,7 +90,7 @@ _LINE_EVENTS = [
     (re.compile(r"==PROF==(.*)", re.S), lambda m: ProfNote(m[1].strip())),
 ]
 
-# Modes: an ordinary line; a complete header waiting for its next char;
+# Modes: an ordinary line; a complete header waiting to be decided;
 # progress marks; the ` - N passes` tail of a kernel's progress line.
 _LINE, _HEADER_DONE, _MARKS, _TAIL = range(4)
 # What the current ordinary line may still be: (a prefix of) a header or not.
@@ -85,6 +99,8 @@ _UNKNOWN, _KERNEL_HEADER, _PLAIN = range(3)
 
 def _line_event(text: str) -> Event:
     """The event of one complete, non-blank line."""
+    if not text.startswith("=="):
+        return Output(text)
     for pattern, make in _LINE_EVENTS:
         m = pattern.fullmatch(text)
         if m:
@@ -92,12 +108,24 @@ def _line_event(text: str) -> Event:
     return Output(text)
 
 
+def _last_mark(run: str) -> tuple[str, Optional[int]]:
+    """The last mark of a run of marks, and its last percent (None without one)."""
+    end = run.rfind("%")
+    if end < 0:
+        return ".", None
+    start = end
+    while start > 0 and run[start - 1] in _DIGITS:
+        start -= 1
+    return ("." if end < len(run) - 1 else run[start:]), int(run[start:end])
+
+
 class OutputParser:
-    """Turns ncu's merged output into events, chunk by chunk.
+    """Turns ncu's output into events, chunk by chunk.
 
     Ordinary lines are buffered as a list of pieces and searched with
-    str.find, so that megabytes without a newline cost linear time; only
-    progress marks, which are short, are read one character at a time.
+    str.find and compiled patterns from an index, so that megabytes without
+    a newline, or with many ncu markers glued together, cost linear time;
+    runs of progress marks are taken in one step each.
     """
 
     def __init__(self) -> None:
@@ -106,21 +134,27 @@ class OutputParser:
 
     def _reset(self) -> None:
         self._mode = _LINE
-        self._parts: list[str] = []  # buffered text of the line or tail
-        self._line_len = 0  # characters of the current ordinary line so far
-        self._tail = ""  # its last few characters: a marker may straddle two chunks
-        self._kind = _UNKNOWN
-        self._window = ""  # last scanned chars of a kernel header candidate
+        self._new_line()
         self._start: Optional[Event] = None  # what the complete header starts
         self._start_unnumbered = False  # its kernel header had no ID (so _number counted it)
+        self._decide = ""  # text after a complete header that may still be "Application replay pass "
         self._kernel: Optional[KernelStarted] = None
         self._percent = 0
         self._dots = 0
         self._digits = ""  # an unfinished percent mark: "5" may be "50%"
-        # A progress line cut by a newline (ncu's slow-launch warning) whose
-        # kernel may go on: marks that start a later line continue it.
+        # A kernel whose progress line was cut (by ncu's slow-launch warning,
+        # or by program text) and may go on: marks that start a later line
+        # continue it, a line ending in `100% - N passes` finishes it.
         self._cut: Optional[tuple[KernelStarted, int, int]] = None
         self._out: list[Event] = []
+        self._nl_at = -1  # cached next newline of the chunk being fed
+
+    def _new_line(self) -> None:
+        self._parts: list[str] = []  # buffered text of the line (or the tail)
+        self._line_len = 0  # characters of the current line so far (kept or not)
+        self._tail = ""  # its last few characters: a marker may straddle two chunks
+        self._kind = _UNKNOWN
+        self._window = ""  # last scanned chars of a kernel header candidate
 
     @property
     def in_progress(self) -> Optional[KernelStarted]:
@@ -141,17 +175,18 @@ class OutputParser:
     @property
     def pending(self) -> str:
         """Text buffered but not yet turned into events (for logs)."""
-        return "".join(self._parts) + self._digits
+        return "".join(self._parts) + self._decide + self._digits
 
     def feed(self, chunk: str) -> list[Event]:
         """Parse a chunk; return the events it completes."""
         self._out = []
+        self._nl_at = -1
         pos = 0
         while pos < len(chunk):
             if self._mode == _LINE:
                 pos = self._read_line(chunk, pos)
             elif self._mode == _HEADER_DONE:
-                pos = self._decide(chunk, pos)
+                pos = self._read_decision(chunk, pos)
             elif self._mode == _MARKS:
                 pos = self._read_marks(chunk, pos)
             else:
@@ -165,83 +200,118 @@ class OutputParser:
         if self._mode == _LINE and self._parts:
             self._finish_line()
         elif self._mode == _HEADER_DONE:
-            self._out.append(self._start)
+            if self._decide and _APP_REPLAY.startswith(self._decide):
+                self._parts.append(self._decide)
+                self._finish_line()
+            else:
+                self._out.append(self._start)
         out = self._out
         self._reset()
         return out
 
     # -- ordinary lines -------------------------------------------------
 
+    def _keep(self, text: str) -> None:
+        """Add text to the current line: kept up to MAX_LINE, counted beyond."""
+        room = MAX_LINE - self._line_len
+        if room > 0:
+            self._parts.append(text[:room])
+        self._line_len += len(text)
+        self._tail = (self._tail + text[-_MARKER_MAX:])[-_MARKER_MAX:]
+
     def _read_line(self, chunk: str, pos: int) -> int:
-        if self._cut and not self._parts and chunk[pos] in _MARK_START:
-            self._kernel, self._percent, self._dots = self._cut
-            self._cut = None
-            self._mode = _MARKS
-            return pos
-        nl = chunk.find("\n", pos)
-        end = len(chunk) if nl < 0 else nl
+        if not self._line_len:
+            if self._cut is None:
+                bulk = self._bulk_lines(chunk, pos)
+                if bulk > pos:
+                    return bulk
+            elif chunk[pos] in _MARK_START:
+                self._kernel, self._percent, self._dots = self._cut
+                self._cut = None
+                self._mode = _MARKS
+                return pos
+        end = self._newline(chunk, pos)
         if self._kind != _PLAIN:
             stop = self._header_end(chunk, pos, end)
             if stop >= 0:
-                self._parts.append(chunk[pos:stop])
-                header = "".join(self._parts)
-                self._parts = [header]
-                self._line_len = len(header)
-                self._tail = header[-_MARKER_MAX:]
-                self._start_unnumbered = False
-                if header == _REPORT_CREATION:
-                    self._start = ReportCreation()
-                else:
-                    m = _HEADER.fullmatch(header)
-                    self._start = KernelStarted(m[1], self._number(m[2]))
-                    self._start_unnumbered = m[2] is None
-                self._cut = None
-                self._mode = _HEADER_DONE
-                return stop
-        seg = chunk[pos:end]
+                return self._header_complete(chunk, pos, stop)
         if self._kind == _PLAIN:
-            split = self._glued_marker(seg, pos)
+            split = self._glued_marker(chunk, pos, end)
             if split is not None:
                 return split
-        self._parts.append(seg)
-        self._line_len += len(seg)
-        self._tail = (self._tail + seg)[-_MARKER_MAX:]
-        if nl < 0:
+        self._keep(chunk[pos:end])
+        if self._kind == _KERNEL_HEADER and self._line_len > MAX_LINE:
+            self._kind = _PLAIN  # too long for a header: program text
+        if end == len(chunk):
             return end
         self._finish_line()
-        return nl + 1
+        return end + 1
 
-    def _glued_marker(self, seg: str, pos: int) -> Optional[int]:
-        """Where ncu's output starts inside a line of the program's (no newline between).
+    def _newline(self, chunk: str, pos: int) -> int:
+        """Index of the next newline at or after pos (len(chunk) if none), found once per chunk and line."""
+        if self._nl_at < pos:
+            nl = chunk.find("\n", pos)
+            self._nl_at = len(chunk) if nl < 0 else nl
+        return self._nl_at
 
-        A program that prints without a newline (tqdm, print(end="")) glues
-        ncu's next `==PROF==` line to its own text; unsplit, a kernel's
-        header and progress would be lost. The text before the marker is the
-        program's line; the marker starts a new line. Returns where parsing
-        resumes in the chunk, or None.
-        """
-        hay = self._tail + seg
-        # Only markers after the line's first character: a line that starts with one is ncu's own.
-        lo = max(0, len(self._tail) - self._line_len + 1)
-        found = [i for i in (hay.find(m, lo) for m in _MARKERS) if i >= 0]
-        if not found:
-            return None
-        j = min(found)
-        k = j - len(self._tail)
-        carry = ""
-        if k >= 0:
-            self._parts.append(seg[:k])
+    def _bulk_lines(self, chunk: str, pos: int) -> int:
+        """Whole lines without `==` (no ncu marker) are program lines: one split for all of them."""
+        stop = chunk.find("==", pos)
+        end = chunk.rfind("\n", pos, len(chunk) if stop < 0 else stop)
+        if end < 0:
+            return pos
+        for line in chunk[pos:end].split("\n"):
+            line = line.removesuffix("\r")
+            if line.strip():
+                cut = len(line) - MAX_LINE
+                self._out.append(Output(line if cut <= 0 else f"{line[:MAX_LINE]} [... {cut} more characters]"))
+        return end + 1
+
+    def _header_complete(self, chunk: str, pos: int, stop: int) -> int:
+        self._parts.append(chunk[pos:stop])
+        header = "".join(self._parts)
+        self._start_unnumbered = False
+        if header == _REPORT_CREATION:
+            self._start = ReportCreation()
         else:
-            carry = self._tail[j:]  # the marker began in text already buffered
-            self._drop_last(len(carry))
+            m = _HEADER.fullmatch(header)
+            self._start = KernelStarted(m[1], self._number(m[2]))
+            self._start_unnumbered = m[2] is None
+            self._cut = None
+        self._parts = [header]
+        self._decide = ""
+        self._mode = _HEADER_DONE
+        return stop
+
+    def _glued_marker(self, chunk: str, pos: int, end: int) -> Optional[int]:
+        """Where ncu's output starts inside a line of the program's (tqdm, print(end="")).
+
+        The text before the marker is the program's line; the marker starts
+        a new one. Only markers after the line's first character count.
+        Returns where parsing resumes in the chunk, or None.
+        """
+        if self._tail:  # a marker that began in text already buffered
+            hay = self._tail + chunk[pos:min(end, pos + _MARKER_MAX)]
+            lo = max(0, len(self._tail) - self._line_len + 1)
+            m = _MARKER.search(hay, lo)
+            if m and m.start() < len(self._tail):
+                carry = self._tail[m.start():]
+                self._drop_last(len(carry))
+                self._finish_line()
+                self._keep(carry)
+                return pos
+        first = pos + 1 if self._line_len == 0 else pos
+        m = _MARKER.search(chunk, first, end)
+        if m is None:
+            return None
+        self._keep(chunk[pos:m.start()])
         self._finish_line()
-        if carry:
-            self._parts = [carry]
-            self._line_len = len(carry)
-            self._tail = carry
-        return pos + max(k, 0)
+        return m.start()
 
     def _drop_last(self, n: int) -> None:
+        if self._line_len > MAX_LINE:
+            return  # the line was cut: its last characters were counted, not kept
+        self._line_len -= n
         while n > 0 and self._parts:
             last = self._parts.pop()
             if len(last) > n:
@@ -269,20 +339,24 @@ class OutputParser:
                 return -1
             else:
                 return -1
-        window = self._window + chunk[pos:end]
-        m = _HEADER_END.search(window)
-        if m:
+        edge = self._window + chunk[pos:min(end, pos + _HEADER_END_MAX)]
+        m = _HEADER_END.search(edge)
+        if m and m.start() < len(self._window):
             return pos + m.end() - len(self._window)
-        self._window = window[-_HEADER_END_MAX:]
+        m = _HEADER_END.search(chunk, pos, end)
+        if m:
+            return m.end()
+        self._window = (self._window + chunk[max(pos, end - _HEADER_END_MAX):end])[-_HEADER_END_MAX:]
         return -1
 
     def _finish_line(self) -> None:
         text = "".join(self._parts).removesuffix("\r")
-        self._parts = []
-        self._line_len = 0
-        self._tail = ""
-        self._kind = _UNKNOWN
-        self._window = ""
+        cut = self._line_len - MAX_LINE
+        self._new_line()
+        if cut > 0:
+            text += f" [... {cut} more characters]"
+        if self._cut and self._finishes_cut(text):
+            return
         if text.strip():
             event = _line_event(text)
             if isinstance(event, Connected):
@@ -291,6 +365,22 @@ class OutputParser:
                 event = ReplayPass(event.name, self._number(None), event.pass_number)
             self._out.append(event)
 
+    def _finishes_cut(self, text: str) -> bool:
+        """A line of program text that ends with the suspended kernel's `100% - N passes`."""
+        window = text[-_FINISHED_WINDOW:]
+        if "pass" not in window[-16:]:
+            return False
+        m = _FINISHED.search(window)
+        if not m:
+            return False
+        before = text[:len(text) - len(window) + m.start()]
+        if before.strip():
+            self._out.append(Output(before))
+        k = self._cut[0]
+        self._out.append(KernelDone(k.name, k.kernel_id, int(m[1])))
+        self._cut = None
+        return True
+
     def _number(self, printed: Optional[str]) -> int:
         """The kernel's ID as printed, or its place among this process's unnumbered ones."""
         if printed is not None:
@@ -298,82 +388,132 @@ class OutputParser:
         self._unnumbered += 1
         return self._unnumbered - 1
 
-    # -- progress lines -------------------------------------------------
+    # -- after a header ---------------------------------------------------
 
-    def _decide(self, chunk: str, pos: int) -> int:
-        """After a complete header, a progress mark starts a progress line;
-        anything else (`Application replay pass N`) keeps an ordinary line."""
-        if chunk[pos] in _MARK_START:
+    def _read_decision(self, chunk: str, pos: int) -> int:
+        """A mark starts a progress line; `Application replay pass ` keeps an
+        ordinary line; anything else is program text cutting into a kernel's line."""
+        if not self._decide and chunk[pos] in _MARK_START:
             self._out.append(self._start)
             self._kernel = self._start if isinstance(self._start, KernelStarted) else None
             self._parts = []
             self._percent = self._dots = 0
+            self._start = None
             self._mode = _MARKS
-        else:
-            if self._start_unnumbered:
-                self._unnumbered -= 1  # not a kernel after all: the line's event numbers itself
-            self._kind = _PLAIN
-            self._mode = _LINE
+            return pos
+        j, k = pos, len(self._decide)
+        while j < len(chunk) and k < len(_APP_REPLAY) and chunk[j] == _APP_REPLAY[k]:
+            j, k = j + 1, k + 1
+        if k == len(_APP_REPLAY):
+            return self._plain_line(self._decide + chunk[pos:j], j)  # an application-replay line
+        if j == len(chunk):
+            self._decide += chunk[pos:j]
+            return j  # still undecided
+        earlier, self._decide = self._decide, ""  # from earlier chunks; this chunk is read again
+        if not isinstance(self._start, KernelStarted):
+            return self._plain_line(earlier, pos)
+        # Program text right after the header: the kernel started, its line is cut.
+        self._out.append(self._start)
+        self._cut = (self._start, 0, 0)
         self._start = None
+        self._mode = _LINE
+        self._new_line()
+        self._keep(earlier)
         return pos
+
+    def _plain_line(self, text: str, pos: int) -> int:
+        """The header and `text` continue as an ordinary line."""
+        if self._start_unnumbered:
+            self._unnumbered -= 1  # not a kernel after all: the line's event numbers itself
+        self._parts.append(text)
+        self._line_len = sum(map(len, self._parts))
+        self._tail = "".join(self._parts)[-_MARKER_MAX:]
+        self._kind = _PLAIN
+        self._mode = _LINE
+        self._start = None
+        self._decide = ""
+        return pos
+
+    # -- progress lines -------------------------------------------------
 
     def _read_marks(self, chunk: str, pos: int) -> int:
         kid = self._kernel.kernel_id if self._kernel else None
-        for i in range(pos, len(chunk)):
+        i, n = pos, len(chunk)
+        while i < n:
             c = chunk[i]
-            if c in _DIGITS and len(self._digits) < 3:
-                self._digits += c
-            elif c == "%" and self._digits:
-                self._percent = int(self._digits)
-                self._out.append(Progress(kid, self._digits + "%", self._percent, self._dots))
-                self._digits = ""
-            elif c == "." and not self._digits:
-                self._dots += 1
-                self._out.append(Progress(kid, ".", self._percent, self._dots))
-            elif c == " " and not self._digits:
+            if self._digits:
+                if c in _DIGITS and len(self._digits) < 3:
+                    self._digits += c
+                    i += 1
+                    continue
+                if c == "%":
+                    self._percent = int(self._digits)
+                    self._out.append(Progress(kid, self._digits + "%", self._percent, self._dots))
+                    self._digits = ""
+                    i += 1
+                    continue
+                return self._not_progress(i)
+            m = _MARK_RUN.match(chunk, i)
+            if m:
+                run = m.group()
+                self._dots += run.count(".")
+                mark, percent = _last_mark(run)
+                self._percent = self._percent if percent is None else percent
+                self._out.append(Progress(kid, mark, self._percent, self._dots))
+                i = m.end()
+            elif c in _DIGITS:
+                self._digits = c  # a percent mark that may end in the next chunk
+                i += 1
+            elif c == " ":
                 self._mode = _TAIL
                 return i
-            elif c == "\n" and not self._digits:
-                if self._kernel:
-                    self._cut = (self._kernel, self._percent, self._dots)
+            elif c == "\n":
                 self._end_progress()
                 return i + 1
             else:
-                if not self._digits and self._kernel:
-                    # Other text in the middle (another rank connecting, or printing):
-                    # marks that start a later line continue this kernel.
-                    self._cut = (self._kernel, self._percent, self._dots)
-                # Not progress: read the rest as an ordinary line, keeping
-                # the digits of an unfinished mark.
-                self._parts = [self._digits] if self._digits else []
-                self._line_len = len(self._digits)
-                self._tail = self._digits
-                self._end_progress()
-                return i
-        return len(chunk)
+                return self._not_progress(i)
+        return n
+
+    def _not_progress(self, i: int) -> int:
+        """Text that is not a mark: the kernel's line is cut, the text (with
+        the digits of an unfinished mark) is read as an ordinary line."""
+        digits = self._digits
+        self._end_progress()
+        self._keep(digits)
+        return i
 
     def _read_tail(self, chunk: str, pos: int) -> int:
         """` - N passes` up to the newline closes a kernel (KernelDone)."""
-        nl = chunk.find("\n", pos)
-        if nl < 0:
-            self._parts.append(chunk[pos:])
-            return len(chunk)
-        self._parts.append(chunk[pos:nl])
-        tail = "".join(self._parts).removesuffix("\r")
-        self._parts = []
-        m = _PASSES.fullmatch(tail)
-        if m and self._kernel:
+        end = self._newline(chunk, pos)
+        earlier = "".join(self._parts)  # from earlier chunks
+        tail = earlier + chunk[pos:min(end, pos + _TAIL_MAX + 1)]
+        if len(tail) > _TAIL_MAX or not _TAIL_PREFIX.fullmatch(tail):
+            return self._not_a_tail(earlier, pos)
+        if end == len(chunk):
+            self._parts = [tail]
+            return end
+        m = _PASSES.fullmatch(tail.removesuffix("\r"))
+        if not m:
+            return self._not_a_tail(earlier, pos)
+        if self._kernel:
             k = self._kernel
             self._out.append(KernelDone(k.name, k.kernel_id, int(m[1])))
-        elif tail.strip():
-            self._out.append(Output(tail))
-        self._end_progress()
-        return nl + 1
+        self._end_progress(done=True)
+        return end + 1
 
-    def _end_progress(self) -> None:
+    def _not_a_tail(self, earlier: str, pos: int) -> int:
+        """What followed the marks was program text: the kernel's line is cut,
+        the text is read again from `pos` as an ordinary line."""
+        self._end_progress()
+        self._keep(earlier)
+        return pos
+
+    def _end_progress(self, done: bool = False) -> None:
+        """The progress line ends: with its kernel done, or cut (the kernel may go on)."""
+        if self._kernel and not done:
+            self._cut = (self._kernel, self._percent, self._dots)
         self._mode = _LINE
-        self._kind = _UNKNOWN
-        self._window = ""
+        self._new_line()
         self._kernel = None
         self._digits = ""
 

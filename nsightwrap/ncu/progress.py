@@ -16,6 +16,7 @@ from nsightwrap.ncu.events import (
     KernelDone,
     KernelStarted,
     NcuWarning,
+    Output,
     Progress,
     ReplayPass,
     ReportCreation,
@@ -179,14 +180,19 @@ class StallRule(WatchRule):
         return Verdict("hang", stall.message(), stall)
 
 
-
-
 class NcuObserver:
     """Turns ncu's output into events and folds them into a WatchState.
 
     The watch loop (nsightwrap.watch) calls `feed` with each decoded chunk
-    and `close` at the end; it knows nothing of ncu beyond this object.
+    of ncu's own channel (or of the merged stdout, for an ncu that cannot
+    log to a file) and `close` at the end; it knows nothing of ncu beyond
+    this object. Progress marks and program lines are folded into the state
+    and counted, not kept (`keep`): a flood of them costs no memory.
     """
+
+    @staticmethod
+    def keep(event: Event) -> bool:
+        return not isinstance(event, (Progress, Output))
 
     def __init__(self, now: float):
         self.parser = OutputParser()
@@ -200,8 +206,13 @@ class NcuObserver:
         return self._fold(self.parser.close(), now)
 
     def _fold(self, events: list[Event], now: float) -> list[Event]:
+        state = self.state
         for ev in events:
-            self.state.observe(ev, now)
+            if type(ev) is Output and (state.current is None or state.current.replay_pass is None):
+                continue  # a program line changes nothing but the time of the last output
+            state.observe(ev, now)
+        if events:
+            state.last_output_at = now
         header = self.parser.pending_header
         if header is not None:
             self.state.header_seen(header, now)

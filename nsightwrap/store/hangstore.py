@@ -34,8 +34,8 @@ from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
 from nsightwrap.store.schema import (
-    COLUMNS, SCHEMA_VERSION, SELECT, SQL_NAME, KernelSummary, Record, migrate, refuse_newer, row_to_record,
-    stored_version)
+    CALIBRATION_COLUMNS, COLUMNS, SCHEMA_VERSION, SELECT, SQL_NAME, Calibration, KernelSummary, Record, migrate,
+    refuse_newer, row_to_record, stored_version)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
@@ -394,6 +394,26 @@ class HangStore:
 
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM records")[0][0])
+
+    # --- calibrations ---------------------------------------------------------
+    def record_calibration(self, subject: str, seconds: float, env: Environment, *, source: str,
+                           kernel: str = "*", note: str = "", time: Optional[str] = None) -> Calibration:
+        """Remember that `subject` (or `kernel` of it) took `seconds` without ncu on env's GPU."""
+        if not subject or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"a calibration needs a subject and seconds >= 0, not {subject!r}, {seconds!r}")
+        row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
+               "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source, "note": note}
+        cols = CALIBRATION_COLUMNS[1:]
+        sql = f"INSERT INTO calibrations ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        rid = self._write([(sql, [row[c] for c in cols])])[0].lastrowid
+        return Calibration(id=rid, **row)
+
+    def calibration(self, subject: str, env: Environment, kernel: str = "*") -> Optional[Calibration]:
+        """The newest calibration of `subject` (or `kernel` of it) on this GPU model and driver, if any."""
+        rows = self._query(f"SELECT {', '.join(CALIBRATION_COLUMNS)} FROM calibrations WHERE subject = ? AND "
+                           "kernel = ? AND gpu IS ? AND driver IS ? ORDER BY id DESC LIMIT 1",
+                           (subject, kernel, env.gpu, env.driver))
+        return Calibration(*rows[0]) if rows else None
 
 
     # --- export --------------------------------------------------------------

@@ -29,7 +29,22 @@ Schema, version 1 (table ``records``, one row a verdict; see :class:`Record`)::
     index records_match (kernel_pattern, gpu, ncu_version)
     index records_kernel (kernel)
 
-Version 2 adds the job's size, so that a hang of a multi-process job (a
+Version 2 adds table ``calibrations`` (one row a time measured without
+profiling, so that it is measured once; see :class:`Calibration`)::
+
+    id              INTEGER PRIMARY KEY AUTOINCREMENT
+    time            TEXT    ISO 8601, UTC
+    host, gpu, driver   TEXT or NULL   (matched on gpu and driver)
+    subject         TEXT    what was timed, named by who timed it
+                            (profile(fn): "fn:MODULE:QUALNAME:ARGS-DIGEST")
+    kernel          TEXT    "*" for the whole call or program, else a kernel
+    seconds         REAL    its wall time without ncu
+    source          TEXT    how it was measured ("warm-up", "plain run", ...)
+    note            TEXT
+
+    index calibrations_match (subject, gpu, driver)
+
+Version 3 adds the job's size, so that a hang of a multi-process job (a
 collective waiting for its other half) is not applied to a single-process
 run of the same kernel::
 
@@ -51,7 +66,8 @@ from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
 
-__all__ = ["COLUMNS", "KernelSummary", "MIGRATIONS", "Record", "SCHEMA_VERSION", "SELECT", "SQL_NAME",
+__all__ = ["CALIBRATION_COLUMNS", "COLUMNS", "Calibration", "KernelSummary", "MIGRATIONS", "Record",
+           "SCHEMA_VERSION", "SELECT", "SQL_NAME",
            "migrate", "refuse_newer", "row_to_record", "stored_version"]
 
 
@@ -123,6 +139,25 @@ class KernelSummary(NamedTuple):
     last_time: str
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """One row of ``calibrations``: how long `subject` (or one kernel of it) took without ncu, here."""
+
+    id: int
+    time: str
+    host: Optional[str]
+    gpu: Optional[str]
+    driver: Optional[str]
+    subject: str
+    kernel: str
+    seconds: float
+    source: str
+    note: str
+
+
+#: Field names of Calibration, in order (also its SQL columns).
+CALIBRATION_COLUMNS = tuple(f.name for f in fields(Calibration))
+
 #: Migrations, in order; the store's version is how many were applied.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -153,6 +188,21 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX records_match ON records (kernel_pattern, gpu, ncu_version);
     CREATE INDEX records_kernel ON records (kernel);
+    """,
+    """
+    CREATE TABLE calibrations (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        time           TEXT    NOT NULL,
+        host           TEXT,
+        gpu            TEXT,
+        driver         TEXT,
+        subject        TEXT    NOT NULL,
+        kernel         TEXT    NOT NULL DEFAULT '*',
+        seconds        REAL    NOT NULL,
+        source         TEXT    NOT NULL,
+        note           TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX calibrations_match ON calibrations (subject, gpu, driver);
     """,
     """
     ALTER TABLE records ADD COLUMN processes INTEGER NOT NULL DEFAULT 1;

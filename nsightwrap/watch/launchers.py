@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Sequence
 from nsightwrap.errors import OptionsError
 
 __all__ = ["Launch", "RANK_VARS", "WRAPPER_MODULE", "chosen_rank", "launcher_python", "one_rank_argv",
-           "parse_launch", "wrap_one_rank"]
+           "one_rank_launch", "parse_launch", "wrap_one_rank"]
 
 #: The module each rank runs (`python -m ...`): see nsightwrap.watch.onerank.
 WRAPPER_MODULE = "nsightwrap.watch.onerank"
@@ -201,18 +201,22 @@ def parse_launch(command: Sequence[str]) -> Optional[Launch]:
                   problem)
 
 
-def wrap_one_rank(launch: Launch, prefix: Sequence[str], rank: int, *, python: str, wrapper_python: str) -> list[str]:
-    """The launch rewritten so that `prefix` (ncu and its options) runs around rank `rank` only.
-
-    `python` runs the program where torchrun would have run it with Python
-    (script or -m); `wrapper_python` runs nsightwrap's wrapper on every rank.
-    """
+def _check(launch: Launch, rank: int) -> None:
     if launch.problem:
         raise OptionsError(f"cannot profile one rank of this {launch.kind} command: {launch.problem}")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise OptionsError(f"rank={rank!r} must be a whole number >= 0 (the rank to profile)")
     if launch.processes is not None and rank >= launch.processes:
         raise OptionsError(f"rank {rank} is not in this {launch.describe()}: choose 0..{launch.processes - 1}")
+
+
+def wrap_one_rank(launch: Launch, prefix: Sequence[str], rank: int, *, python: str, wrapper_python: str) -> list[str]:
+    """The launch rewritten so that `prefix` (ncu and its options) runs around rank `rank` only.
+
+    `python` runs the program where torchrun would have run it with Python
+    (script or -m); `wrapper_python` runs nsightwrap's wrapper on every rank.
+    """
+    _check(launch, rank)
     if "--" in prefix:
         raise OptionsError("the profiler's options hold a bare `--`, which would end them early in the rank wrapper")
     wrapper = [wrapper_python, "-m", WRAPPER_MODULE, "--rank", str(rank), "--ncu-argv", *prefix, "--"]
@@ -254,14 +258,21 @@ def chosen_rank(env: Mapping[str, str]) -> Optional[tuple[str, int]]:
     return None
 
 
-def one_rank_argv(command: Sequence[str], argv: Sequence[str], rank: int, wrapper_python: str) -> list[str]:
-    """`argv` (a profiler's prefix, then `command`) rewritten so that the prefix wraps rank `rank` alone."""
-    command = list(command)
+def one_rank_launch(command: Sequence[str], rank: int) -> Launch:
+    """The launch of `command`, whose rank `rank` ncu can wrap alone; else OptionsError says why not."""
     launch = parse_launch(command)
     if launch is None:
         raise OptionsError(f"rank={rank} profiles one rank of a multi-process launch, but {command[0]!r} is none "
                            "nsightwrap knows (torchrun, python -m torch.distributed.run, mpirun/mpiexec, srun): "
                            "start the program through one of them, or drop rank to profile the whole program")
+    _check(launch, rank)
+    return launch
+
+
+def one_rank_argv(command: Sequence[str], argv: Sequence[str], rank: int, wrapper_python: str) -> list[str]:
+    """`argv` (a profiler's prefix, then `command`) rewritten so that the prefix wraps rank `rank` alone."""
+    command = list(command)
+    launch = one_rank_launch(command, rank)
     prefix = list(argv[: len(argv) - len(command)])
     return wrap_one_rank(launch, prefix, rank, python=launcher_python(launch, wrapper_python),
                          wrapper_python=wrapper_python)

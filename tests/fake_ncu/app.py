@@ -11,17 +11,41 @@ Each argument is one step:
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
   stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
+  chatty:MS            from now on a thread prints a log line every MS milliseconds
+  chatty-cr:MS         ... a tqdm-like bar: "\r 40%|####" without a newline
+  flood                write "y\n" as fast as possible, forever
+  flood:N              ... N bytes of it, then go on
 """
 import os
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fakecuda  # noqa: E402
 
 
+def chatty(ms, bar):
+    def talk():
+        n = 0
+        while True:
+            n += 1
+            text = f"\r {n % 100:3d}%|{'#' * (n % 10):10s}| {n}/100" if bar else f"step {n} loss 0.5\n"
+            os.write(1, text.encode())
+            time.sleep(ms / 1000)
+
+    threading.Thread(target=talk, daemon=True).start()
+
+
 def step(arg):
-    if arg == "start":
+    if arg.startswith("chatty:") or arg.startswith("chatty-cr:"):
+        chatty(float(arg.split(":")[1]), arg.startswith("chatty-cr"))
+    elif arg == "flood" or arg.startswith("flood:"):
+        chunk = b"y\n" * 32768
+        left = int(arg[6:]) if arg.startswith("flood:") else float("inf")
+        while left > 0:
+            left -= os.write(1, chunk if left >= len(chunk) else chunk[:int(left)])
+    elif arg == "start":
         fakecuda.profiler_start()
     elif arg == "stop":
         fakecuda.profiler_stop()

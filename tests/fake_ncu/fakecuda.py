@@ -40,8 +40,15 @@ SLOW_WARNING = ("\n==WARNING== Launching the workload is taking more time than e
                 "for more details.\n")
 
 
+_LOG = {}
+
+
 def _out(text):
-    os.write(1, text.encode())
+    """ncu's messages: to its --log-file if it has one (as the real injection does), else stdout."""
+    log = _SESSION.get("log") if _SESSION else None
+    if log and "fd" not in _LOG:
+        _LOG["fd"] = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.write(_LOG.get("fd", 1), text.encode())
 
 
 def _scale():

@@ -1,0 +1,185 @@
+"""Profiler: what many profile(fn) calls share, held by the caller.
+
+A harness that profiles fifty functions, or a test session, makes one
+Profiler and calls its `profile` method: ncu is located and probed once,
+the hang store opened once, the GPU identified once, and every call time
+measured is reused (in memory, and through the store by later processes).
+`nsightwrap.profile(...)` makes a Profiler for its one call.
+
+    with nsightwrap.Profiler(store="hangs.db") as p:
+        for step in steps:
+            print(p.profile(step, 4096, kernel="softmax", set="basic").summary())
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from nsightwrap.call.calibration import PLAIN, WARMUP, Calibrations, CallTime, plain_run
+from nsightwrap.call.child import CallResult, CallSpec
+from nsightwrap.call.result import ProfileResult
+from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
+from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
+from nsightwrap.fallback.ladder import Ladder
+from nsightwrap.fallback.walk import LadderResult, walk_ladder
+from nsightwrap.ncu.calltime import allowance_for_call, read_call_time
+from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment
+
+__all__ = ["Profiler"]
+
+StoreArg = "HangStore | str | os.PathLike[str] | None"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one call is calibrated: what was known before the walk, and what the walk runs with."""
+
+    subject: str
+    context: RunContext
+    known: Optional[CallTime]  # before the walk (earlier call, store, or plain run)
+    plain: Optional[CallResult]  # the plain run, when one was needed
+    timed: bool  # the allowance follows fn's time (no explicit stall_timeout, calibrate=True)
+
+    @property
+    def floor(self) -> Optional[float]:
+        return allowance_for_call(self.known.seconds) if self.known else None
+
+
+class Profiler:
+    """ncu (found and probed once), a hang store, this GPU, and the call times measured so far.
+
+    config: how to run ncu (RunConfig; its environment, or os.environ now,
+    is what every child gets), or context: a RunContext already made (ncu
+    found, maybe probed). store: a HangStore or a path (opened once, closed
+    by close()), or None: no hang records and no stored calibrations.
+    """
+
+    def __init__(self, config: Optional[RunConfig] = None, *, store: StoreArg = None,
+                 context: Optional[RunContext] = None) -> None:
+        if context is not None and config is not None:
+            raise NsightwrapError("give Profiler a config or a context (whose config it uses), not both")
+        if context is None:
+            config = config or RunConfig()
+            context = RunContext.create(config.replace(env=dict(os.environ if config.env is None else config.env)))
+        self.context = context  # ncu located now: ToolNotFound before anything runs
+        self._owns_store = isinstance(store, (str, os.PathLike))
+        self.store: Optional[HangStore] = HangStore(store) if self._owns_store else store  # type: ignore[arg-type]
+        self._environment: Optional[Environment] = None
+        self.calibrations = Calibrations(self.store, lambda: self.environment)
+
+    @property
+    def environment(self) -> Environment:
+        """This machine's GPU, driver and ncu version, asked once (nvidia-smi and the probe)."""
+        if self._environment is None:
+            self._environment = Environment.detect(ncu_version=self.context.info.version)
+        return self._environment
+
+    def close(self) -> None:
+        """Close the hang store if this Profiler opened it."""
+        if self._owns_store and self.store is not None:
+            self.store.close()
+
+    def __enter__(self) -> "Profiler":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.calibrations)}>"
+
+    def profile(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        kernel: Optional[str] = None,
+        set: Optional[str] = None,  # noqa: A002 - ncu's own word
+        sections: Optional[Sequence[str]] = None,
+        metrics: Optional[Sequence[str]] = None,
+        replay: str = "kernel",
+        profile: "str | Ladder" = "default",
+        warmup: int = 1,
+        repeat: int = 1,
+        stall_timeout: Optional[float] = None,
+        timeout: Optional[float] = None,
+        calibrate: bool = True,
+        on_output: Optional[Callable[[str], None]] = None,
+        **kwargs: Any,
+    ) -> ProfileResult:
+        """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process (see nsightwrap.profile)."""
+        if warmup < 0 or repeat < 1:
+            raise NsightwrapError("warmup must be >= 0 and repeat >= 1")
+        options = ProfileOptions(set=set, sections=tuple(sections or ()), metrics=tuple(metrics or ()),
+                                 replay_mode=replay, kernel=KernelFilter.from_user(kernel) if kernel else None,
+                                 profile_from_start=False)
+        spec = make_spec(fn, args, kwargs, warmup, repeat)
+        files = CallFiles.create()
+        try:
+            plan = self._plan(spec, files, calibrate and stall_timeout is None, timeout)
+            walk = _walk(files, lambda: walk_ladder(
+                files.command(files.walk_result), options, profile, context=plan.context, store=self.store,
+                environment=self.environment if self.store is not None else None, on_output=on_output,
+                stall_timeout_floor=plan.floor, stall_timeout=stall_timeout))
+            return self._result(walk, plan, read_result(files.walk_result), read_call_time(files.call_time),
+                                stall_timeout)
+        finally:
+            files.remove()
+
+    def _plan(self, spec: CallSpec, files: CallFiles, timed: bool, timeout: Optional[float]) -> _Plan:
+        """Write the child's spec; find fn's call time, with a plain run only where nothing else can."""
+        name = subject(spec)
+        spec.result_path = str(files.plain_result)
+        # The child reports its warm-up times, and the stall rule reads them (nsightwrap.ncu.calltime).
+        spec.call_time_path = str(files.call_time) if timed and spec.warmup else None
+        files.write_spec(spec)
+        known = self.calibrations.known(name) if timed else None
+        plain = None
+        if timed and known is None and not spec.warmup:
+            plain = plain_run(files, self.context.env, timeout)
+            known = CallTime(max(plain.call_s), PLAIN)
+            self.calibrations.remember(name, known)
+        context = self.context.replace(timeout=timeout, call_time_file=spec.call_time_path)
+        return _Plan(name, context, known, plain, timed)
+
+    def _result(self, walk: LadderResult, plan: _Plan, child: Optional[CallResult], warmup_s: Optional[float],
+                stall_timeout: Optional[float]) -> ProfileResult:
+        """The result; a call time measured by the warm-up calls is remembered for the next calls."""
+        measured = CallTime(warmup_s, WARMUP) if plan.timed and warmup_s is not None else None
+        if measured is not None and plan.known is None:
+            self.calibrations.remember(plan.subject, measured)
+        used = measured or plan.known
+        base = self.context.config.stall_timeout
+        allowance = stall_timeout if stall_timeout is not None else max(
+            [base] + [allowance_for_call(t.seconds) for t in (measured, plan.known) if t is not None])
+        result = ProfileResult(walk, used.seconds if used else None, allowance,
+                               calibration_source=used.source if used else "")
+        reporting = child or plan.plain
+        result.range_api = reporting.range_api if reporting else ""
+        valued = plan.plain or child  # the plain run ran fn to completion without ncu
+        if valued is not None and valued.value_pickle is not None:
+            result.value_pickle = valued.value_pickle
+        else:
+            result.value_error = (valued.value_error if valued is not None else None) or (
+                "no value: no run of fn finished (every attempt under ncu was stopped or failed)")
+        return result
+
+
+def _walk(files: CallFiles, run: Callable[[], LadderResult]) -> LadderResult:
+    """The walk, with fn's own exception raised as a ChildError when the child reports one."""
+    try:
+        walk = run()
+    except AttemptFailed as e:
+        child = read_result(files.walk_result)
+        if child is not None and not child.ok:
+            raise ChildError("fn raised in the child process under ncu", child.error or "", [e.attempt]) from None
+        raise
+    child = read_result(files.walk_result)
+    if walk.stopped and child is not None and not child.ok:
+        raise ChildError(f"fn raised in the child process under ncu ({walk.stopped})", child.error or "",
+                         walk.attempts)
+    return walk

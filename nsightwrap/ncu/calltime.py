@@ -1,0 +1,102 @@
+"""A program's own word on how long one call of its work takes, for the stall rule.
+
+profile(fn)'s child times its warm-up calls (device synchronised, outside
+the profiled range) and writes the times to a small JSON file in the call's
+private folder *before* it opens the profiled range. The stall rule below
+reads that file when it judges a silence, so the allowance of the profiled
+calls comes from the program's own measurement: no separate plain run of
+the program, and nothing parsed out of its output (which interleaves with
+ncu's, FACTS.md). The file is the only channel: it needs no pipe, no
+protocol in the output, and works the same under every replay mode.
+
+Formats are versioned; an unreadable or half-written file counts as absent
+(the writer replaces the file atomically, so a reader never sees half of one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from nsightwrap.ncu.progress import StallRule
+from nsightwrap.watch.rules import WatchRule
+
+__all__ = ["CALL_TIME_FORMAT", "ReportedCallTime", "allowance_for_call", "read_call_time", "typical_call",
+           "write_call_time"]
+
+CALL_TIME_FORMAT = 1
+
+#: A single replay pass replays at most one whole call: allow three of them,
+#: plus ncu's own start-up of a pass (its gaps on small kernels reach ~1.1 s, FACTS.md).
+CALLS_PER_ALLOWANCE = 3.0
+ALLOWANCE_MARGIN_S = 2.0
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def allowance_for_call(call_s: float) -> float:
+    """The least stall allowance for the kernels of a call that takes `call_s` seconds without profiling."""
+    return CALLS_PER_ALLOWANCE * call_s + ALLOWANCE_MARGIN_S
+
+
+def typical_call(call_s: Sequence[float]) -> float:
+    """One number for several timed calls: the slowest after the first, which alone pays one-time
+    set-up (CUDA context, library handles, lazy module loading); the first when it is the only one."""
+    if not call_s:
+        raise ValueError("no call was timed")
+    return max(call_s[1:] or call_s)
+
+
+def write_call_time(path: PathLike, call_s: Sequence[float]) -> None:
+    """Write the timed calls to `path`, replacing it atomically."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"format": CALL_TIME_FORMAT, "call_s": [float(s) for s in call_s],
+                               "pid": os.getpid()}))
+    os.replace(tmp, path)
+
+
+def read_call_time(path: PathLike) -> Optional[float]:
+    """The typical call time (s) that `path` reports, or None when it reports none (yet)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        calls = [float(s) for s in data["call_s"]]
+        if data.get("format") != CALL_TIME_FORMAT or not calls or min(calls) < 0:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return typical_call(calls)
+
+
+@dataclass
+class ReportedCallTime(WatchRule):
+    """`rule` with its timeout raised to cover one call, once the program reports its call time.
+
+    The program writes the file before its profiled range opens, and this
+    rule looks for it every time it judges (before any verdict), so no
+    kernel of the range is judged without it. It only ever raises the
+    timeout; until the file appears, `rule` applies unchanged.
+    """
+
+    rule: StallRule
+    path: str
+    call_s: Optional[float] = field(default=None, init=False, compare=False)  # once reported
+    _reported: Optional[StallRule] = field(default=None, init=False, repr=False, compare=False)
+
+    def current(self) -> StallRule:
+        """The stall rule in force now."""
+        if self._reported is None:
+            self.call_s = read_call_time(self.path)
+            if self.call_s is not None:
+                timeout = max(self.rule.timeout, allowance_for_call(self.call_s))
+                self._reported = replace(self.rule, timeout=timeout)
+        return self._reported or self.rule
+
+    def deadline(self, state):
+        return self.current().deadline(state)
+
+    def __call__(self, state, now):
+        return self.current()(state, now)

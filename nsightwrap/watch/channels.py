@@ -1,0 +1,161 @@
+"""Where a watched run's output comes from, read in bounded amounts, kept in bounded memory.
+
+A program that writes as fast as it can must not keep the watch loop from
+checking its rules, nor grow nsightwrap's memory: every read takes at most
+a budget of bytes and time, the log keeps its head and a tail, and events
+are kept up to a cap and otherwise only counted.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import select
+import time
+from collections import Counter, deque
+from typing import Any, Callable, Optional
+
+CHUNK = 64 * 1024
+
+
+def _decoder():
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+class PipeReader:
+    """The read end of a child's stdout, non-blocking."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.decoder = _decoder()
+        self.eof = False
+
+    def wait(self, timeout: float) -> None:
+        """Until there is something to read, or `timeout` seconds."""
+        if self.eof:
+            if timeout > 0:
+                time.sleep(timeout)
+            return
+        select.select([self.fd], [], [], max(0.0, timeout))
+
+    def read(self, budget: int = CHUNK) -> str:
+        """What is there now, at most `budget` bytes; "" when nothing is (or at the end)."""
+        if self.eof:
+            return ""
+        try:
+            data = os.read(self.fd, budget)
+        except BlockingIOError:
+            return ""
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            return self.decoder.decode(b"", final=True)
+        return self.decoder.decode(data)
+
+
+class FollowedFile:
+    """A regular file the tool writes its own output to, read as it grows.
+
+    The tool never waits for us (unlike a FIFO, which blocks the writer
+    without a reader): if nsightwrap is slow, the text waits in the file.
+    The file is opened once it exists; if it shrinks (the tool truncated
+    it), reading starts again from the beginning.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: Optional[int] = None
+        self.offset = 0
+        self.decoder = _decoder()
+
+    @property
+    def opened(self) -> bool:
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return False
+        return True
+
+    def _pull(self, budget: int) -> bytes:
+        if not self.opened:
+            return b""
+        try:
+            if os.fstat(self.fd).st_size < self.offset:
+                self.offset, self.decoder = 0, _decoder()
+            data = os.pread(self.fd, budget, self.offset)
+        except OSError:
+            return b""
+        self.offset += len(data)
+        return data
+
+    def read(self, budget: int) -> str:
+        """What was written since the last read, at most `budget` bytes."""
+        return self.decoder.decode(self._pull(budget))
+
+    def read_all(self, budget: int) -> str:
+        """Everything left (the writer is gone), `budget` bytes at a time."""
+        parts = []
+        while True:
+            data = self._pull(budget)
+            if not data:
+                break
+            parts.append(self.decoder.decode(data))
+        return "".join(parts) + self.decoder.decode(b"", final=True)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class BoundedText:
+    """The first `head` characters and the last `tail` or so of a text; the middle is counted."""
+
+    def __init__(self, head: int = 64 * 1024, tail: int = 4 << 20):
+        self.head_limit, self.tail_limit = head, tail
+        self.head: list[str] = []
+        self.head_len = 0
+        self.tail: deque[str] = deque()
+        self.tail_len = 0
+        self.dropped = 0
+
+    def append(self, text: str) -> None:
+        if self.head_len < self.head_limit:
+            room = self.head_limit - self.head_len
+            self.head.append(text[:room])
+            self.head_len += min(room, len(text))
+            text = text[room:]
+        if not text:
+            return
+        self.tail.append(text)
+        self.tail_len += len(text)
+        while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_limit:
+            gone = self.tail.popleft()
+            self.tail_len -= len(gone)
+            self.dropped += len(gone)
+
+    def text(self) -> str:
+        cut = f"\n[... nsightwrap kept no more than this: {self.dropped} characters not kept ...]\n" if self.dropped else ""
+        return "".join(self.head) + cut + "".join(self.tail)
+
+
+class EventLog:
+    """Events with their times: the ones `keep` wants, up to `limit`; all of them counted by type."""
+
+    def __init__(self, keep: Callable[[Any], bool] = lambda ev: True, limit: int = 100_000):
+        self.keep = keep
+        self.limit = limit
+        self.events: list[tuple[float, Any]] = []
+        self.counts: Counter[str] = Counter()
+        self.dropped = 0
+
+    def add(self, t: float, events: list) -> None:
+        """Events received at time t."""
+        self.counts.update(type(e).__name__ for e in events)
+        kept = [(t, e) for e in events if self.keep(e)]
+        room = self.limit - len(self.events)
+        self.events.extend(kept[:max(0, room)])
+        self.dropped += max(0, len(kept) - max(0, room))

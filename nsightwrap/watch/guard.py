@@ -1,0 +1,120 @@
+"""A guard process that stops the tree when nsightwrap itself dies.
+
+SIGKILL of nsightwrap (or a crash of its Python) runs no `finally`: before
+this guard, ncu, its inner front end, the launcher and a hung target stayed
+alive, and a kernel left spinning makes every later run on that GPU hang.
+The guard is a small process in its own session that holds the read end of
+a pipe from its owner and blocks on it: the owner writes `root PID START`
+once the tree is started and `done` when the run has ended. End of file
+without `done` means the owner died: the guard then stops the tree by its
+cookie (SIGINT to the inner front end, grace, SIGTERM, SIGKILL) and removes
+the run record and the tool's log.
+
+Cheap by design: the guard is started without waiting for it, blocks on
+one read, and imports nsightwrap only when it has work to do.
+PR_SET_PDEATHSIG does not fit here (it would kill only the started
+launcher, without the grace that lets ncu finish its report), nor does a
+child subreaper (it would change how the caller's process reaps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional, Sequence
+
+from nsightwrap.watch.records import forget_run
+from nsightwrap.watch.tree import ProcessTree, StopPolicy, same_process, sleeping_wait, stop_tree
+
+# Runs in the guard process with `python -S -c` (no site: it starts in 10 ms,
+# not 70): stdlib only until the owner is gone; then site-packages (psutil).
+_BOOT = """\
+import os, sys
+fd, got = int(sys.argv[1]), b""
+while True:
+    chunk = os.read(fd, 4096)
+    if not chunk:
+        break
+    got += chunk
+if not got.endswith(b"done\\n"):
+    import site
+    site.main()
+    sys.path.insert(0, sys.argv[2])
+    from nsightwrap.watch.guard import owner_died
+    owner_died(sys.argv[3], got.decode(errors="replace"))
+"""
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class Guard:
+    """The owner's end: start the guard, tell it the root, release it when the run ends."""
+
+    def __init__(self, cookie: str, policy: StopPolicy, frontend_names: Sequence[str],
+                 record: Optional[Path] = None, tool_log: Optional[str] = None):
+        spec = {"cookie": cookie, "policy": asdict(policy), "frontend_names": list(frontend_names),
+                "record": None if record is None else str(record), "tool_log": tool_log}
+        read_end, self._write_end = os.pipe()
+        try:
+            self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+                [sys.executable, "-S", "-c", _BOOT, str(read_end), _PACKAGE_PARENT, json.dumps(spec)],
+                pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            self.proc = None  # no guard: `cleanup` remains (the run record is kept until the run ends)
+        finally:
+            os.close(read_end)
+
+    def _say(self, line: str) -> None:
+        if self._write_end is None:
+            return
+        try:
+            os.write(self._write_end, line.encode())
+        except OSError:
+            pass  # the guard is gone: nothing to tell
+
+    def root(self, pid: int, started: Optional[float]) -> None:
+        self._say(f"root {pid} {started!r}\n")
+
+    def record(self, path: Path) -> None:
+        self._say(f"record {path}\n")
+
+    def release(self, wait: float = 0.2) -> None:
+        """The run ended and its tree is stopped: the guard exits without doing anything."""
+        self._say("done\n")
+        if self._write_end is not None:
+            os.close(self._write_end)
+            self._write_end = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass  # still starting; subprocess reaps it later
+
+
+def _parse(messages: str) -> tuple[int, Optional[float], Optional[str]]:
+    root_pid, root_start, record = -1, None, None
+    for line in messages.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "root":
+            pid, _, started = rest.partition(" ")
+            root_pid = int(pid)
+            root_start = None if started in ("", "None") else float(started)
+        elif word == "record":
+            record = rest
+    return root_pid, root_start, record
+
+
+def owner_died(spec_json: str, messages: str) -> None:
+    """In the guard: stop the orphaned tree, then remove what the run left on disk."""
+    spec = json.loads(spec_json)
+    root_pid, root_start, record = _parse(messages)
+    tree = ProcessTree(root_pid, spec["cookie"], spec["frontend_names"],
+                       root_running=lambda: same_process(root_pid, root_start), uid=os.getuid())
+    stop_tree(tree, StopPolicy(**spec["policy"]), "owner died", sleeping_wait(tree))
+    record = record or spec["record"]
+    forget_run(Path(record) if record else None, spec.get("tool_log"))

@@ -1,0 +1,141 @@
+"""Ctrl-C, SIGTERM and SIGHUP as data while processes are ours to stop.
+
+A KeyboardInterrupt raised at a random point (between starting a tree and
+recording it, or in the middle of a stop) leaves processes behind or aborts
+the stop with a traceback. So a watched run *holds* these signals: they are
+counted, and the watch loop reads the count at its next turn (within 0.1
+s). Around a whole command, `interruptible()` turns SIGTERM and SIGHUP into
+the same KeyboardInterrupt as Ctrl-C, raises it once, and only counts the
+signals that follow while the command unwinds; `critical()` holds them
+until a block ends.
+
+Usage, for a caller that runs several watched attempts (a ladder walk):
+
+    with interruptible():                  # SIGTERM/SIGHUP = Ctrl-C; later ones are counted
+        for rung in ladder:
+            attempt = profile_command(...) # stops its own tree; raises ProfileInterrupted
+            with critical():               # a Ctrl-C here waits for the block to end
+                store.record(attempt)
+            time.sleep(backoff)            # a Ctrl-C here raises KeyboardInterrupt at once
+
+Handlers are only installed from the main thread, and only over Python's
+defaults: a handler the program set itself (or SIG_IGN from nohup) is left
+alone. Handlers are put back when the block ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
+
+#: The signals that mean "stop what you are doing" to nsightwrap.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_DEFAULTS = (signal.SIG_DFL, signal.default_int_handler)
+
+
+def _scope_of(handler) -> Optional["Interrupts"]:
+    owner = getattr(handler, "__self__", None)
+    return owner if isinstance(owner, Interrupts) else None
+
+
+class Interrupts:
+    """Owns the stop signals for one block of the main thread.
+
+    raise_first: the first signal raises KeyboardInterrupt (unless held by
+    `critical()`); later ones, and all of them when False, are only counted
+    in `received`. When a block ends, what it received is handed to the
+    enclosing Interrupts (if any), which then knows an interrupt is on its
+    way up and only counts further signals.
+    """
+
+    def __init__(self, *, raise_first: bool):
+        self.raise_first = raise_first
+        self.received: list[int] = []
+        self.delivered = False  # a KeyboardInterrupt for these signals went (or goes) up
+        self._previous: dict[int, object] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.received)
+
+    @property
+    def outer(self) -> Optional["Interrupts"]:
+        return next((s for s in map(_scope_of, self._previous.values()) if s is not None), None)
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        if self.raise_first and not self.delivered:
+            self.delivered = True
+            raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    def __enter__(self) -> "Interrupts":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread may set handlers; signals go to it anyway
+        try:
+            for sig in STOP_SIGNALS:
+                current = signal.getsignal(sig)
+                if current in _DEFAULTS or _scope_of(current) is not None:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        except BaseException:  # a signal while installing: put back what was replaced
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        outer = self.outer
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+        if outer is not None and self.received:
+            outer.received.extend(self.received)
+            outer.delivered = True
+
+
+@contextmanager
+def interruptible() -> Iterator[Interrupts]:
+    """For a whole command: SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C.
+
+    Without this, a script killed by `timeout` or a cancelled CI job dies at
+    once and leaves ncu and its target running. Only the first signal
+    raises; the ones that follow are counted while the command unwinds, so
+    a burst of Ctrl-C never prints a traceback.
+    """
+    with Interrupts(raise_first=True) as scope:
+        yield scope
+
+
+@contextmanager
+def critical() -> Iterator[Interrupts]:
+    """Hold the stop signals until the block ends, then raise one KeyboardInterrupt.
+
+    No KeyboardInterrupt is raised when the enclosing `interruptible()` has
+    already raised one (the command is unwinding).
+    """
+    held = Interrupts(raise_first=False)
+    with held:
+        outer = held.outer
+        already = outer is not None and outer.delivered
+        yield held
+    if held.received and not already:
+        raise KeyboardInterrupt(f"{signal.Signals(held.received[0]).name} received (held until a critical "
+                                "section ended)")
+
+
+def terminate_as_interrupt() -> Callable[[], None]:
+    """Enter `interruptible()` and return the function that leaves it (older callers)."""
+    scope = Interrupts(raise_first=True)
+    scope.__enter__()
+    return lambda: scope.__exit__(None, None, None)
+
+
+def ignore_stop_signals() -> None:
+    """For a command line that was interrupted and is exiting: later signals change nothing.
+
+    The tree is stopped and the record printed; a late Ctrl-C must not turn
+    the exit into a traceback, nor a late SIGTERM the exit code into -15.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)

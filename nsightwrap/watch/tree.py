@@ -1,0 +1,245 @@
+"""A run's whole process tree: found by cookie and descent, stopped in steps.
+
+On the GPU machine ncu's tree was `ncu` (a shell script) -> `ncu` (the real
+front end) -> `TreeLauncherSubreaper` -> target. SIGINT or SIGTERM to the
+started pid did nothing useful, killing its process group missed the inner
+processes, and SIGINT to the inner front end made it shut the target down,
+finish the report and exit within half a second. A target left alive kept
+its kernel spinning and made every later run hang. So every process we
+start carries a cookie in its environment; a stop sends SIGINT to the inner
+front end first, then SIGTERM and SIGKILL to every member, and checks that
+none is left. The watch loop, the guard (nsightwrap killed) and `cleanup`
+all stop a tree with `stop_tree`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+import psutil
+
+COOKIE_VAR = "NSIGHTWRAP_RUN"
+OWNER_VAR = "NSIGHTWRAP_OWNER"
+
+
+@dataclass(frozen=True)
+class StopPolicy:
+    """How long each step of stopping a tree may take, in seconds."""
+
+    grace: float = 5.0  # after SIGINT to the profiler front end: report written, tree exits
+    term_wait: float = 2.0  # after SIGTERM to every member
+    kill_wait: float = 3.0  # after SIGKILL to every member
+    drain: float = 2.0  # after the started process exits, for the pipe to close
+
+
+@dataclass
+class StopRecord:
+    """What stopping the tree took; `survivors` should always be empty."""
+
+    reason: str
+    steps: list[str] = field(default_factory=list)
+    graceful: bool = False
+    killed: list[str] = field(default_factory=list)
+    survivors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+
+def describe(p: psutil.Process) -> str:
+    try:
+        return f"{p.pid} ({p.name()})"
+    except psutil.Error:
+        return str(p.pid)
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def start_time(pid: int) -> Optional[float]:
+    """When `pid` started (psutil's create_time), or None if it is gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def same_process(pid: int, started: Optional[float]) -> bool:
+    """`pid` is alive and is still the process that started at `started` (not a reused pid)."""
+    now = start_time(pid)
+    return now is not None and started is not None and abs(now - started) < 0.05
+
+
+def _looks_like(p: psutil.Process, names: Sequence[str]) -> bool:
+    try:
+        if p.name() in names:
+            return True
+        cmd = p.cmdline()[:2]
+    except psutil.Error:
+        return False
+    return any(os.path.basename(c) in names for c in cmd)
+
+
+def _environ(p: psutil.Process, needle: bytes) -> Optional[dict[str, str]]:
+    """p's environment if it holds `needle`, else None (unreadable ones: None)."""
+    try:
+        with open(f"/proc/{p.pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        try:
+            env = p.environ()
+        except psutil.Error:
+            return None
+        return env if needle.split(b"=")[0].decode() in env else None
+    if needle not in raw:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def processes_with(var: str, value: Optional[str] = None,
+                   uid: Optional[int] = None) -> list[tuple[psutil.Process, Mapping[str, str]]]:
+    """Live processes whose environment sets `var` (to `value`, if given), of user `uid` if given."""
+    found = []
+    needle = f"{var}=".encode() + (value.encode() if value is not None else b"")
+    for p in psutil.process_iter():
+        if uid is not None:
+            try:
+                if p.uids().real != uid:
+                    continue
+            except psutil.Error:
+                continue
+        env = _environ(p, needle)
+        if env is not None and var in env and (value is None or env[var] == value) and alive(p):
+            found.append((p, env))
+    return found
+
+
+class ProcessTree:
+    """Every process of one run: by cookie, by descent from the root, or seen before."""
+
+    def __init__(self, root_pid: int, cookie: str, frontend_names: Sequence[str] = ("ncu",),
+                 root_running: Callable[[], bool] = lambda: True, uid: Optional[int] = None):
+        self.root_pid = root_pid
+        self.root_running = root_running  # once the root is reaped its pid may be reused: stop using it
+        self.cookie = cookie
+        self.frontend_names = tuple(frontend_names)
+        self.uid = uid
+        self._seen: dict[int, psutil.Process] = {}
+
+    def members(self) -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for p, _ in processes_with(COOKIE_VAR, self.cookie, self.uid):
+            found[p.pid] = p
+        if self.root_running():
+            try:
+                root = psutil.Process(self.root_pid)
+                if alive(root):
+                    found[root.pid] = root
+                for c in root.children(recursive=True):
+                    found.setdefault(c.pid, c)
+            except psutil.Error:
+                pass
+        for pid, p in list(self._seen.items()):
+            if pid not in found and alive(p):  # is_running() also checks the pid was not reused
+                found[pid] = p
+        live = {pid: p for pid, p in found.items() if alive(p) and self._owned(p)}
+        self._seen.update(live)
+        return list(live.values())
+
+    def _owned(self, p: psutil.Process) -> bool:
+        if self.uid is None:
+            return True
+        try:
+            return p.uids().real == self.uid
+        except psutil.Error:
+            return False
+
+    @property
+    def seen_pids(self) -> list[int]:
+        return sorted(self._seen)
+
+    def frontend(self, members: Iterable[psutil.Process]) -> Optional[psutil.Process]:
+        """The innermost profiler front end: the one that writes the report."""
+        members = list(members)
+        fronts = [p for p in members if _looks_like(p, self.frontend_names)]
+        if not fronts:
+            return None
+        front_pids = {p.pid for p in fronts}
+
+        def has_front_descendant(p):
+            try:
+                return any(c.pid in front_pids for c in p.children(recursive=True))
+            except psutil.Error:
+                return False
+
+        inner = [p for p in fronts if not has_front_descendant(p)]
+        return (inner or fronts)[-1]
+
+
+def send(p: psutil.Process, sig: int) -> bool:
+    try:
+        p.send_signal(sig)
+        return True
+    except psutil.Error:
+        return False
+
+
+#: wait_gone(seconds, hurry) -> the members still alive when they are all gone,
+#: the time is up, or (hurry=True) the wait was cut short: a second Ctrl-C
+#: moves the stop to its next step. The wait after SIGKILL is never cut.
+WaitGone = Callable[[float, bool], list]
+
+
+def sleeping_wait(tree: ProcessTree, clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep, poll: float = 0.05) -> WaitGone:
+    """A WaitGone for callers with nothing else to do meanwhile (the guard, cleanup)."""
+
+    def wait_gone(seconds: float, hurry: bool = True) -> list:
+        end = clock() + seconds
+        while True:
+            left = tree.members()
+            if not left or clock() >= end:
+                return left
+            sleep(min(poll, max(0.0, end - clock())))
+
+    return wait_gone
+
+
+def stop_tree(tree: ProcessTree, policy: StopPolicy, reason: str, wait_gone: WaitGone,
+              clock: Callable[[], float] = time.monotonic, t0: Optional[float] = None) -> StopRecord:
+    """SIGINT to the front end (grace), then SIGTERM and SIGKILL to every member.
+
+    ncu shuts its target down and finishes the report on SIGINT; the later
+    steps are for a front end that does not. `t0` is what step times are
+    counted from (the run's start).
+    """
+    start = clock()
+    t0 = start if t0 is None else t0
+    rec = StopRecord(reason)
+    members = tree.members()
+    if members:
+        front = tree.frontend(members)
+        target = front or next((p for p in members if p.pid == tree.root_pid), members[0])
+        if send(target, signal.SIGINT):
+            rec.steps.append(f"SIGINT to {'profiler ' if front else ''}{describe(target)} at {start - t0:.2f} s")
+        left = wait_gone(policy.grace, True)
+        rec.graceful = not left
+        for sig, wait in ((signal.SIGTERM, policy.term_wait), (signal.SIGKILL, policy.kill_wait)):
+            if not left:
+                break
+            names = [describe(p) for p in left]
+            for p in left:
+                send(p, sig)
+            rec.steps.append(f"{signal.Signals(sig).name} to {', '.join(names)} at {clock() - t0:.2f} s")
+            rec.killed.extend(names)
+            left = wait_gone(wait, sig != signal.SIGKILL)
+        rec.survivors = [describe(p) for p in left]
+    rec.duration_s = clock() - start
+    return rec

@@ -1,0 +1,312 @@
+"""profile(fn) costs no more than profiling by hand (issue 15).
+
+The warm-up calls' time reaches the watchdog before the profiled range (a
+file in the call's folder, read by the stall rule), a known call time skips
+the plain run, and a shared Profiler locates and probes ncu once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nsightwrap.call import child
+from nsightwrap.call.api import Profiler, profile
+from nsightwrap.call.spec import CallFiles, make_spec, subject
+from nsightwrap.fallback.ladder import Ladder, Rung
+from nsightwrap.ncu.calltime import (
+    ReportedCallTime,
+    allowance_for_call,
+    read_call_time,
+    typical_call,
+    write_call_time,
+)
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.progress import KernelInProgress, StallRule, WatchState
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment
+from nsightwrap.watch.process import StopPolicy
+
+FAKE = str(Path(__file__).parent / "fake_ncu")
+if FAKE not in sys.path:
+    sys.path.insert(0, FAKE)
+import fakecuda  # noqa: E402
+
+ONE_RUNG = Ladder("one", (Rung("requested", requested=True),))
+
+
+# --- functions the child imports by name --------------------------------------------
+
+def quick_step(n):
+    fakecuda.launch("softmax_kernel")
+    return n
+
+
+def other_step(n):
+    fakecuda.launch("gemm_kernel")
+    return n + 1
+
+
+def slow_step(call_s, gap_s):
+    """A call of `call_s` seconds whose kernel, profiled, is silent `gap_s` between progress marks."""
+    time.sleep(call_s)
+    fakecuda.launch("slow_kernel", slow=gap_s)
+    return "done"
+
+
+def sleepy(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+RANGE_OPENED = []
+
+
+def range_start():
+    """A profiler-start that notes what the watchdog could read at that moment."""
+    RANGE_OPENED.append(read_call_time(os.environ["TEST_CALL_TIME"]))
+
+
+def range_stop():
+    pass
+
+
+# --- fixtures ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cfg(tmp_path, fake_env, monkeypatch):
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
+    return RunConfig(report_dir=str(tmp_path / "reports"), check_gpu=False, stall_timeout=0.4,
+                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+
+
+@pytest.fixture(autouse=True)
+def fake_rows(monkeypatch):
+    """The fake's reports are copies of real ones: take the rows from the attempts instead."""
+    import pandas as pd
+
+    import nsightwrap.fallback.walk
+
+    monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows",
+                        lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
+
+
+@pytest.fixture
+def plain_runs(monkeypatch):
+    """Counts the plain (calibration) runs of the child."""
+    import nsightwrap.call.profiler as profiler
+
+    runs = []
+
+    def counted(*args, **kwargs):
+        runs.append(args)
+        return real(*args, **kwargs)
+
+    real = profiler.plain_run
+    monkeypatch.setattr(profiler, "plain_run", counted)
+    return runs
+
+
+# --- the side channel: pure, time injected ----------------------------------------------
+
+
+def _stalled(silent_s: float) -> WatchState:
+    """A kernel in progress whose last progress mark was `silent_s` ago (now = 100)."""
+    state = WatchState(started_at=0.0, last_output_at=0.0)
+    state.current = KernelInProgress("softmax", 0, 100.0 - silent_s, 100.0 - silent_s, marks=1)
+    return state
+
+
+def test_reported_call_time_raises_the_allowance_once_written(tmp_path):
+    path = tmp_path / "call-time.json"
+    rule = ReportedCallTime(StallRule(1.0), str(path))
+    assert rule(_stalled(5.0), 100.0).status == "hang"  # nothing reported: the base rule
+    write_call_time(path, [2.0])
+    assert allowance_for_call(2.0) == 8.0
+    assert rule(_stalled(5.0), 100.0) is None and rule.call_s == 2.0
+    assert rule.deadline(_stalled(5.0)) == 95.0 + 8.0
+    assert rule(_stalled(8.5), 100.0).stall.allowance_s == 8.0
+
+
+def test_reported_call_time_never_lowers_the_timeout(tmp_path):
+    path = tmp_path / "call-time.json"
+    write_call_time(path, [0.01])
+    assert ReportedCallTime(StallRule(20.0), str(path)).current().timeout == 20.0
+
+
+def test_call_time_file_format(tmp_path):
+    path = tmp_path / "t.json"
+    assert read_call_time(path) is None
+    path.write_text('{"format": 1, "call_s": [0.5')  # half a file
+    assert read_call_time(path) is None
+    path.write_text(json.dumps({"format": 99, "call_s": [0.5]}))
+    assert read_call_time(path) is None
+    write_call_time(path, [3.0, 0.2, 0.25])
+    assert read_call_time(path) == 0.25  # the first call alone pays the set-up
+    assert typical_call([0.7]) == 0.7 and not list(tmp_path.glob("*.tmp"))
+
+
+def test_run_config_watches_the_file_only_when_told(tmp_path):
+    assert not isinstance(RunConfig().rules(), ReportedCallTime)
+    rules = RunConfig(call_time_file=str(tmp_path / "t.json"), timeout=60).rules()
+    assert isinstance(rules.rules[0], ReportedCallTime) and rules.rules[0].rule.timeout == 10.0
+
+
+def test_child_reports_warmup_time_before_it_opens_the_range(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", f"{__name__}:range_start:range_stop")
+    call_time = tmp_path / "call-time.json"
+    monkeypatch.setenv("TEST_CALL_TIME", str(call_time))
+    RANGE_OPENED.clear()
+    spec = make_spec(sleepy, (0.05,), {}, warmup=2, repeat=1)
+    spec.call_time_path = str(call_time)
+    result = child.run(spec)
+    assert len(RANGE_OPENED) == 1 and RANGE_OPENED[0] is not None and RANGE_OPENED[0] >= 0.05
+    assert len(result.warmup_s) == 2 and min(result.warmup_s) >= 0.05
+
+    RANGE_OPENED.clear()
+    call_time.unlink()
+    child.run(make_spec(sleepy, (0.0,), {}, warmup=0, repeat=1))
+    assert RANGE_OPENED == [None] and not call_time.exists()  # no warm-up, nothing to report
+
+
+# --- profile(fn) with the fake ncu: real child processes --------------------------------
+
+
+def test_warmup_time_sets_the_allowance_without_a_plain_run(cfg, plain_runs):
+    # Silent 0.6 s between progress marks, with a stall timeout of 0.4 s: hung, unless the
+    # allowance covers the call (0.3 s warm-up -> 3 x 0.3 + 2 = 2.9 s).
+    r = profile(slow_step, 0.3, 0.6, profile=ONE_RUNG, config=cfg)
+    assert [a.status for a in r.attempts] == ["ok"] and list(r.df["function"]) == ["slow_kernel"]
+    assert plain_runs == []
+    assert r.calibration_source == "warm-up" and 0.3 <= r.calibration_s < 2.0
+    assert r.stall_timeout == pytest.approx(allowance_for_call(r.calibration_s))
+    assert r.value == "done"  # from the measured call under ncu
+
+
+def test_without_the_warmup_time_the_same_call_is_called_hung(cfg, plain_runs):
+    r = profile(slow_step, 0.3, 0.6, profile=ONE_RUNG, config=cfg, calibrate=False)
+    assert r.attempts[0].status == "hang" and ("slow_kernel", "requested") in r.hangs
+    assert plain_runs == [] and r.calibration_s is None
+
+
+def test_a_known_call_time_skips_the_plain_run(cfg, plain_runs, tmp_path):
+    store = tmp_path / "hangs.db"
+    first = profile(quick_step, 1, warmup=0, profile=ONE_RUNG, config=cfg, store=store)
+    assert len(plain_runs) == 1 and first.calibration_source == "plain run"
+    with HangStore(store) as s:
+        cal = s.calibration(subject(make_spec(quick_step, (1,), {}, 0, 1)), Environment.detect("2025.3.1.0"))
+    assert cal is not None and cal.source == "plain run" and cal.seconds == first.calibration_s
+
+    second = profile(quick_step, 1, warmup=0, profile=ONE_RUNG, config=cfg, store=store)  # a new process, say
+    assert len(plain_runs) == 1 and second.calibration_source == "hang store"
+    assert second.stall_timeout == first.stall_timeout and second.value == 1
+
+    other_args = profile(quick_step, 2, warmup=0, profile=ONE_RUNG, config=cfg, store=store)
+    assert len(plain_runs) == 2 and other_args.calibration_source == "plain run"
+
+
+def test_a_shared_profiler_probes_once_and_reuses_call_times(cfg, plain_runs, ncu_lookups, monkeypatch):
+    detected = []
+    real_detect = Environment.detect
+    monkeypatch.setattr(Environment, "detect", classmethod(
+        lambda cls, *a, **k: detected.append(1) or real_detect(*a, **k)))
+    with Profiler(cfg, store=str(Path(cfg.report_dir) / "hangs.db")) as p:
+        a = p.profile(quick_step, 1, warmup=0, profile=ONE_RUNG)
+        b = p.profile(other_step, 1, profile=ONE_RUNG)
+        c = p.profile(quick_step, 1, warmup=0, profile=ONE_RUNG)
+    assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1} and len(detected) == 1
+    assert (a.calibration_source, b.calibration_source, c.calibration_source) == (
+        "plain run", "warm-up", "earlier call")
+    assert len(plain_runs) == 1 and [a.value, b.value, c.value] == [1, 2, 1]
+
+
+def test_profile_refuses_config_beside_a_profiler(cfg):
+    from nsightwrap.errors import NsightwrapError
+
+    with Profiler(cfg) as p, pytest.raises(NsightwrapError, match="to the Profiler"):
+        profile(quick_step, 1, profiler=p, config=cfg)
+
+
+def test_the_child_imports_no_pandas_and_itself_once(tmp_path, fake_env, monkeypatch):
+    (tmp_path / "light.py").write_text(
+        "import sys\n"
+        "def loaded_modules():\n"
+        "    return {'modules': sorted(sys.modules), 'main': sys.modules['__main__'].__file__}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import light
+
+    files = CallFiles(tmp_path)
+    spec = make_spec(light.loaded_modules, (), {}, warmup=0, repeat=1)
+    spec.result_path = str(files.plain_result)
+    files.write_spec(spec)
+    out = subprocess.run(files.command(files.plain_result), capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, NSIGHTWRAP_PROFILER_API="fakecuda:profiler_start:profiler_stop",
+                                  PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    assert out.returncode == 0, out.stderr
+    seen = pickle.loads(child_value(files))
+    heavy = [m for m in seen["modules"] if m.split(".")[0] in ("pandas", "ncu_report", "numpy")
+             or m.startswith(("nsightwrap.reports", "nsightwrap.fallback.walk", "nsightwrap.call.api"))]
+    assert heavy == []
+    assert seen["main"].endswith(os.path.join("nsightwrap", "call", "__main__.py"))  # child.py ran once
+
+
+def child_value(files: CallFiles) -> bytes:
+    from nsightwrap.call.spec import read_result
+
+    result = read_result(files.plain_result)
+    assert result is not None and result.ok, result and result.error
+    return result.value_pickle
+
+
+def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env):
+    (tmp_path / "conftest.py").write_text(
+        "import nsightwrap.ncu.context as context\n"
+        "COUNTS = {'find_ncu': 0, 'probe_ncu': 0}\n"
+        "def counted(name, real):\n"
+        "    def call(*a, **k):\n"
+        "        COUNTS[name] += 1\n"
+        "        return real(*a, **k)\n"
+        "    return call\n"
+        "context.find_ncu = counted('find_ncu', context.find_ncu)\n"
+        "context.probe_ncu = counted('probe_ncu', context.probe_ncu)\n")
+    (tmp_path / "test_inner.py").write_text(
+        "import conftest, test_profile_cost as t\n"
+        "def test_a(nsight_profile):\n"
+        "    assert nsight_profile(t.quick_step, 1, profile=t.ONE_RUNG).value == 1\n"
+        "def test_b(nsight_profile):\n"
+        "    assert nsight_profile(t.other_step, 1, profile=t.ONE_RUNG).value == 2\n"
+        "def test_counts():\n"
+        "    assert conftest.COUNTS == {'find_ncu': 1, 'probe_ncu': 1}\n")
+    env = dict(os.environ, NSIGHTWRAP_PROFILER_API="fakecuda:profiler_start:profiler_stop",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent)] + [p for p in sys.path if p]))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert "3 passed" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_store_of_schema_1_gains_the_calibrations_table(tmp_path):
+    import sqlite3
+
+    from nsightwrap.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0] + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                       " INSERT INTO schema_version VALUES (1);")
+    conn.close()
+    env = Environment("h", "NVIDIA H100", "580", "2025.3.1.0")
+    with HangStore(path) as store:
+        assert store.schema_version == SCHEMA_VERSION >= 2
+        assert store.calibration("fn:m:f:0", env) is None
+        store.record_calibration("fn:m:f:0", 0.25, env, source="warm-up")
+        store.record_calibration("fn:m:f:0", 0.5, Environment("h", "NVIDIA H200", "580"), source="warm-up")
+        found = store.calibration("fn:m:f:0", Environment("other-host", "NVIDIA H100", "580"))
+    assert (found.seconds, found.source, found.gpu) == (0.25, "warm-up", "NVIDIA H100")  # any host, this GPU
