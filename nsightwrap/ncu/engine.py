@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -101,17 +102,39 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
         time.sleep(0.5)
 
 
-def _foreign_on_gpu(notes: list[str]) -> list[str]:
-    """GPU processes that are not this run's (nor our parallel siblings'), noted as a warning."""
-    # Our own parallel runs (sweep --jobs, one per GPU) are not foreign.
-    siblings = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
-    held = gpu.foreign(gpu.compute_processes(), siblings)
-    if not held:
-        return []
-    foreign = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
-    _note(notes, "the GPU already holds compute processes that are not this run's: "
-          + ", ".join(foreign) + "; a hang recorded now may be caused by them")
-    return foreign
+def _foreign_on_gpu() -> list[str]:
+    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs)."""
+    held = gpu.compute_processes()
+    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too.
+    ours = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    return [f"{p.pid} ({p.name}, {p.used_memory})" for p in gpu.foreign(held, ours)]
+
+
+class _ForeignCheck:
+    """The foreign-process check, run beside the launch rather than before it.
+
+    nvidia-smi takes a noticeable part of a second on the GPU machines; the
+    profiled program takes seconds to reach its first kernel, so the answer
+    is in long before it could matter, and a short run pays nothing for it.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.found: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
+        if self.thread:
+            self.thread.start()
+
+    def _run(self) -> None:
+        self.found = _foreign_on_gpu()
+
+    def result(self, notes: list[str]) -> list[str]:
+        if self.thread is None:
+            return []
+        self.thread.join(timeout=20.0)
+        if self.found:
+            _note(notes, "the GPU already holds compute processes that are not this run's: "
+                  + ", ".join(self.found) + "; a hang recorded now may be caused by them")
+        return list(self.found)
 
 
 def _note(notes: list[str], msg: str) -> None:
@@ -158,7 +181,7 @@ def profile_command(
     if options.rank is not None:  # ncu around one rank of a multi-process launch
         argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
-    foreign_before = _foreign_on_gpu(notes) if config.check_gpu else []
+    foreign_check = _ForeignCheck(config.check_gpu)
     orphans = find_orphans()
     if orphans:
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
@@ -171,9 +194,12 @@ def profile_command(
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
 
-    # The tree's members, and every process ncu connected to (each rank of a multi-process job).
+    foreign_before = foreign_check.result(notes)
+    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look:
+    # at the tree's members, and every process ncu connected to (each rank of a multi-process job).
+    stopped = outcome.stop is not None
     pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
-    left_after = _left_on_gpu(pids, config) if config.check_gpu and pids else []
+    left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
