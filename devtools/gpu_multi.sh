@@ -68,8 +68,9 @@ try:
     d = json.load(open(sys.argv[1]))
 except (OSError, ValueError) as e:
     sys.exit(f"   no JSON ({e})")
-if "steps" not in d:  # an interrupted walk prints the attempt it stopped
-    print(f"   {d['status']}: {d['reason']}\n   kernels {len(d.get('kernels', []))}; stop {d.get('stop')}")
+if "steps" not in d:  # an interrupted walk prints the attempt it stopped (under "attempt")
+    a = d.get("attempt") or {}
+    print(f"   {d['status']}: {d['reason']}\n   kernels {len(a.get('kernels', []))}; stop {a.get('stop')}")
     sys.exit()
 print(f"   processes {d['processes']}, GPUs {d['gpus']}; hangs {d['hangs']}; unprofiled {d['unprofiled']}; "
       f"stopped {d['stopped']}")

@@ -11,6 +11,7 @@ Everything public is importable from here; other modules are internal.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from nsightwrap.errors import (
@@ -30,6 +31,8 @@ from nsightwrap.errors import (
 from nsightwrap.status import EXIT_CODES, STATUSES, ReplayMode
 
 if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
+    from nsightwrap.calibrate.confirm import Calibrator
+    from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
     from nsightwrap.call.ranges import range
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
@@ -48,6 +51,9 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
 # so that `import nsightwrap` (the CLI, and profile(fn)'s child under ncu)
 # pays only for what it touches.
 _LAZY = {
+    "AllowancePolicy": "ncu.allowance",
+    "Calibration": "ncu.allowance",
+    "Calibrator": "calibrate.confirm",
     "Attempt": "ncu.attempt",
     "Environment": "store",
     "HangStore": "store",
@@ -98,10 +104,17 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
+# A library logs; the application decides where it goes (the CLI: --verbose). Without this,
+# logging's last-resort handler printed every warning a second time, beside the attempt's note.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = [
+    "AllowancePolicy",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "Calibration",
+    "Calibrator",
     "ChildError",
     "EXIT_CODES",
     "Environment",

@@ -206,18 +206,16 @@ def test_sigint_in_the_middle_leaves_no_rank_behind(fake_env, tmp_path, tag):
     assert d["status"] == "interrupted" and processes_with(COOKIE_VAR, d["cookie"]) == []
 
 
-def test_ctrl_c_between_two_attempts_of_a_walk_says_so(monkeypatch, capsys, tmp_path):
-    import argparse
-
+def test_ctrl_c_between_two_attempts_of_a_walk_says_so(monkeypatch, capsys, tmp_path, fake_env):
     import nsightwrap.fallback.walk as walk
-    from nsightwrap.cli.run import _run_ladder
+    from nsightwrap.cli.main import main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(walk, "walk_ladder", interrupted)
-    args = argparse.Namespace(store=str(tmp_path / "h.db"), profile="default", retry_known_hangs=False, rank=None,
-                              json=True)
-    assert _run_ladder(args, ["./app"], ProfileOptions(), None, None) == 130
+    rc = main(["run", "--json", "-q", "--no-preflight", "--profile", "default", "--rank", "1", "--store",
+               str(tmp_path / "h.db"), "--", *torchrun(*SHORT)])
+    assert rc == 130
     d = json.loads(capsys.readouterr().out)
     assert d["status"] == "interrupted" and "between two attempts" in d["reason"]

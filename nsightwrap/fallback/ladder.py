@@ -209,6 +209,9 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
     if unknown:
         raise LadderError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
                           f"allowed: {', '.join(sorted(LADDER_KEYS))}")
+    for key in ("name", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise LadderError(f"{source}: {key} must be a string, got {data[key]!r}")
     rungs_data = data.get("rungs")
     if not isinstance(rungs_data, list) or not rungs_data:
         raise LadderError(f"{source}: `rungs` must be a non-empty list (an empty ladder can profile nothing)")
@@ -230,13 +233,20 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
             raise LadderError(f"{where}: replay_mode {replay!r} is not one of " + ", ".join(REPLAY_MODES)
                               + _aside(did_you_mean(str(replay), REPLAY_MODES)))
         stall = rd.get("stall_timeout")
-        if stall is not None and (not isinstance(stall, (int, float)) or stall <= 0):
-            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}")
+        # YAML reads `yes` as true, and True is an int to Python: seconds must be a real number.
+        if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float)) or stall <= 0):
+            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}"
+                              + (" (YAML reads yes/no/on/off as true/false)" if isinstance(stall, bool) else ""))
         ranks = rd.get("ranks")
         if ranks is not None and ranks not in RANK_MODES:
             raise LadderError(f"{where}: ranks {ranks!r} is not one of " + ", ".join(RANK_MODES)
                               + " (one: ncu wraps one rank of a multi-process job alone; all: every rank)")
-        requested = bool(rd.get("requested", False))
+        requested = rd.get("requested", False)
+        if not isinstance(requested, bool):
+            raise LadderError(f"{where}: requested must be true or false (unquoted), got {requested!r}")
+        for key in ("name", "set"):
+            if rd.get(key) is not None and not isinstance(rd[key], str):
+                raise LadderError(f"{where}: {key} must be a string, got {rd[key]!r}")
         if requested and any(rd.get(k) for k in ("set", "sections", "metrics", "replay_mode")):
             raise LadderError(f"{where}: a `requested` rung takes the caller's settings; drop set/sections/metrics/replay_mode")
         rungs.append(Rung(name=str(name), requested=requested, set=rd.get("set"),

@@ -26,6 +26,7 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
@@ -111,8 +112,13 @@ class LadderResult:
 
     @property
     def df(self) -> pd.DataFrame:
+        """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
         frames = [f for f in self.frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        if not frames:
+            return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        merged = pd.concat(frames, ignore_index=True)
+        merged.attrs = merged_attrs(frames)
+        return merged
 
     def summary(self) -> str:
         job = "" if self.processes == 1 else f" on a job of {self.processes} processes ({self.gpus or '?'} GPU(s))"
@@ -124,6 +130,17 @@ class LadderResult:
         if self.stopped:
             lines.append("stopped early: " + self.stopped)
         return "\n".join(lines)
+
+
+def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
+    """The attrs of frames read from several reports: units merged, and the reports listed."""
+    units: dict = {}
+    reports: list = []
+    for f in frames:
+        units.update(f.attrs.get("units", {}))
+        if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
+            reports.append(f.attrs["report"])
+    return {"units": units, "reports": reports}
 
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
@@ -177,6 +194,7 @@ class _Settings:
     stall_timeout_floor: Optional[float]
     stall_timeout: Optional[float]
     rank: int = 0
+    calibrator: Optional[Calibrator] = None
     environment: Optional[Environment] = None
 
 
@@ -197,15 +215,21 @@ def walk_ladder(
     stall_timeout: Optional[float] = None,
     environment: Optional[Environment] = None,
     rank: int = 0,
+    calibrator: Optional[Calibrator] = None,
 ) -> LadderResult:
     """Profile `command`, stepping down `ladder` for each kernel that hangs.
 
     ncu is located and probed once (`context`, else one made from `config`)
     and used by every attempt. reader turns an attempt into rows (default:
     its report, through load_report); stall_timeout_floor is the least stall
-    timeout any rung may use, and stall_timeout, when given, is used at
-    every rung. environment: this machine as the store knows it, when the
-    caller already detected it (else detected here, when there is a store).
+    timeout any rung may use. An explicit stall timeout (stall_timeout, or
+    config.stall_timeout_given) is used at every rung, over the rungs' own.
+    Otherwise kernels get calibrated allowances: the calibration is taken
+    from the store, else measured at the first stall (calibrator: the
+    Calibrator to use, e.g. one that already calibrated; default: one for
+    this command and store), and a stall is a hang only once calibrated.
+    environment: this machine as the store knows it, when the caller
+    already detected it (else detected here, when there is a store).
     rank is the rank that one-rank rungs profile in a multi-process job
     (unless options.rank chooses one for every rung).
     """
@@ -214,7 +238,7 @@ def walk_ladder(
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout_floor, stall_timeout, rank, environment)
+                         stall_timeout_floor, stall_timeout, rank, calibrator, environment)
     shape = JobShape.of(command)
     ladder = ladder.for_request(options, context.info).for_processes(shape.one_rank_possible)
     return _Walk(list(command), options, ladder, context, settings, shape).run()
@@ -230,6 +254,7 @@ class _Walk:
         self.env = self._environment() if settings.store is not None else None
         self.result = LadderResult(ladder)
         self._note_shape()
+        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store, env=self.env)
         self.jobs = self._first_jobs()
 
     def run(self) -> LadderResult:
@@ -290,6 +315,7 @@ class _Walk:
             self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=skipped))
             self.jobs.insert(0, job.lower())
             return True
+        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}")
         attempt = self._attempt(opts, rung)
         self._record(job, rung, opts, notes, attempt)
         if attempt.gpu_left_after:
@@ -327,17 +353,31 @@ class _Walk:
         return None
 
     def _attempt(self, opts: ProfileOptions, rung: Rung) -> Attempt:
-        """One watched run, retried after a pause when ncu's error is transient."""
+        """One watched run, retried after a pause when ncu's error is transient, confirmed by calibration."""
         s = self.s
-        # A rung's own stall timeout wins over the config's, but never goes below the floor
-        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
-        stall = s.stall_timeout or max(rung.stall_timeout or self.context.config.stall_timeout,
-                                       s.stall_timeout_floor or 0.0)
+        listener = self.context.listener
         retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
                             wait=wait_exponential(min=s.retry_wait[0], max=s.retry_wait[1]), reraise=True,
-                            retry_error_callback=lambda state: state.outcome.result())
-        return retrying(profile_command, self.command, opts, context=self.context.replace(stall_timeout=stall),
-                        on_output=s.on_output)
+                            retry_error_callback=lambda state: state.outcome.result(),
+                            before_sleep=lambda state: listener.stage(
+                                f"ncu's error looks transient: retrying rung {rung.name!r} in "
+                                f"{state.next_action.sleep:.0f} s"))
+
+        def attempt(context: RunContext) -> Attempt:
+            return retrying(profile_command, self.command, opts, context=context, on_output=s.on_output)
+
+        return self.calibrator.run(attempt, self._context(rung), opts)
+
+    def _context(self, rung: Rung) -> RunContext:
+        """The run context of one rung: an explicit stall timeout wins over the rung's own, everywhere."""
+        s, config = self.s, self.context.config
+        if s.stall_timeout is not None or config.stall_timeout_given:
+            return self.context.replace(stall_timeout=s.stall_timeout or config.stall_timeout,
+                                        stall_timeout_given=True)
+        # A rung's own stall timeout (for kernels not calibrated) never goes below the floor
+        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
+        stall = max(rung.stall_timeout or config.stall_timeout, s.stall_timeout_floor or 0.0)
+        return self.context.replace(stall_timeout=stall)
 
     def _record(self, job: _Job, rung: Rung, opts: ProfileOptions, notes: list[str], attempt: Attempt) -> None:
         self._learn_shape(attempt)
@@ -363,6 +403,9 @@ class _Walk:
     def _follow(self, job: _Job, rung: Rung, attempt: Attempt, one_rank: bool) -> bool:
         """What the attempt's outcome means for the jobs left; False when the walk must stop."""
         status = attempt.status
+        if attempt.program_fault:
+            self.result.stopped = f"the program hangs or fails by itself, without ncu ({status}): {attempt.reason}"
+            return False
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
         if status == HANG and attempt.stall is not None:

@@ -18,13 +18,15 @@ import uuid
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.events import Connected, Event
+from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
+from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
@@ -86,7 +88,10 @@ def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConf
         path = unique_report_path(wanted)
         if options.export and path.name != wanted.name and path.name != wanted.name + REPORT_SUFFIX:
             notes.append(f"{wanted} already exists and is kept; this run writes {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    problem = folder_problem(path.parent)
+    if problem:
+        raise OptionsError(f"cannot write the report {path}: {problem}. Choose a writable place with -o/--export "
+                           f"(export= in Python), or make {path.parent} writable")
     return options.replace(export=str(path.absolute())), path.absolute(), notes
 
 
@@ -135,6 +140,17 @@ class _ForeignCheck:
             _note(notes, "the GPU already holds compute processes that are not this run's: "
                   + ", ".join(self.found) + "; a hang recorded now may be caused by them")
         return list(self.found)
+
+
+def _heard(make: Callable[[float], NcuObserver], listener: RunListener, rule: WatchRule) -> Callable[[float], NcuObserver]:
+    """The observer factory, telling the listener the live state and rule of the attempt it starts."""
+
+    def observer(now: float) -> NcuObserver:
+        made = make(now)
+        listener.started(made.state, rule)
+        return made
+
+    return observer
 
 
 def _note(notes: list[str], msg: str) -> None:
@@ -187,9 +203,10 @@ def profile_command(
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
+    rule = rules or config.rules(options)
     try:
-        outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
-                        on_output=on_output, on_event=on_event, observer=NcuObserver, tool_log=tool_log)
+        outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
+                        on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
     finally:
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
@@ -203,8 +220,10 @@ def profile_command(
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
-    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu,
+    calibration = None if config.stall_timeout_given else config.calibration
+    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu, calibration=calibration,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
+    context.listener.finished(attempt)
     if outcome.interrupted:
         raise ProfileInterrupted(attempt)
     if outcome.exception is not None:

@@ -165,6 +165,8 @@ def _result(a: _Attempt) -> str:
     r = a.main
     if r.outcome == HANG or (r.outcome in HANG_OUTCOMES and r.stall_s is not None):
         info = f"no progress for {_s(r.stall_s)} s"
+        info += (f" (allowance {_s(r.allowance_s)} s {r.basis})" if r.basis and r.allowance_s is not None
+                 else " (not calibrated)")
     elif r.passes_reached is not None:
         info = f"{r.passes_reached} passes"
     else:

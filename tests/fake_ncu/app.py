@@ -7,6 +7,9 @@ Each argument is one step:
   NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
   NAME@slow=S          ... whose progress marks come S seconds apart
   NAME@collective      ... a collective: each rank's half waits for every rank's (under tests/fake_dist)
+  NAME@spin=S          ... that runs S seconds alone (without ncu too); under ncu each replay pass
+                       takes S x 1.245 (base clocks), one pass in silence between `50%....` and `100%`
+  NAME@always          ... that hangs without ncu too (the program's own bug, not ncu's)
   start / stop         cudaProfilerStart / cudaProfilerStop
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
@@ -72,6 +75,10 @@ def step(arg):
             kw["collective"] = True
         elif opt.startswith("slow="):
             kw["slow"] = float(opt[5:])
+        elif opt.startswith("spin="):
+            kw["spin"] = float(opt[5:])
+        elif opt == "always":
+            kw["always"] = True
         elif opt:
             sys.exit(f"app.py: unknown kernel option {opt!r}")
         fakecuda.launch(name, **kw)

@@ -4,7 +4,10 @@ The real ncu injects a library into the target; the progress pieces then come
 from inside the target, without newlines, and a kernel that hangs under the
 profiler hangs the target, not ncu. Fake programs call `launch(...)`; outside
 the fake ncu (no FAKE_NCU_SESSION) it returns at once, like a kernel that
-does not hang without the profiler.
+does not hang without the profiler; a `spin` kernel takes its seconds there
+too, and one that hangs `always` hangs there too. Under the fake nsys
+(FAKE_NSYS_TRACE names a file) every launch is recorded with its duration,
+as nsys's CUDA trace would.
 
 Ranks of a multi-process job (started by tests/fake_dist/torchrun, which sets
 FAKE_DIST_DIR) announce themselves (`Connected to process`) as ncu's injection
@@ -29,6 +32,8 @@ import sys
 import time
 
 _SESSION = json.loads(os.environ["FAKE_NCU_SESSION"]) if os.environ.get("FAKE_NCU_SESSION") else None
+#: ncu's base clocks slow cycle-bound work by this (FACTS.md, H100); --clock-control none: 1.0.
+BASE_CLOCK_FACTOR = 1.245
 _state = {"matched": 0, "profiled": 0, "in_range": False, "range_kernels": [], "ranges": 0}
 _rng = random.Random(os.environ.get("FAKE_NCU_SEED", os.getpid()))
 _DIST = os.environ.get("FAKE_DIST_DIR")
@@ -194,7 +199,43 @@ def _collective(label, tag, passes):
     _out("..50%....100% - 1 pass\n")
 
 
-def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=False):
+def _plain(name, spin, always):
+    """A launch without ncu: it takes `spin` seconds (or hangs, `always`); nsys records it."""
+    if always:
+        while True:
+            signal.pause()
+    start = time.time_ns()
+    if spin:
+        time.sleep(spin)
+    trace = os.environ.get("FAKE_NSYS_TRACE")
+    if trace:
+        with open(trace, "a") as f:
+            f.write(json.dumps({"name": f"{name}(float *, int)", "short": name, "start": start,
+                                "dur": max(1000, time.time_ns() - start)}) + "\n")
+
+
+def _spin_progress(passes, spin):
+    """A kernel of `spin` seconds alone, replayed `passes` times under base clocks.
+
+    One pass: `0%....50%....` at once, the pass, the 3 s warning within it, then
+    `100% - 1 pass` (FACTS.md); more passes: a mark every tenth of them.
+    """
+    factor = 1.0 if _SESSION.get("clock") == "none" else BASE_CLOCK_FACTOR
+    if passes > 1:
+        _progress(passes, passes * spin * factor / 10)
+        return
+    _out("0%....50%....")
+    warn_after = 3.0 * _scale()
+    if spin * factor > warn_after:
+        time.sleep(warn_after)
+        _out(SLOW_WARNING.format(mode="range"))
+        time.sleep(spin * factor - warn_after)
+    else:
+        time.sleep(spin * factor)
+    _out("100% - 1 pass\n")
+
+
+def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=False, spin=None, always=False):
     """One kernel launch, as the profiled program would experience it."""
     if exit_code is not None:
         os._exit(exit_code)
@@ -204,7 +245,10 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=F
         replayed = _SESSION is not None and _SESSION.get("app_pass", 1) > 1
         tag = f"{name}.{_calls[name]}" + (f"@pass{_SESSION['app_pass']}" if replayed else "")
     if _SESSION is None:
-        return _rendezvous(tag) if tag else None
+        if tag:
+            _rendezvous(tag)
+        _plain(name, spin, always)
+        return
     spec = {"hang": hang, "hang_if": list(hang_if)}
     if _state["in_range"] and _SESSION["replay"] in ("range", "app-range"):
         _state["range_kernels"].append(name)
@@ -212,10 +256,10 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=F
     if _SESSION["replay"] in ("range", "app-range") or not _selected(name):
         return _rendezvous(tag) if tag else None
     with _serialised():
-        _profiled(name, spec, slow, tag)
+        _profiled(name, spec, slow, tag, spin, always)
 
 
-def _profiled(name, spec, slow, tag):
+def _profiled(name, spec, slow, tag, spin, always):
     """A launch that ncu profiles."""
     kid = _state["profiled"]
     _state["profiled"] += 1
@@ -228,9 +272,9 @@ def _profiled(name, spec, slow, tag):
         _out(f'==PROF== Profiling {label}: Application replay pass {_SESSION["app_pass"]}\n')
         if tag:
             _rendezvous(tag, warn_mode="app-range")
-        if _hangs(spec):
+        if _hangs(spec) or always:
             _hang_forever("app-range")
-        time.sleep(0.02 * scale if slow is None else slow)
+        time.sleep(spin * BASE_CLOCK_FACTOR if spin else 0.02 * scale if slow is None else slow)
         _set_current(None)
         if _SESSION["app_pass"] == passes:
             _record(name, kid, passes)
@@ -242,11 +286,14 @@ def _profiled(name, spec, slow, tag):
         _record(name, kid, 1)
         return
     _out(f'==PROF== Profiling {label}: ')
-    if _hangs(spec):
+    if _hangs(spec) or always:
         time.sleep(0.02 * scale)
         _out("0%..")
         _hang_forever("range")
-    _progress(passes, slow if slow is not None else 0.004 * passes * scale)
+    if spin is not None:
+        _spin_progress(passes, spin)
+    else:
+        _progress(passes, slow if slow is not None else 0.004 * passes * scale)
     _set_current(None)
     _record(name, kid, passes)
 
