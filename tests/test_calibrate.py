@@ -352,9 +352,10 @@ def test_a_version_1_store_is_migrated(tmp_path):
     con.commit()
     con.close()
     with HangStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3  # through 2 (calibration) and 3 (job size)
         [rec] = store.records()
         assert rec.basis is None and not rec.calibrated and store.uncalibrated_hangs() == {"k": 1}
+        assert rec.processes == 1 and rec.ranks == "all"
 
 
 def test_calibration_json_is_plain():

@@ -152,7 +152,11 @@ def test_builtin_profiles_load_and_validate(fake_env, tmp_path):
         load_ladder(name).validate(info)
     default = load_ladder("default")
     assert [r.name for r in default.for_request(ProfileOptions(set="basic"), info)] == [
-        "requested", "speed-of-light", "application-replay", "range-replay", "duration"]
+        "requested", "speed-of-light", "one-rank-launch-stats", "one-rank-duration", "application-replay",
+        "range-replay", "duration"]
+    # A single-process program never meets the one-rank rungs.
+    assert [r.name for r in default.for_processes(False)] == [
+        "requested", "detailed", "basic", "speed-of-light", "application-replay", "range-replay", "duration"]
 
 
 def test_profile_file_errors(tmp_path, fake_env):

@@ -168,10 +168,10 @@ def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
 def _print_records(recs, out: IO[str]) -> None:
     rows = [(r.id, r.time, r.kernel, r.outcome + ("" if r.trusted else " (untrusted)")
              + (" (not calibrated)" if r.hung and not r.calibrated else ""), r.profile_key.describe(),
-             r.passes_reached, _fmt_s(r.stall_s), _fmt_s(r.elapsed_s), r.gpu, r.driver, r.ncu_version)
+             r.processes, r.passes_reached, _fmt_s(r.stall_s), _fmt_s(r.elapsed_s), r.gpu, r.driver, r.ncu_version)
             for r in recs]
-    print(_table(["ID", "TIME", "KERNEL", "OUTCOME", "SETTINGS", "PASSES", "STALL_S", "ELAPSED_S", "GPU",
-                  "DRIVER", "NCU"], rows), file=out)
+    print(_table(["ID", "TIME", "KERNEL", "OUTCOME", "SETTINGS", "PROCESSES", "PASSES", "STALL_S", "ELAPSED_S",
+                  "GPU", "DRIVER", "NCU"], rows), file=out)
     for r in recs:
         if r.command or r.note:
             print(f"\n#{r.id}: {shlex.join(r.command) if r.command else '(no command)'}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from nsightwrap.cli.common import (
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import PlainScreen, open_screen
 from nsightwrap.errors import AttemptFailed, ProfileInterrupted
+from nsightwrap.fallback.collectives import one_rank_hint
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
@@ -65,6 +67,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--store", metavar="PATH", help="hang store for --profile (default: $NSIGHTWRAP_STORE or "
                                                       "~/.cache/nsightwrap/hangs.db)")
     run.add_argument("--retry-known-hangs", action="store_true", help="with --profile: try rungs the store knows to hang")
+    run.add_argument("--rank", type=int, metavar="N",
+                     help="multi-process jobs (torchrun, mpirun, srun): ncu wraps rank N alone; with --profile, the "
+                          "rank that the ladder's one-rank rungs profile (default 0)")
     # What the run shows and prints (kept together).
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout, whatever happens")
     run.add_argument("-q", "--quiet", action="store_true", help="no ncu output and no live progress on stderr")
@@ -92,7 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
-                             launch_count=args.launch_count, export=args.export)
+                             launch_count=args.launch_count, export=args.export,
+                             rank=None if args.profile else args.rank)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
@@ -151,6 +157,9 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
                                                              on_output=screen.on_output), context, options)
     except ProfileInterrupted as e:
         attempt = e.attempt
+    hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
+    if hint and options.rank is None:
+        attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
     screen.close()
     if args.json:
         print(attempt.to_json())
@@ -168,7 +177,7 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
     try:
         result = walk_ladder(command, options, args.profile, context=context, store=store(),
                              on_output=screen.on_output, retry_known_hangs=args.retry_known_hangs,
-                             calibrator=calibrator)
+                             calibrator=calibrator, rank=args.rank or 0)
     except ProfileInterrupted as e:
         return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
                                                                attempt=e.attempt.to_dict()))
@@ -196,4 +205,5 @@ def _walk_doc(result: Any, status: str) -> dict[str, Any]:
                    "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
         "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
         "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
+        "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
         "reports": result.report_paths}

@@ -38,6 +38,8 @@ def add_parser(sub: Any) -> None:
                             f"calibrated allowance, else the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
     sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
+    sweep.add_argument("--rank", type=int, default=0, metavar="N",
+                       help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
     sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
     # What the sweep shows and prints (kept together).
@@ -84,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
                                     context=context, store=store, jobs=args.jobs, on_probe=said,
-                                    calibrator=calibrator)
+                                    calibrator=calibrator, rank=args.rank)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         return report_interrupt(args, screen, interrupted_doc(

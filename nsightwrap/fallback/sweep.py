@@ -7,6 +7,11 @@ alone, the culprit is a combination and its members are found by halving
 each side against the other. Clean sets are remembered, so later searches
 skip sections already shown innocent. Every probe is a watched run recorded
 in the hang store, and outcomes already stored are used instead of probing.
+
+In a multi-process job (torchrun, mpirun, srun) the whole-program runs leave
+out the collective families that hung (nsightwrap.fallback.collectives),
+and each kernel's probes run on one rank alone (the rank wrapper): with
+every rank profiled a collective hangs whatever the sections.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.fallback.collectives import JobShape, collective_family
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ReplayMode
+from nsightwrap.status import ALL_RANKS, ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ONE_RANK, ReplayMode
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
 from nsightwrap.watch import gpu
 from nsightwrap.watch.rules import Cancelled
@@ -313,12 +319,14 @@ def sweep_sections(
     jobs: int = 1,
     gpus: Optional[Sequence[str]] = None,
     on_probe: Optional[Callable[[Probe], None]] = None,
+    rank: int = 0,
     calibrator: Optional[Calibrator] = None,
 ) -> SweepResult:
     """Find which sections hang on which kernels of `command`.
 
     kernel: the user's kernel text (a regex; see KernelFilter.from_user).
     ncu is located and probed once (`context`, else one made from `config`).
+    rank: the rank whose kernels are probed, in a multi-process job.
     Kernels get calibrated allowances (stored, else measured at the first
     stall; see nsightwrap.calibrate), for every later probe too.
     """
@@ -326,7 +334,7 @@ def sweep_sections(
     universe = list(sections) if sections else list(context.info.sections_of_set(set))
     user_filter = KernelFilter.from_user(kernel) if kernel else None
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
-                          calibrator)
+                          calibrator, rank)
     result = SweepResult(tuple(universe))
     hanging = _hanging_kernels(runner, frozenset(universe), user_filter, result)
     if not hanging:
@@ -348,9 +356,10 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
     """The whole set on the whole program, excluding each kernel found hanging, until none hangs."""
     hanging: list[str] = []
     while True:
+        families = sorted({collective_family(k) for k in hanging} - {None}) if runner.shape.multi else []
         runner.context.listener.stage(f"whole program, all {len(full)} sections"
                                       + (f", without {', '.join(hanging)}" if hanging else ""))
-        a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging)))
+        a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging, families)))
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
@@ -372,9 +381,10 @@ class _ProbeRunner:
 
     def __init__(self, command: list[str], context: RunContext, store: Optional[HangStore],
                  gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]],
-                 calibrator: Optional[Calibrator] = None) -> None:
+                 calibrator: Optional[Calibrator] = None, rank: int = 0) -> None:
         self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
-        self.env_info = Environment.detect(ncu_version=context.info.version) if store is not None else None
+        self.shape, self.rank = JobShape.of(command), rank
+        self.env_info = self._environment() if store is not None else None
         self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None,
                                                    env=self.env_info)
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
@@ -384,6 +394,24 @@ class _ProbeRunner:
         self.cancel = threading.Event()
         self.local = threading.local()
         self.owner = threading.get_ident()
+
+    def _environment(self) -> Environment:
+        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
+                                  local_processes=self.shape.local_processes,
+                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
+
+    def _learn(self, attempt: Attempt) -> None:
+        """ncu connected to several processes at once: a multi-process program, recorded as such."""
+        with self.lock:
+            shape = self.shape.seen(attempt.connected)
+            if shape != self.shape:
+                self.shape = shape
+                self.env_info = self._environment() if self.store is not None else None
+
+    @property
+    def probe_rank(self) -> Optional[int]:
+        """The rank probes profile alone, or None to profile the whole program."""
+        return self.rank if self.shape.multi and self.shape.one_rank_possible else None
 
     def _store(self) -> HangStore:
         assert self.store is not None
@@ -410,6 +438,7 @@ class _ProbeRunner:
             self.gpus.put(gpu_id)
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
+        self._learn(attempt)
         if attempt.gpu_left_after:
             raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
                                   + "): the sweep stops so as not to record false hangs; free the GPU and run again")
@@ -423,10 +452,12 @@ class _ProbeRunner:
         """The outcome the store already knows for this kernel and these sections here, if any."""
         if self.store is None:
             return None
-        key = ProfileKey(None, tuple(sorted(sections)), metrics, ReplayMode.KERNEL.value).canonical()
+        ranks = ALL_RANKS if self.probe_rank is None else ONE_RANK
+        key = ProfileKey(None, tuple(sorted(sections)), metrics, ReplayMode.KERNEL.value, ranks).canonical()
         env = self.env_info
         for r in self._store().records(kernel=kernel):
-            if r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version:
+            if (r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version
+                    and r.processes == env.processes):
                 return HUNG if r.hung else WORKS if r.outcome == OK else None
         return None
 
@@ -437,7 +468,8 @@ class _ProbeRunner:
             p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store", metrics=metrics)
         else:
             self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
-            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics))
+            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics,
+                                              rank=self.probe_rank))
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
             p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id, metrics=metrics)

@@ -15,7 +15,16 @@ from typing import Any, Optional, Sequence
 
 from nsightwrap.errors import AttemptFailed, AttemptHung
 from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.events import SLOW_LAUNCH_WARNING, KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten
+from nsightwrap.ncu.events import (
+    SLOW_LAUNCH_WARNING,
+    Connected,
+    Disconnected,
+    KernelDone,
+    NcuError,
+    NcuWarning,
+    ReplayPass,
+    ReportWritten,
+)
 from nsightwrap.ncu.progress import Stall
 from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
     CRASHED,
@@ -84,6 +93,7 @@ class Attempt:
     gpu_foreign_before: tuple[str, ...] = ()
     gpu_left_after: tuple[str, ...] = ()
     ncu: Optional[str] = None  # the ncu that ran (the report is read with it)
+    connected: int = 0  # the most processes ncu was connected to at once (2+: a multi-process program)
     calibration: Optional[Calibration] = None  # what the per-kernel allowances were based on
     #: Set when the program itself hangs or fails without ncu (found by calibrating): not an ncu verdict.
     program_fault: Optional[str] = None
@@ -185,6 +195,7 @@ class Attempt:
             "started_at": self.started_at,
             "cookie": self.cookie,
             "ncu": self.ncu,
+            "connected_processes": self.connected,
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -213,6 +224,23 @@ def _kernels(outcome: RunOutcome) -> tuple[KernelResult, ...]:
             key = (e.kernel_id, e.name)
             passes[key] = max(passes.get(key, 0), e.pass_number)
     return tuple(KernelResult(name, kid, n, ReplayMode.APPLICATION.value) for (kid, name), n in sorted(passes.items()))
+
+
+def most_connected(events: Sequence[tuple[float, Any]]) -> int:
+    """The most processes ncu was connected to at once: the ranks of a multi-process program.
+
+    Counted at once, not in all: application replay connects to the
+    program again for every pass, one process after another.
+    """
+    live: set[int] = set()
+    most = 0
+    for _, e in events:
+        if isinstance(e, Connected):
+            live.add(e.pid)
+            most = max(most, len(live))
+        elif isinstance(e, Disconnected):
+            live.discard(e.pid)
+    return most
 
 
 def _hint(errors: tuple[str, ...]) -> str:
@@ -294,5 +322,6 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
         gpu_foreign_before=tuple(gpu_foreign_before),
         gpu_left_after=tuple(gpu_left_after),
         ncu=ncu,
+        connected=most_connected(outcome.events),
         calibration=calibration,
     )

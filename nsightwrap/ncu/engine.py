@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -20,12 +21,13 @@ from typing import Callable, Optional, Sequence
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.events import Event
+from nsightwrap.ncu.events import Connected, Event
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
 
@@ -185,11 +187,15 @@ def profile_command(
     config, env = context.config, dict(context.env)
     if config.validate:
         validate(options, context.info)
+    if options.rank is not None:
+        one_rank_launch(command, options.rank)  # refused before anything is made: not a launch to rewrite
     options, report, notes = plan_report(options, command, config)
     own_log = config.log_channel and "--log-file" not in options.extra_args
     log_dir = tempfile.mkdtemp(prefix="nsightwrap-ncu-") if own_log else None
     tool_log = os.path.join(log_dir, "ncu.log") if log_dir else None
     argv = build_argv(context.ncu, options, command, log_file=tool_log)
+    if options.rank is not None:  # ncu around one rank of a multi-process launch
+        argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
     foreign_check = _ForeignCheck(config.check_gpu)
     orphans = find_orphans()
@@ -206,9 +212,11 @@ def profile_command(
             shutil.rmtree(log_dir, ignore_errors=True)
 
     foreign_before = foreign_check.result(notes)
-    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look.
+    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look:
+    # at the tree's members, and every process ncu connected to (each rank of a multi-process job).
     stopped = outcome.stop is not None
-    left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and stopped and outcome.pids else []
+    pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
+    left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")

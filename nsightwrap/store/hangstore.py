@@ -247,6 +247,7 @@ class HangStore:
             "command": json.dumps([str(c) for c in command]), "trusted": 1 if trusted else 0,
             "rung": rung, "ladder": ladder, "note": note or "", "run_id": run_id,
             "allowance_s": None if allowance_s is None else float(allowance_s), "basis": basis,
+            "processes": int(env.processes), "gpus": env.gpus, "ranks": key.ranks,
         }
 
     def _insert(self, rows: Sequence[dict[str, Any]]) -> list[Record]:
@@ -375,22 +376,22 @@ class HangStore:
         return [row_to_record(r) for r in self._query(sql, params)]
 
     def _matching(self, kernel: str, env: Environment, extra: str = "", params: Sequence[Any] = ()) -> list[Record]:
-        sql = (SELECT + " WHERE kernel_pattern = ? AND gpu IS ? AND ncu_version IS ? AND trusted = 1" + extra
-               + " ORDER BY id DESC")
-        rows = self._query(sql, [normalize_kernel(kernel), env.gpu, env.ncu_version, *params])
+        sql = (SELECT + " WHERE kernel_pattern = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1"
+               + extra + " ORDER BY id DESC")
+        rows = self._query(sql, [normalize_kernel(kernel), env.gpu, env.ncu_version, int(env.processes), *params])
         return [row_to_record(r) for r in rows]
 
     def known_hangs(self, kernel: str, env: Environment) -> list[Record]:
         """Trusted hang/timeout records of kernels like this one (same pattern)
-        on the same GPU model and ncu version, newest first. The driver may
-        differ; each record says which it was."""
+        on the same GPU model and ncu version, in a job of as many processes,
+        newest first. The driver may differ; each record says which it was."""
         return self._matching(kernel, env, " AND outcome IN (?, ?)", HANG_OUTCOMES)
 
     def hangs_for(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], env: Environment) -> bool:
         """Is this exact key known to hang on kernels like this one, here?
 
         Among trusted ok/hang/timeout records with this key on the same gpu
-        and ncu version: if this very kernel (exact name) has any, its newest
+        and ncu version, in a job of as many processes: if this very kernel (exact name) has any, its newest
         decides (a later ok means the hang is gone); else any hang of a
         kernel with the same pattern counts.
         """

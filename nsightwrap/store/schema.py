@@ -51,6 +51,14 @@ that it is measured once (see :class:`CalibrationRow`)::
     note            TEXT
 
     index calibrations_match (subject, gpu, driver)
+
+Version 3 adds the job's size, so that a hang of a multi-process job (a
+collective waiting for its other half) is not applied to a single-process
+run of the same kernel::
+
+    processes       INTEGER  the job's processes (ranks); 1 for older rows
+    gpus            INTEGER or NULL   the GPUs its processes here could use
+    ranks           TEXT     "all" (ncu wrapped every rank) or "one" (one rank alone)
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED
-from nsightwrap.status import HANG_OUTCOMES
+from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
 
@@ -101,6 +109,9 @@ class Record:
     run_id: Optional[str]
     allowance_s: Optional[float] = None
     basis: Optional[str] = None
+    processes: int = 1
+    gpus: Optional[int] = None
+    ranks: str = ALL_RANKS
 
     @property
     def calibrated(self) -> bool:
@@ -109,11 +120,11 @@ class Record:
 
     @property
     def profile_key(self) -> ProfileKey:
-        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode)
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode, self.ranks)
 
     @property
     def environment(self) -> Environment:
-        return Environment(self.host, self.gpu, self.driver, self.ncu_version)
+        return Environment(self.host, self.gpu, self.driver, self.ncu_version, self.processes, self.gpus)
 
     @property
     def hung(self) -> bool:
@@ -216,6 +227,11 @@ MIGRATIONS: tuple[str, ...] = (
         note           TEXT    NOT NULL DEFAULT ''
     );
     CREATE INDEX calibrations_match ON calibrations (subject, gpu, driver);
+    """,
+    """
+    ALTER TABLE records ADD COLUMN processes INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE records ADD COLUMN gpus INTEGER;
+    ALTER TABLE records ADD COLUMN ranks TEXT NOT NULL DEFAULT 'all';
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

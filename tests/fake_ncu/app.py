@@ -6,11 +6,14 @@ Each argument is one step:
   NAME@hang            ... that hangs whenever the profiler measures it
   NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
   NAME@slow=S          ... whose progress marks come S seconds apart
+  NAME@collective      ... a collective: each rank's half waits for every rank's (under tests/fake_dist)
   NAME@spin=S          ... that runs S seconds alone (without ncu too); under ncu each replay pass
                        takes S x 1.245 (base clocks), one pass in silence between `50%....` and `100%`
   NAME@always          ... that hangs without ncu too (the program's own bug, not ncu's)
   start / stop         cudaProfilerStart / cudaProfilerStop
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
+  env:NAME             print NAME=its value in this process's environment
+  stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
   chatty:MS            from now on a thread prints a log line every MS milliseconds
   chatty-cr:MS         ... a tqdm-like bar: "\r 40%|####" without a newline
   flood                write "y\n" as fast as possible, forever
@@ -51,6 +54,11 @@ def step(arg):
         fakecuda.profiler_stop()
     elif arg.startswith("print:"):
         print(arg[6:], flush=True)
+    elif arg.startswith("env:"):
+        print(f"{arg[4:]}={os.environ.get(arg[4:], '')}", flush=True)
+    elif arg.startswith("stick:"):
+        with open(arg[6:], "a") as f:
+            f.write(f"{os.getpid()}\n")
     elif arg.startswith("sleep:"):
         time.sleep(float(arg[6:]))
     elif arg.startswith("exit:"):
@@ -63,6 +71,8 @@ def step(arg):
             kw["hang"] = True
         elif opt.startswith("hang-if="):
             kw["hang_if"] = [group.split("+") for group in opt[8:].split("|")]
+        elif opt == "collective":
+            kw["collective"] = True
         elif opt.startswith("slow="):
             kw["slow"] = float(opt[5:])
         elif opt.startswith("spin="):
