@@ -362,3 +362,11 @@ def test_calibration_json_is_plain():
     cal = Calibration.from_kernels({"k": 0.5}, program_s=1.0)
     assert json.loads(json.dumps(cal.to_dict()))["kernels"] == {"k": 0.5}
     assert "1 kernel(s) timed" in cal.describe()
+
+
+def test_a_name_ncu_cut_short_matches_the_kernel_nsys_timed():
+    # 2x H200, torchrun: ncu printed "ncclDevKernel_AllReduce_Sum_f..." for the kernel nsys timed in full.
+    cal = Calibration.from_kernels({"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)": 2e-5,
+                                    "other": 1.0}, program_s=11.4)
+    seconds, why = cal.kernel_time("ncclDevKernel_AllReduce_Sum_f...")
+    assert seconds == 2e-5 and "bounding" not in why

@@ -144,7 +144,11 @@ class Calibration:
         if name in times:
             return times[name], f"{name} ran {_fmt(times[name])} without ncu"
         key = _name_key(name)
-        found = [t for k, t in self.kernels if _name_key(k) == key and key]
+        # ncu cuts long names with "...": "ncclDevKernel_AllReduce_Sum_f..." (2x H200, 2026-11-26) is
+        # nsys's ncclDevKernel_AllReduce_Sum_f32_RING_LL(...).
+        cut = name.strip().endswith("...")
+        found = [t for k, t in self.kernels
+                 if key and (_name_key(k) == key or (cut and _name_key(k).startswith(key)))]
         if found:
             return max(found), f"{name} ran {_fmt(max(found))} without ncu"
         if self.bound_s is not None:
