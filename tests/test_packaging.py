@@ -64,3 +64,19 @@ def test_ncu_report_floor_has_sections():
     lack it, 2026.3.0 is the first that has it (checked by unpacking the wheels from PyPI)."""
     floor = re.search(r">=\s*([\d.]+)", declared()["ncu-report"])[1]
     assert tuple(int(x) for x in floor.split(".")) >= (2026, 3)
+
+
+def test_the_ladders_ship_in_the_wheel():
+    # profiles/ lives at the top of the project; nsightwrap/profiles links to it, and the package data
+    # names it, so a non-editable `pip install .` carries them (checked by hand: unzip -l of the wheel).
+    import tomllib
+    from pathlib import Path
+
+    import nsightwrap.fallback.ladder as ladder
+
+    root = Path(__file__).resolve().parents[1]
+    link = root / "nsightwrap" / "profiles"
+    assert link.is_symlink() and link.resolve() == (root / "profiles").resolve()
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "profiles/*.yaml" in data["nsightwrap"]
+    assert ladder.builtin_profiles() == ["deep", "default", "quick"]

@@ -27,12 +27,8 @@ __all__ = ["Ladder", "LadderError", "Rung", "builtin_profiles", "exclude_kernels
 
 
 def _profiles_dir() -> Path:
-    """profiles/ of a source checkout (editable install), else the copy in the wheel."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parent / "profiles", package / "profiles"):
-        if candidate.is_dir():
-            return candidate
-    return package / "profiles"
+    """nsightwrap/profiles: in a checkout a link to the project's profiles/, in the wheel a copy of it."""
+    return Path(__file__).resolve().parents[1] / "profiles"
 
 
 PROFILES_DIR = _profiles_dir()
