@@ -1,29 +1,16 @@
-"""Shared fixtures: the fake ncu, fake programs, and the gpu marker's skip."""
+"""Shared fixtures: the fake ncu, fake programs, and the gpu marker's skip (helpers: tests/helpers.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, attempt_rows
 
-HERE = Path(__file__).parent
-FAKE_DIR = HERE / "fake_ncu"
-FAKE_NCU = FAKE_DIR / "ncu"
-FAKE_APP = FAKE_DIR / "app.py"
-DATA = HERE / "data"
-
-#: Delays of the fake are multiplied by this: kernels take milliseconds,
-#: the slow-launch warning comes after 0.3 s instead of 3 s.
-FAKE_SCALE = "0.1"
-
-
-def app(*steps: str) -> list[str]:
-    """The command line of a fake CUDA program (see tests/fake_ncu/app.py)."""
-    return [sys.executable, str(FAKE_APP), *steps]
+# Older tests import these from conftest; new ones import from helpers.
+__all__ = ["DATA", "FAKE_APP", "FAKE_DIR", "FAKE_NCU", "FAKE_SCALE", "HERE", "app"]
 
 
 @pytest.fixture
@@ -83,3 +70,11 @@ def ncu_lookups(monkeypatch):
     monkeypatch.setattr(context, "find_ncu", counted("find_ncu", context.find_ncu))
     monkeypatch.setattr(context, "probe_ncu", counted("probe_ncu", context.probe_ncu))
     return counts
+
+
+@pytest.fixture
+def fake_rows(monkeypatch):
+    """Walks take their rows from the attempts: the fake's reports are copies of real ones, not the program's."""
+    import nsightwrap.fallback.walk
+
+    monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows", attempt_rows)

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
+import uuid
 
 import pytest
-from conftest import app
+from helpers import FAKE_SMI_DIR, app, run_config, scaled_ladder
 
+import nsightwrap.ncu.engine as engine
 from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.ncu.options import ProfileOptions
-from nsightwrap.watch.process import StopPolicy
-
-FAKE_SMI = Path(__file__).parent / "fake_nvidia_smi"
 
 
 @pytest.fixture
 def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_GPU_ID", uuid.uuid4().hex)  # this test's GPU: not the processes of parallel runs
     return tmp_path
 
 
-def cfg(tmp_path, **kw):
-    return RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0), **kw)
+def cfg(tmp_path, **kw) -> RunConfig:
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True, **kw)
 
 
 def test_clean_run_checks_the_gpu_before_and_after(smi):
@@ -70,7 +69,9 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
 
     import pandas as pd
 
-    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), "quick",
+    # The pids stay listed: the check after the run gives them 1 s to leave (10 s by default).
+    monkeypatch.setattr(engine, "_left_on_gpu", functools.partial(engine._left_on_gpu, settle_s=1.0))
+    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), scaled_ladder("quick"),
                     cfg(tmp_path).replace(env=dict(os.environ)), on_output=stick,
                     reader=lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
     assert len(r.attempts) == 1

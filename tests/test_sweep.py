@@ -7,12 +7,11 @@ import json
 import math
 
 import pytest
-from conftest import DATA, app
+from helpers import DATA, STALL_S, app, run_cli, run_config
 
 from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
 from nsightwrap.ncu.catalog import parse_table
 from nsightwrap.ncu.engine import RunConfig
-from nsightwrap.watch.process import StopPolicy
 
 FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"
         for s in row["Sections"].split(",")]
@@ -69,9 +68,8 @@ SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStat
 
 
 @pytest.fixture
-def cfg(tmp_path, fake_env):
-    return RunConfig(report_dir=str(tmp_path), stall_timeout=0.6, check_gpu=False, env=fake_env,
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+def cfg(tmp_path, fake_env) -> RunConfig:
+    return run_config(tmp_path, report_dir=str(tmp_path), env=fake_env)
 
 
 @pytest.mark.parametrize("plant,expect_singles,expect_pairs", [
@@ -107,19 +105,14 @@ def test_sweep_with_nothing_hanging(cfg):
 
 
 def test_sweep_cli(fake_env, tmp_path):
-    import subprocess
-    import sys
-
     md = tmp_path / "debug.md"
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "sweep-sections", "-q", "--json", "--stall-timeout", "0.6",
-                        "--store", str(tmp_path / "s.db"), "--markdown", str(md),
-                        "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
-                        *app("vec_add", "k@hang-if=SourceCounters")],
-                       capture_output=True, text=True, env=fake_env, timeout=120, cwd=tmp_path)
+    r = run_cli(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S),
+                 "--store", str(tmp_path / "s.db"), "--markdown", str(md),
+                 "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
+                 *app("vec_add", "k@hang-if=SourceCounters")], fake_env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["kernels"][0]["kernel"] == "k" and d["kernels"][0]["hang_alone"] == ["SourceCounters"]
     assert md.read_text().startswith("# Debug log: k")
-    listed = subprocess.run([sys.executable, "-m", "nsightwrap", "hangs", "list", "--store", str(tmp_path / "s.db")],
-                            capture_output=True, text=True, env=fake_env, timeout=60)
+    listed = run_cli(["hangs", "list", "--store", str(tmp_path / "s.db")], fake_env)
     assert listed.returncode == 0 and "k" in listed.stdout

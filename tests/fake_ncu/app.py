@@ -6,6 +6,7 @@ Each argument is one step:
   NAME@hang            ... that hangs whenever the profiler measures it
   NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
   NAME@slow=S          ... whose progress marks come S seconds apart
+  NAME@slow=S/N        ... in N gaps of S seconds (instead of about 6, merged at random)
   start / stop         cudaProfilerStart / cudaProfilerStop
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   chatty:MS            from now on a thread prints a log line every MS milliseconds
@@ -61,7 +62,10 @@ def step(arg):
         elif opt.startswith("hang-if="):
             kw["hang_if"] = [group.split("+") for group in opt[8:].split("|")]
         elif opt.startswith("slow="):
-            kw["slow"] = float(opt[5:])
+            seconds, _, gaps = opt[5:].partition("/")
+            kw["slow"] = float(seconds)
+            if gaps:
+                kw["gaps"] = int(gaps)
         elif opt:
             sys.exit(f"app.py: unknown kernel option {opt!r}")
         fakecuda.launch(name, **kw)

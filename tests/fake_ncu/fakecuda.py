@@ -89,8 +89,9 @@ def _hang_forever(mode):
         signal.pause()
 
 
-def _progress(passes, gap, mode="range"):
-    """0%, dots, 50%, dots, 100% - N passes: in pieces that merge at random.
+def _progress(passes, gap, mode="range", gaps=None):
+    """0%, dots, 50%, dots, 100% - N passes: in pieces that merge at random
+    (or, with `gaps`, in gaps + 1 writes, `gap` seconds apart).
 
     A kernel whose marks are more than 3 s apart gets the slow-launch warning
     once, in the middle of its progress line, and then goes on.
@@ -98,10 +99,13 @@ def _progress(passes, gap, mode="range"):
     pieces = ["0%", ".", ".", ".", ".", "50%", ".", ".", ".", ".",
               "100%% - %d pass%s\n" % (passes, "" if passes == 1 else "es")]
     warn_after = 3.0 * _scale()
+    last_piece = len(pieces) - 1
+    writes = None if gaps is None else {0, last_piece} | {round(k * last_piece / gaps) for k in range(1, gaps)}
     buf, last, warned = "", time.monotonic(), False
     for i, piece in enumerate(pieces):
         buf += piece
-        if _rng.random() < 0.4 and not piece.endswith("\n"):
+        merge = _rng.random() < 0.4 if writes is None else i not in writes
+        if merge and not piece.endswith("\n"):
             continue  # merge with the next piece
         if i > 0:
             time.sleep(max(0.0, last + gap - time.monotonic()))
@@ -113,8 +117,12 @@ def _progress(passes, gap, mode="range"):
             warned = True
 
 
-def launch(name, hang=False, hang_if=(), slow=None, exit_code=None):
-    """One kernel launch, as the profiled program would experience it."""
+def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, gaps=None):
+    """One kernel launch, as the profiled program would experience it.
+
+    slow: seconds between its progress marks; gaps: how many such gaps (a
+    test's time knob; by default the marks merge at random, about 6 gaps).
+    """
     if exit_code is not None:
         os._exit(exit_code)
     if _SESSION is None:
@@ -147,7 +155,7 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None):
         time.sleep(0.02 * scale)
         _out("0%..")
         _hang_forever("range")
-    _progress(passes, slow if slow is not None else 0.004 * passes * scale)
+    _progress(passes, slow if slow is not None else 0.004 * passes * scale, gaps=gaps)
     _set_current(None)
     _record(name, kid, passes)
 
