@@ -62,9 +62,10 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
     def stick(text):
         # The hanging target stays listed after it is killed (a kernel still spinning).
         if "0%.." in text and not sticky.read_text():
-            from nsightwrap.watch.process import COOKIE_VAR, processes_with
+            from nsightwrap.watch.process import COOKIE_VAR, OWNER_VAR, processes_with
 
-            pids = [p.pid for p, env in processes_with(COOKIE_VAR) if "app.py" in " ".join(p.cmdline())]
+            pids = [p.pid for p, env in processes_with(COOKIE_VAR)
+                    if env.get(OWNER_VAR) == str(os.getpid()) and "app.py" in " ".join(p.cmdline())]
             sticky.write_text(" ".join(map(str, pids)))
 
     import pandas as pd

@@ -102,7 +102,9 @@ def test_inner_profiler_escapes_the_process_group(fake_env, tmp_path):
 
     def look(text):
         if "0%.." in text and not seen:
-            for p, _ in processes_with(COOKIE_VAR):
+            for p, env in processes_with(COOKIE_VAR):
+                if env.get(OWNER_VAR) != str(os.getpid()):
+                    continue  # another test's run (parallel workers, other checkouts)
                 try:
                     seen[p.pid] = (os.getpgid(p.pid), " ".join(p.cmdline()[:2]))
                 except (OSError, psutil.Error):
