@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make run   installs nsightwrap and profiles the example program under the watchdog
-#   make test  installs nsightwrap with its test extras and runs the tests (what CI runs)
+#   make test  installs nsightwrap with its test extras, runs ruff, then the tests (what CI runs)
 PYTHON ?= python3
 EXAMPLE ?= $(PYTHON) examples/torch_matmul_softmax.py
 
@@ -17,6 +17,7 @@ run: install
 	$(PYTHON) -m nsightwrap run --set basic -- $(EXAMPLE)
 
 test: install-test
+	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q
 
 test-gpu: install-test
