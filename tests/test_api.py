@@ -97,7 +97,7 @@ def test_unpicklable_value_is_reported_not_fatal(cfg):
     r = profile(returns_unpicklable, set="basic", config=cfg)
     assert list(r.df["function"]) == ["k"]
     with pytest.raises(nsightwrap.NsightwrapError, match="could not be pickled"):
-        r.value
+        r.value  # noqa: B018 - reading the property raises
 
 
 def test_decorator(cfg):

@@ -19,7 +19,12 @@ from nsightwrap.nsys.options import NsysOptions, build_nsys_argv, unique_nsys_pa
 from nsightwrap.nsys.run import classify_nsys, generated_files, profile_nsys
 from nsightwrap.reports.nsys.sqlite import KERNEL_COLUMNS, kernel_rows, nsys_export_sqlite
 from nsightwrap.reports.nsys.stats import (
-    DEFAULT_STATS_REPORTS, STATS_COLUMNS, nsys_stats, parse_stats_csv, parse_stats_table, split_stats_output,
+    DEFAULT_STATS_REPORTS,
+    STATS_COLUMNS,
+    nsys_stats,
+    parse_stats_csv,
+    parse_stats_table,
+    split_stats_output,
 )
 from nsightwrap.watch.process import StopPolicy
 

@@ -27,18 +27,23 @@ except ImportError:  # a machine with only an Nsight Compute install's extras/py
     ncu_report = None
 
 from helpers import DATA
+
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.attempt import Attempt
-from nsightwrap.reports.ncu import api, module, raw_csv, scan, schema
 from nsightwrap.reports.ncu import (
     IDENTITY_COLUMNS,
     TIDY_COLUMNS,
     ReportError,
+    api,
     attempt_dataframe,
     find_report_module,
     load_report,
+    module,
     parse_raw_csv,
+    raw_csv,
     raw_csv_argv,
+    scan,
+    schema,
 )
 
 REPORTS = DATA / "reports"

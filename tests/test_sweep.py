@@ -45,7 +45,8 @@ def test_every_pair_and_every_two_singles():
             r = investigate("k", FULL, oracle(culprits))
             assert found(r) == sorted(tuple(sorted(c)) for c in culprits), culprits
             worst = max(worst, r.probes_run - r.budget())
-            assert set(r.largest_working) == set(FULL) - {a, b} or (len(culprits) == 1 and len(r.largest_working) == len(FULL) - 1)
+            assert set(r.largest_working) == set(FULL) - {a, b} or (
+                len(culprits) == 1 and len(r.largest_working) == len(FULL) - 1)
     # Each culprit after the first costs two probes more than the goal's ceil(log2 S): the probe that
     # tells "alone" from "together" and the probe that the rest still hangs (see investigate()).
     assert worst <= 2

@@ -167,7 +167,8 @@ def test_profile_file_errors(tmp_path, fake_env):
     with pytest.raises(LadderError, match="replay_mode"):
         ladder_from_dict({"rungs": [{"replay_mode": "ranges"}]})
     good = tmp_path / "mine.yaml"
-    good.write_text("name: mine\nrungs:\n  - {requested: true}\n  - {metrics: gpu__time_duration.sum, stall_timeout: 3}\n")
+    good.write_text("name: mine\nrungs:\n  - {requested: true}\n"
+                    "  - {metrics: gpu__time_duration.sum, stall_timeout: 3}\n")
     ladder = load_ladder(str(good))
     assert ladder.rungs[1].metrics == ("gpu__time_duration.sum",) and ladder.rungs[1].stall_timeout == 3
 
@@ -203,7 +204,8 @@ def test_run_profile_cli(fake_env, tmp_path):
     import json
 
     ladder = tmp_path / "fast.yaml"  # the built-in ladders' own stall timeouts (6-8 s) would win over --stall-timeout
-    ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n  - {name: sol, sections: [SpeedOfLight]}\n")
+    ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n"
+                      "  - {name: sol, sections: [SpeedOfLight]}\n")
     r = run_cli(["run", "-q", "--json", "--profile", str(ladder), "--set", "full", "--stall-timeout", str(STALL_S),
                  "--grace", "1", "--store", str(tmp_path / "s.db"), "--kernel", "regex:^(k|vec_add)$", "--",
                  *app("vec_add", "k@hang-if=SourceCounters", "vec_add")], fake_env, cwd=tmp_path)

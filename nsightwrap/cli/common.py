@@ -9,7 +9,8 @@ from typing import Callable, Optional, Sequence
 from nsightwrap.status import EXIT_CODES, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import interruptible
 
-EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
+EPILOG = ("exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items())
+          + f", {USAGE_EXIT_CODE} usage/set-up error")
 
 
 def positive(text: str) -> float:

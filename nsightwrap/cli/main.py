@@ -12,13 +12,13 @@ import sys
 from typing import Optional, Sequence
 
 from nsightwrap.cli import doctor, run, sweep
+from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
+from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
-from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
 from nsightwrap.status import EXIT_CODES, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import ignore_stop_signals
 

@@ -22,14 +22,17 @@ def add_parser(sub: Any) -> None:
                            usage="%(prog)s [options] -- COMMAND [ARGS...]")
     sweep.add_argument("--ncu", metavar="PATH")
     sweep.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches REGEX")
-    sweep.add_argument("--set", dest="section_set", default="full", metavar="SET", help="sections of this set (default full)")
+    sweep.add_argument("--set", dest="section_set", default="full", metavar="SET",
+                       help="sections of this set (default full)")
     sweep.add_argument("--section", action="append", default=[], metavar="ID", help="these sections instead of a set")
     sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
                        help="ladder whose first rung's stall timeout the probes use")
     sweep.add_argument("--stall-timeout", type=positive, metavar="SEC",
-                       help=f"stall timeout of every probe (default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+                       help="stall timeout of every probe "
+                            f"(default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
-    sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
+    sweep.add_argument("--store", metavar="PATH",
+                       help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
     sweep.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")

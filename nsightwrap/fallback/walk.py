@@ -93,7 +93,9 @@ class LadderResult:
     @property
     def df(self) -> pd.DataFrame:
         frames = [f for f in self.frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        if not frames:
+            return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        return pd.concat(frames, ignore_index=True)
 
     def summary(self) -> str:
         lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s)"]

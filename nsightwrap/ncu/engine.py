@@ -73,7 +73,8 @@ def unique_report_path(wanted: Path) -> Path:
         n += 1
 
 
-def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
+def plan_report(options: ProfileOptions, command: Sequence[str],
+                config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
     """Where this run's report goes, and options that say so to ncu."""
     notes = []
     wanted = wanted_report(options.export, command, config, REPORT_SUFFIX)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nsightwrap.ncu.events import (
+    SLOW_LAUNCH_WARNING,
     Event,
     KernelDone,
     KernelStarted,
@@ -20,7 +21,6 @@ from nsightwrap.ncu.events import (
     Progress,
     ReplayPass,
     ReportCreation,
-    SLOW_LAUNCH_WARNING,
 )
 from nsightwrap.ncu.output import OutputParser
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
@@ -154,7 +154,9 @@ class StallRule(WatchRule):
     def allowance(self, state: WatchState) -> float:
         base = max(self.timeout, self.growth * state.longest_gap)
         cur = state.current
-        if cur is not None and cur.replay_pass is not None and not any(t >= cur.started_at for t in state.slow_warnings):
+        quiet = cur is not None and cur.replay_pass is not None and not any(
+            t >= cur.started_at for t in state.slow_warnings)
+        if quiet:
             return base * self.quiet_replay_factor
         return base
 

@@ -34,8 +34,19 @@ from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
 from nsightwrap.store.schema import (
-    CALIBRATION_COLUMNS, COLUMNS, SCHEMA_VERSION, SELECT, SQL_NAME, Calibration, KernelSummary, Record, migrate,
-    refuse_newer, row_to_record, stored_version)
+    CALIBRATION_COLUMNS,
+    COLUMNS,
+    SCHEMA_VERSION,
+    SELECT,
+    SQL_NAME,
+    Calibration,
+    KernelSummary,
+    Record,
+    migrate,
+    refuse_newer,
+    row_to_record,
+    stored_version,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt

@@ -33,7 +33,8 @@ class Verdict:
 
     status: str
     reason: str
-    stall: Optional[Stall] = None
+    #: What the rule found, for the layer that knows it (ncu's rule: nsightwrap.ncu.progress.Stall).
+    stall: Optional[Any] = None
 
 
 class WatchRule:

@@ -97,7 +97,7 @@ def _progress(passes, gap, mode="range", gaps=None):
     once, in the middle of its progress line, and then goes on.
     """
     pieces = ["0%", ".", ".", ".", ".", "50%", ".", ".", ".", ".",
-              "100%% - %d pass%s\n" % (passes, "" if passes == 1 else "es")]
+              f"100% - {passes} pass{'' if passes == 1 else 'es'}\n"]
     warn_after = 3.0 * _scale()
     last_piece = len(pieces) - 1
     writes = None if gaps is None else {0, last_piece} | {round(k * last_piece / gaps) for k in range(1, gaps)}

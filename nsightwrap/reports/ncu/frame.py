@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from nsightwrap.reports.ncu.schema import (
-    IDENTITY_COLUMNS, IDENTITY_UNITS, INT_IDENTITY, METRIC, RANGE, TIDY_COLUMNS, TIDY_IDENTITY_COLUMNS, UNIT, VALUE,
+    IDENTITY_COLUMNS,
+    IDENTITY_UNITS,
+    INT_IDENTITY,
+    METRIC,
+    RANGE,
+    TIDY_COLUMNS,
+    TIDY_IDENTITY_COLUMNS,
+    UNIT,
+    VALUE,
 )
 from nsightwrap.reports.ncu.select import unknown_metrics_error
 
