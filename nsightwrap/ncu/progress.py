@@ -160,12 +160,12 @@ class StallRule(WatchRule):
             return base * self.quiet_replay_factor
         return base
 
-    def deadline(self, state):
+    def deadline(self, state: WatchState) -> float:  # type: ignore[override]
         if state.current is None:
             return math.inf
         return state.current.last_mark_at + self.allowance(state)
 
-    def __call__(self, state, now):
+    def __call__(self, state: WatchState, now: float) -> Optional[Verdict]:  # type: ignore[override]
         cur = state.current
         if cur is None:
             return None

@@ -220,7 +220,7 @@ class HangStore:
     def __enter__(self) -> "HangStore":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
