@@ -13,11 +13,18 @@ from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, a
 __all__ = ["DATA", "FAKE_APP", "FAKE_DIR", "FAKE_NCU", "FAKE_SCALE", "HERE", "app"]
 
 
+@pytest.fixture(scope="session")
+def probe_cache(tmp_path_factory):
+    """One probe cache for the session: probing the fake ncu starts it three times (0.2 s), and its answer never
+    changes. Tests of the cache itself use their own folder."""
+    return tmp_path_factory.mktemp("ncu-probe-cache")
+
+
 @pytest.fixture
-def fake_env(tmp_path, monkeypatch):
-    """Environment in which nsightwrap finds the fake ncu, with a private cache."""
+def fake_env(tmp_path, monkeypatch, probe_cache):
+    """Environment in which nsightwrap finds the fake ncu (probed once per session)."""
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(FAKE_NCU))
-    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(probe_cache))
     monkeypatch.setenv("FAKE_NCU_SCALE", FAKE_SCALE)
     monkeypatch.delenv("FAKE_NCU_WEDGED", raising=False)
     return dict(os.environ)
