@@ -80,6 +80,15 @@ def ncu_lookups(monkeypatch):
 
 
 @pytest.fixture
+def store(tmp_path):
+    """A hang store of this test, closed after it."""
+    from nsightwrap.store.hangstore import HangStore
+
+    with HangStore(tmp_path / "hangs.db") as s:
+        yield s
+
+
+@pytest.fixture
 def fake_rows(monkeypatch):
     """Walks take their rows from the attempts: the fake's reports are copies of real ones, not the program's."""
     import nsightwrap.fallback.walk

@@ -34,7 +34,7 @@ def test_clean_run_checks_the_gpu_before_and_after(smi):
     assert a.status == "ok" and a.gpu_foreign_before == () and a.gpu_left_after == ()
 
 
-def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_path):
+def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, store):
     foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                env=dict(os.environ, FAKE_GPU_USER="1", FAKE_GPU_TARGET="0"))
     try:
@@ -44,9 +44,8 @@ def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_pa
     assert a.status == "hang"
     assert any(str(foreign.pid) in f for f in a.gpu_foreign_before)
     assert any("not this run's" in n for n in a.notes)
-    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+    from nsightwrap.store.hangstore import Environment, ProfileKey
 
-    store = HangStore(tmp_path / "h.db")
     env = Environment("h", "NVIDIA H200", "580", "2025.3.1.0")
     store.record_attempt(a, ProfileKey("basic"), env)
     assert not store.hangs_for("k", ProfileKey("basic"), env)  # untrusted: never used to skip

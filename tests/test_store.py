@@ -42,12 +42,6 @@ CMD_FULL = ("ncu", "--set", "full", "--kernel-name", "wait_for_host", "./app")
 CMD_BASIC = ("ncu", "--set", "basic", "--kernel-name", "wait_for_host", "./app")
 
 
-@pytest.fixture
-def store(tmp_path):
-    with HangStore(tmp_path / "hangs.db") as s:
-        yield s
-
-
 def make_attempt(status="ok", kernels=(), stall=None, foreign=(), cookie="c1", reason="why", notes=()):
     return Attempt(status=status, reason=reason, command=("ncu", "--set", "full", "./app"), returncode=0,
                    kernels=tuple(kernels), stall=stall, report=None, report_complete=False, elapsed_s=9.5,

@@ -78,10 +78,7 @@ def cfg(tmp_path, fake_env) -> RunConfig:
     ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),
     ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")]),
 ])
-def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs, ncu_lookups):
-    from nsightwrap.store.hangstore import HangStore
-
-    store = HangStore(tmp_path / "h.db")
+def test_sweep_with_fake_ncu(cfg, store, plant, expect_singles, expect_pairs, ncu_lookups):
     command = app("vec_add", f"k@hang-if={plant}", "block_reduce")
     r = sweep_sections(command, sections=SMALL, config=cfg, store=store)
     assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # one run context for every probe

@@ -57,10 +57,7 @@ def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
     assert "hung on k" in r.summary()
 
 
-def test_second_walk_skips_known_hangs(cfg, tmp_path):
-    from nsightwrap.store.hangstore import HangStore
-
-    store = HangStore(tmp_path / "hangs.db")
+def test_second_walk_skips_known_hangs(cfg, store):
     first = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     second = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     assert len(first.attempts) == 4
