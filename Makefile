@@ -1,8 +1,10 @@
 # The two set-up commands of the README:
-#   make run   installs nsightwrap and profiles the example program under the watchdog
+#   make run   installs nsightwrap, checks the machine (doctor) and profiles a small CUDA program:
+#              examples/kernels.cu built with nvcc, else the PyTorch example, else a one-kernel
+#              driver-API probe; then prints one row per kernel launch
 #   make test  installs nsightwrap with its test extras, runs ruff, then the tests (what CI runs)
+# PYTHON may be any interpreter, e.g. `make test PYTHON=venv/bin/python`.
 PYTHON ?= python3
-EXAMPLE ?= $(PYTHON) examples/torch_matmul_softmax.py
 
 .PHONY: install install-test run test test-gpu bench clean
 
@@ -14,7 +16,7 @@ install-test:
 
 run: install
 	$(PYTHON) -m nsightwrap doctor
-	$(PYTHON) -m nsightwrap run --set basic -- $(EXAMPLE)
+	$(PYTHON) examples/make_run.py
 
 # Four workers on two cores: most tests wait on real processes (hangs on the fakes'
 # scaled clock), and four overlap those waits (~55 s idle, ~90 s beside four busy

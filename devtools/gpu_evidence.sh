@@ -10,7 +10,8 @@
 #          extras (which ncu_report module, why)   many (only the 300-kernel report, for bench)
 #          jobs (sweep --jobs 2 beside --jobs 1; needs two GPUs)
 #          torchfx (the PyTorch NVTX fixture and its CSV)   examples (examples/profile_*.py)
-#          gputests (every gpu-marked test)
+#          gputests (every gpu-marked test)   sigkill chatty (issue 11)   fncost (issue 15's benchmark)
+#          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
 #
 # Writes $OUT/evidence.tgz (logs, small fixtures, nsys output; reports over 3 MB stay
@@ -44,7 +45,7 @@ step() {  # limit name command...
   local t0=$SECONDS
   timeout --signal=TERM --kill-after=20 "$limit" "$@" > "$W/$name.log" 2>&1
   echo "[$name] rc=$? in $((SECONDS - t0)) s" | tee -a "$S"
-  grep -E "PASSED|FAILED|passed|failed|took|walk [0-9]|hang alone|probes|met|NOT MET|### |chooses|find_report_module|^=== |ok$" "$W/$name.log" | head -20 >> "$S"
+  grep -E "PASSED|FAILED|passed|failed|took|walk [0-9]|hang alone|probes|met|NOT MET|### |chooses|find_report_module|^=== |ok$|chatty:|program lines|==|ratio|median" "$W/$name.log" | head -20 >> "$S"
   gpu_check "$name"
   cp "$S" "$W/"
   tar czf "$OUT/evidence.tgz" -C /tmp $(cd /tmp && find evidence -type f -size -3000k)
@@ -64,6 +65,11 @@ want many     && step 120 many     bash -c 'mkdir -p /tmp/nw "$0" && nvcc -O2 -a
 want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_nvtx csv
 want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy profile_triton profile_hang; do echo "### $e"; s=$SECONDS; timeout 150 python3 examples/$e.py; echo "### $e: rc=$? in $((SECONDS - s)) s"; done; nvidia-smi --query-compute-apps=pid --format=csv,noheader; ps -eo pid,cmd | grep -E "ncu|python3 -m nsightwrap" | grep -v grep'
 want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py
+want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
+want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
+want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
+want calib    && step 560 calib    bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_calibration.txt" --ncu /usr/local/cuda/bin/ncu --nsys /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys --budget ${CALIB_BUDGET:-470}' "$W"
+want probe    && step 60  probe    bash -c 'set -x; timeout 50 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum -c 1 python3 nsightwrap/watch/cudaprobe.py; echo rc=$?'
 want fixtures && step 230 fixtures bash devtools/make_fixtures.sh "$W/fx"
 want bench    && step 100 bench    python3 benchmarks/bench_report.py "$W/fx/many300.ncu-rep" --repeat 3 --ncu /usr/local/cuda/bin/ncu
 cp "$S" "$W/"

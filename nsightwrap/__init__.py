@@ -11,9 +11,9 @@ Everything public is importable from here; other modules are internal.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
-from nsightwrap.call.ranges import range
 from nsightwrap.errors import (
     AttemptFailed,
     AttemptHung,
@@ -28,23 +28,58 @@ from nsightwrap.errors import (
     ToolError,
     ToolNotFound,
 )
-from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
-from nsightwrap.fallback.sweep import SweepResult, sweep_sections
-from nsightwrap.ncu.attempt import Attempt, KernelResult
-from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
-from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import profile_command
-from nsightwrap.ncu.locate import find_ncu
-from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.ncu.progress import Stall, StallRule
 from nsightwrap.status import EXIT_CODES, STATUSES, ReplayMode
-from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
-from nsightwrap.watch.process import StopPolicy
-from nsightwrap.watch.rules import TotalTimeout, WatchRule
 
-# Names whose modules import pandas (or the report reader) load on first use,
-# so that `python -m nsightwrap run` and the watched run start fast.
+if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
+    from nsightwrap.calibrate.confirm import Calibrator
+    from nsightwrap.call.ranges import range
+    from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
+    from nsightwrap.fallback.sweep import SweepResult, sweep_sections
+    from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
+    from nsightwrap.ncu.attempt import Attempt, KernelResult
+    from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
+    from nsightwrap.ncu.context import RunConfig, RunContext
+    from nsightwrap.ncu.engine import profile_command
+    from nsightwrap.ncu.locate import find_ncu
+    from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+    from nsightwrap.ncu.progress import Stall, StallRule
+    from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
+    from nsightwrap.watch.process import StopPolicy
+    from nsightwrap.watch.rules import TotalTimeout, WatchRule
+
+# Every public name but the exceptions and the vocabulary loads on first use,
+# so that `import nsightwrap` (the CLI, and profile(fn)'s child under ncu)
+# pays only for what it touches.
 _LAZY = {
+    "AllowancePolicy": "ncu.allowance",
+    "Calibration": "ncu.allowance",
+    "Calibrator": "calibrate.confirm",
+    "Attempt": "ncu.attempt",
+    "Environment": "store",
+    "HangStore": "store",
+    "KernelFilter": "ncu.options",
+    "KernelResult": "ncu.attempt",
+    "Ladder": "fallback.ladder",
+    "NcuInfo": "ncu.catalog",
+    "ProfileKey": "store",
+    "ProfileOptions": "ncu.options",
+    "Record": "store",
+    "RunConfig": "ncu.context",
+    "RunContext": "ncu.context",
+    "Rung": "fallback.ladder",
+    "Stall": "ncu.progress",
+    "StallRule": "ncu.progress",
+    "StopPolicy": "watch.process",
+    "SweepResult": "fallback.sweep",
+    "TotalTimeout": "watch.rules",
+    "WatchRule": "watch.rules",
+    "find_ncu": "ncu.locate",
+    "load_ladder": "fallback.ladder",
+    "normalize_kernel": "store",
+    "probe_ncu": "ncu.catalog",
+    "profile_command": "ncu.engine",
+    "range": "call.ranges",
+    "sweep_sections": "fallback.sweep",
     "ProfileResult": "call.api", "Profiler": "call.api", "profile": "call.api", "profiled": "call.api",
     "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
     "debug_log": "store.debuglog",
@@ -69,10 +104,17 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
+# A library logs; the application decides where it goes (the CLI: --verbose). Without this,
+# logging's last-resort handler printed every warning a second time, beside the attempt's note.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = [
+    "AllowancePolicy",
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "Calibration",
+    "Calibrator",
     "ChildError",
     "EXIT_CODES",
     "Environment",

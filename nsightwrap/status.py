@@ -42,3 +42,8 @@ class ReplayMode(str, Enum):
 #: Replay modes that profile ranges the program marks, not single kernels.
 RANGE_MODES = (ReplayMode.RANGE, ReplayMode.APP_RANGE)
 REPLAY_MODES = tuple(m.value for m in ReplayMode)
+
+#: Which ranks of a multi-process job ncu wraps: every one (ncu around the
+#: launcher), or one alone (ncu around one rank; see nsightwrap.watch.launchers).
+ALL_RANKS, ONE_RANK = "all", "one"
+RANK_MODES = (ALL_RANKS, ONE_RANK)

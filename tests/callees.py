@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_ncu"))
 import fakecuda  # noqa: E402
@@ -52,3 +53,8 @@ def slow_step(call_s, gap_s):
     time.sleep(call_s)
     fakecuda.launch("slow_kernel", slow=gap_s, gaps=1)
     return "done"
+
+
+def touches(path):
+    Path(path).write_text("fn ran")
+    fakecuda.launch("k")

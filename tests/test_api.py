@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import FAKE_DIR, no_leftovers, run_config
@@ -16,7 +17,7 @@ FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
     sys.path.insert(0, FAKE)
 import fakecuda  # noqa: E402
-from callees import matmul_softmax, raises, returns_unpicklable, step_with_hang  # noqa: E402
+from callees import matmul_softmax, raises, returns_unpicklable, step_with_hang, touches  # noqa: E402
 
 # --- functions the child imports by name: tests/callees.py (light), and one decorated here ---
 
@@ -144,9 +145,57 @@ def test_range_fixture(tmp_path):
     assert calls == ["push step", "start", "body", "stop", "pop"]
 
 
-def test_pytest_fixture(cfg, nsight_profile):
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU as nvidia-smi tells it (the fake one): the fixture below then does not skip."""
+    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_pytest_fixture(cfg, fake_gpu, nsight_profile):
     r = nsight_profile(matmul_softmax, 2, set="basic", config=cfg)
     assert len(r.df) == 2
+
+
+def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env):
+    """NSIGHTWRAP_NCU names an ncu, but no nvidia-smi answers: nothing could be profiled, so skip."""
+    import subprocess
+
+    (tmp_path / "test_uses_fixture.py").write_text("def test_it(nsight_profile):\n    raise AssertionError('ran')\n")
+    root = Path(__file__).resolve().parent.parent
+    env = dict(fake_env, PATH="/usr/bin:/bin", PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "1 skipped" in done.stdout and "no NVIDIA GPU" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("ncu", ["missing", "broken"])
+def test_profile_checks_ncu_before_running_fn(cfg, tmp_path, monkeypatch, ncu):
+    from nsightwrap.errors import ToolError, ToolNotFound
+
+    path = tmp_path / "ncu"
+    if ncu == "broken":
+        path.write_text("#!/bin/sh\necho 'ncu: cannot open shared object' >&2\nexit 127\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(path))
+    marker = tmp_path / "marker"
+    with pytest.raises(ToolNotFound if ncu == "missing" else ToolError):
+        profile(touches, str(marker), set="basic", config=cfg)
+    assert not marker.exists()  # fn never ran, not even its plain calibration call
+
+
+def test_profile_removes_its_temp_folder(cfg, tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    # The per-user folder of run records (nsightwrap.watch.records) is meant to stay: keep it elsewhere.
+    monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "runtime"))
+    profile(matmul_softmax, 2, set="basic", config=cfg)
+    with pytest.raises(ChildError):
+        profile(raises, 1, set="basic", config=cfg)
+    assert list(scratch.iterdir()) == []
 
 
 def test_nothing_profiled_says_how_the_range_was_marked(cfg):

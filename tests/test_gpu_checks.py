@@ -21,7 +21,7 @@ from nsightwrap.ncu.options import ProfileOptions
 def smi(fake_env, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GPU_TARGET", "1")
-    monkeypatch.setenv("FAKE_GPU_ID", uuid.uuid4().hex)  # this test's GPU: not the processes of parallel runs
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)  # this test's processes only
     return tmp_path
 
 
@@ -116,3 +116,17 @@ def test_jobs_beyond_the_gpus_is_refused(smi, tmp_path, monkeypatch):
 
     with pytest.raises(NsightwrapError, match="needs 3 GPUs"):
         sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), jobs=3)
+
+
+@pytest.mark.parametrize("scope", ["another-test", None])
+def test_processes_outside_the_test_are_not_on_its_gpu(smi, scope):
+    """Another test's foreign process, or any process on the machine with FAKE_GPU_USER=1, is not this test's."""
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_SMI_SCOPE"}
+    env.update(FAKE_GPU_USER="1", FAKE_GPU_TARGET="0", **({"FAKE_SMI_SCOPE": scope} if scope else {}))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        a = profile_command(app("vec_add"), ProfileOptions(set="basic"), cfg(smi))
+    finally:
+        other.kill()
+        other.wait()
+    assert a.status == "ok" and a.gpu_foreign_before == ()

@@ -41,11 +41,12 @@ def test_cli_hooks(tmp_path, monkeypatch):
         s.record("wait_for_host", BASIC, "ok", env=H200, passes=10, command=CMD_BASIC)
         s.record("vec_add", BASIC, "ok", env=H200, passes=10)
     rc, out, _ = run_cli("hangs", "list", "--store", db)
-    assert rc == 0 and out.splitlines()[0].split() == ["KERNEL", "RECORDS", "HANGS", "LAST"]
-    assert out.splitlines()[2].split()[:3] == ["wait_for_host", "2", "1"]
+    assert rc == 0 and out.splitlines()[0].split() == ["KERNEL", "RECORDS", "HANGS", "UNCALIBRATED", "LAST"]
+    # The hang was recorded without a calibrated allowance: the list says so.
+    assert out.splitlines()[2].split()[:4] == ["wait_for_host", "2", "1", "1"]
 
     rc, out, _ = run_cli("hangs", "show", "wait_for_host", "--store", db)
-    assert rc == 0 and "set full" in out and "hang" in out and "ncu --set full" in out
+    assert rc == 0 and "set full" in out and "hang (not calibrated)" in out and "ncu --set full" in out
     rc, out, _ = run_cli("hangs", "show", "wait_for_host", "--markdown", "--store", db)
     assert rc == 0 and out.startswith("# Debug log: wait_for_host") and "## What to try next" in out
 

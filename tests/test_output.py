@@ -505,3 +505,14 @@ def test_glued_markers_are_not_rescanned():
     elapsed = time.perf_counter() - t0
     assert events == [Output("x")] + [NcuWarning("wx")] * 39_999 + [NcuWarning("w")]
     assert elapsed < 5.0, elapsed  # generous: about 0.15 s (quadratic: 14 s)
+
+
+def test_launch_count_numbers_the_profiled_launches():
+    # ncu 2025.3.1 with --launch-count (GPU machine, 2026-11-26): `"k" - ID (i/N): `.
+    text = ('==PROF== Profiling "nsightwrap_probe" - 0 (1/1): 0%....50%....100% - 1 pass\n'
+            '==PROF== Profiling "k" - 3 (2/2): 0%..')
+    events = parse_all(text)
+    started = [e for e in events if type(e).__name__ == "KernelStarted"]
+    done = [e for e in events if type(e).__name__ == "KernelDone"]
+    assert [(e.name, e.kernel_id) for e in started] == [("nsightwrap_probe", 0), ("k", 3)]
+    assert [e.passes for e in done] == [1]

@@ -181,8 +181,9 @@ def test_tidy_form_on_each_fixture(path, names, pid, n_metrics):
     wide = load_report(path)
     tidy = load_report(path, tidy=True)
     assert list(tidy.columns) == list(TIDY_COLUMNS)
-    metric_cols = wide.columns[len(IDENTITY_COLUMNS):]
+    metric_cols = [c for c in wide.columns[len(IDENTITY_COLUMNS):] if not c.startswith("breakdown:")]
     assert len(tidy) == int(wide[metric_cols].notna().sum().sum())
+    assert is_float_dtype(tidy["value"]) and not tidy["metric"].str.startswith("breakdown:").any()
     assert tidy.groupby("result")["function"].first().tolist() == names
     assert tidy["result"].is_monotonic_increasing
     duration = tidy[tidy["metric"] == "gpu__time_duration.sum"]
@@ -197,6 +198,20 @@ def test_tidy_value_is_numeric_when_every_chosen_metric_is():
     assert is_float_dtype(tidy["value"])
     assert tidy.iloc[0][["result", "function", "demangled", "metric", "value", "unit"]].tolist() == [
         0, "vec_add", VEC_ADD, "gpu__time_duration.sum", 5984.0, "ns"]
+
+
+def test_tidy_value_is_numeric_with_text_and_breakdowns_apart():
+    tidy = load_report(BASIC, tidy=True)
+    assert is_float_dtype(tidy["value"])
+    name = tidy[tidy["metric"] == "device__attribute_display_name"]
+    assert name["value"].isna().all() and name["text"].str.startswith("NVIDIA").all()
+    numbers = tidy[tidy["text"].isna()]
+    assert numbers["value"].notna().all() and len(numbers) > 1000
+    assert not tidy["metric"].str.startswith("breakdown:").any()
+    breakdowns = tidy.attrs["breakdowns"]
+    assert breakdowns and all(k.startswith("breakdown:") for k in breakdowns)
+    assert all(isinstance(v, list) and v and "__" in v[0] for v in breakdowns.values())
+    assert not any(k.startswith("breakdown:") for k in tidy.attrs["units"])
 
 
 # --------------------------------------------------------------------------

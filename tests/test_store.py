@@ -381,7 +381,7 @@ def test_debug_log_full_hangs_basic_works(store):
     assert "**Hypothesis:** set full profiles wait_for_host without hanging" in log
     assert "**Hypothesis:** replacing set full with set basic avoids the hang" in log
     assert "**What we did:** `ncu --set full --kernel-name wait_for_host ./app`" in log
-    assert "**Result:** hang, no progress for 12.5 s, 15.2 s; stalled at '0%..'" in log
+    assert "**Result:** hang, no progress for 12.5 s (not calibrated), 15.2 s; stalled at '0%..'" in log
     assert "**Result:** ok, 10 passes, 5.2 s" in log
     assert "**Conclusion:** set full hangs on this kernel" in log
     assert "**Conclusion:** works: set basic profiles this kernel (10 passes)" in log
@@ -421,3 +421,17 @@ def test_range_replay_hang_is_recorded_for_the_kernel_it_was_tried_for(store):
     assert store.hangs_for("wait_for_host", key, H200)
     [plain] = store.record_attempt(make_attempt("hang", stall=make_stall("range", 0), cookie="s"), key, H200)
     assert plain.kernel == "range"
+
+
+def test_a_rung_that_profiled_nothing_of_a_kernel_in_this_program_is_known(tmp_path):
+    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+
+    env = Environment("h", "NVIDIA H100", "580", "2025.3.1.0")
+    key = ProfileKey(replay_mode="range")
+    with HangStore(tmp_path / "s.db") as store:
+        store.record("k", key, "no-kernels", env=env, command=["ncu", "--replay-mode", "range", "./app", "mixed"])
+        assert store.profiled_nothing("k", key, env, ["./app", "mixed"])
+        assert not store.profiled_nothing("k", key, env, ["./app", "third"])  # another program may mark ranges
+        assert not store.profiled_nothing("other", key, env, ["./app", "mixed"])
+        store.record("k", key, "ok", env=env, command=["ncu", "--replay-mode", "range", "./app", "mixed"])
+        assert not store.profiled_nothing("k", key, env, ["./app", "mixed"])  # the newest outcome decides

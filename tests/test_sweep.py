@@ -62,6 +62,18 @@ def test_no_culprit_and_combinations_of_three():
     assert found(r) == [tuple(sorted(trio))]
 
 
+def test_the_table_shows_every_section_of_a_probe():
+    from nsightwrap.fallback.sweep import KernelSweep, SweepResult, wrap_sections
+
+    probe = Probe("k", frozenset(FULL), "hang", 3.0, 38)
+    table = SweepResult(tuple(FULL), [KernelSweep("k", tuple(FULL), probes=[probe])]).table()
+    label = probe.label()
+    assert len(label) > 60
+    rows = [line[33:93].rstrip() for line in table.splitlines()[1:len(wrap_sections(label)) + 1]]
+    assert "".join(rows) == label  # wrapped after a `+`, nothing cut
+    assert all(len(r) <= 60 for r in rows) and all(r.endswith("+") for r in rows[:-1])
+
+
 # --- with the fake ncu, real processes ------------------------------------------------
 
 SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStateStats", "WorkloadDistribution",
@@ -70,7 +82,7 @@ SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStat
 
 @pytest.fixture
 def cfg(tmp_path, fake_env) -> RunConfig:
-    return run_config(tmp_path, report_dir=str(tmp_path), env=fake_env)
+    return run_config(tmp_path, report_dir=str(tmp_path), env=fake_env, stall_timeout_given=True)
 
 
 @pytest.mark.parametrize("plant,expect_singles,expect_pairs", [

@@ -545,10 +545,11 @@ def test_doctor_names_the_ncu_found(monkeypatch, tmp_path, capsys):
     fake = Path(__file__).parent / "fake_ncu" / "ncu"
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(fake))
     monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: the driver check FAILs
     rc = main(["doctor"])
     out = capsys.readouterr().out
-    assert f"ncu: {fake} (version 2025.3.1.0; 6 sets, 24 sections)" in out
-    assert rc == (0 if "nvidia-smi works" in out else 2)
+    assert f"ok    ncu         {fake} (version 2025.3.1.0; 6 sets, 24 sections)" in out
+    assert rc == 2 and "FAIL  driver" in out
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(tmp_path / "missing"))
     assert main(["doctor"]) == 2
-    assert "ncu: MISSING" in capsys.readouterr().out
+    assert "FAIL  ncu" in capsys.readouterr().out

@@ -28,7 +28,7 @@ rows = attempt_rows
 
 @pytest.fixture
 def cfg(tmp_path, fake_env) -> RunConfig:
-    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=fake_env)
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=fake_env, stall_timeout_given=True)
 
 
 def where(result):
@@ -146,7 +146,11 @@ def test_builtin_profiles_load_and_validate(fake_env, tmp_path):
         load_ladder(name).validate(info)
     default = load_ladder("default")
     assert [r.name for r in default.for_request(ProfileOptions(set="basic"), info)] == [
-        "requested", "speed-of-light", "application-replay", "range-replay", "duration"]
+        "requested", "speed-of-light", "one-rank-launch-stats", "one-rank-duration", "application-replay",
+        "range-replay", "duration"]
+    # A single-process program never meets the one-rank rungs.
+    assert [r.name for r in default.for_processes(False)] == [
+        "requested", "detailed", "basic", "speed-of-light", "application-replay", "range-replay", "duration"]
 
 
 def test_profile_file_errors(tmp_path, fake_env):
@@ -168,6 +172,39 @@ def test_profile_file_errors(tmp_path, fake_env):
                     "  - {metrics: gpu__time_duration.sum, stall_timeout: 3}\n")
     ladder = load_ladder(str(good))
     assert ladder.rungs[1].metrics == ("gpu__time_duration.sum",) and ladder.rungs[1].stall_timeout == 3
+
+
+@pytest.mark.parametrize("rung,message", [
+    ("{name: a, requested: 'false'}", "requested must be true or false"),
+    ("{name: a, requested: 1}", "requested must be true or false"),
+    ("{name: a, set: basic, stall_timeout: yes}", "stall_timeout must be a number.*yes/no"),
+    ("{name: a, set: basic, stall_timeout: '10'}", "stall_timeout must be a number"),
+    ("{name: 3, set: basic}", "name must be a string"),
+    ("{name: a, set: [basic]}", "set must be a string"),
+])
+def test_profile_values_are_typed_strictly(tmp_path, rung, message):
+    """YAML's loose types (`'false'` is true to bool(), `yes` is 1 s) are refused with what to write."""
+    bad = tmp_path / "typed.yaml"
+    bad.write_text(f"name: typed\nrungs:\n  - {rung}\n")
+    with pytest.raises(LadderError, match=message):
+        load_ladder(str(bad))
+
+
+def test_units_survive_merging_the_rows_of_several_reports():
+    import pandas as pd
+
+    from nsightwrap.fallback.ladder import Ladder, Rung
+    from nsightwrap.fallback.walk import LadderResult
+
+    a = pd.DataFrame({"function": ["k1"], "gpu__time_duration.sum": [5.0]})
+    a.attrs = {"units": {"gpu__time_duration.sum": "ns"}, "report": "/r/a.ncu-rep"}
+    b = pd.DataFrame({"function": ["k2"], "dram__bytes.sum": [7.0]})
+    b.attrs = {"units": {"dram__bytes.sum": "byte"}, "report": "/r/b.ncu-rep"}
+    result = LadderResult(Ladder("x", (Rung("r"),)), frames=[a, pd.DataFrame(), b])
+    df = result.df
+    assert list(df["function"]) == ["k1", "k2"]
+    assert df.attrs["units"] == {"gpu__time_duration.sum": "ns", "dram__bytes.sum": "byte"}
+    assert df.attrs["reports"] == ["/r/a.ncu-rep", "/r/b.ncu-rep"]
 
 
 def test_rewrite_for_range_replay_says_what_it_dropped():

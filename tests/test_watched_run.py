@@ -35,7 +35,9 @@ def test_ok_run_profiles_every_kernel(fake_env, tmp_path):
     assert [(k.name, k.kernel_id, k.passes) for k in a.kernels] == [
         ("vec_add", 0, 10), ("vec_add", 1, 10), ("block_reduce", 2, 10)]
     assert a.report_complete and a.report.exists()
-    assert a.report.name.startswith("python3-app.py-vec_add-") and a.report.name.endswith(".ncu-rep")
+    # Named after the program: the interpreter's name as invoked (python3, python, python3.12 in a venv ...).
+    assert a.report.name.startswith(f"{Path(sys.executable).name}-app.py-vec_add-")
+    assert a.report.name.endswith(".ncu-rep")
     assert a.stop is None and a.stall is None
     assert "app: no error" in a.log
     assert_clean(a)

@@ -57,7 +57,7 @@ class Calibrations:
             return CallTime(self._known[subject].seconds, EARLIER)
         if self._store is None:
             return None
-        found = self._store.calibration(subject, self._environment())
+        found = self._store.call_time(subject, self._environment())
         if found is None:
             return None
         self._known[subject] = CallTime(found.seconds, STORED)
@@ -67,7 +67,7 @@ class Calibrations:
         """Keep a measured time for later calls, and in the store."""
         self._known[subject] = time
         if self._store is not None:
-            self._store.record_calibration(subject, time.seconds, self._environment(), source=time.source)
+            self._store.record_call_time(subject, time.seconds, self._environment(), source=time.source)
 
 
 def plain_run(files: CallFiles, env, timeout: Optional[float]) -> CallResult:

@@ -9,20 +9,20 @@ nsightwrap installed can write
 
 Every test of the session shares one Profiler (`nsight_profiler`): ncu is
 located and probed once, and each callable's call time is measured once.
-The fixtures skip the test cleanly where there is no ncu, or (with the
-real ncu) no GPU. pandas loads only when a fixture is used.
+The fixtures skip the test cleanly where there is no ncu or no GPU
+(nvidia-smi lists none), whatever NSIGHTWRAP_NCU says. pandas loads only
+when a fixture is used.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from nsightwrap.errors import ToolNotFound
 from nsightwrap.ncu.locate import ENV_NCU, find_ncu
+from nsightwrap.watch import gpu
 
 
 def _skip_unless_profilable() -> None:
@@ -30,8 +30,9 @@ def _skip_unless_profilable() -> None:
         find_ncu()
     except ToolNotFound as e:
         pytest.skip("nsightwrap: " + str(e).splitlines()[0] + f" (set {ENV_NCU} or install Nsight Compute)")
-    if not os.environ.get(ENV_NCU) and shutil.which("nvidia-smi") is None:
-        pytest.skip("nsightwrap: no NVIDIA driver (nvidia-smi not found)")
+    if not gpu.gpu_count():
+        # Even with NSIGHTWRAP_NCU set: an ncu without a GPU can profile nothing.
+        pytest.skip("nsightwrap: no NVIDIA GPU here (nvidia-smi not found or lists none)")
 
 
 @pytest.fixture(scope="session")

@@ -1,35 +1,34 @@
-"""`doctor`: say which tools are found and what is missing."""
+"""`doctor`: a preflight, one line per check with what to do: ncu, driver, counters, GPU, nsys, store."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.cli.common import print_json
+from nsightwrap.cli.preflight import DOCTOR_CHECKS, FAIL, Facts, as_json, failed, run_checks
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.status import USAGE_EXIT_CODE
-from nsightwrap.watch import gpu
 
 
 def add_parser(sub: Any) -> None:
-    doctor = sub.add_parser("doctor", help="say which tools are found and what is missing")
-    doctor.add_argument("--ncu", metavar="PATH")
+    doctor = sub.add_parser("doctor", help="check ncu, the driver, counter permission, the GPU, nsys and the store",
+                            description="Each check prints a line (ok, warn, FAIL, skip) and, where something is "
+                                        "wrong, what to do. Exit code 2 when a check FAILs.")
+    doctor.add_argument("--ncu", metavar="PATH", help="ncu to check (default: $NSIGHTWRAP_NCU, PATH, CUDA)")
+    doctor.add_argument("--store", metavar="PATH", help="hang store to check (default: $NSIGHTWRAP_STORE, XDG cache)")
+    doctor.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    problems = 0
-    try:
-        context = RunContext.create(RunConfig(ncu=args.ncu))
-        info = context.info
-        print(f"ncu: {context.ncu} (version {info.version}; {len(info.sets)} sets, {len(info.sections)} sections)")
-    except NsightwrapError as e:
-        problems += 1
-        print(f"ncu: MISSING\n{e}")
-    held = gpu.compute_processes()
-    if held is None:
-        problems += 1
-        print("GPU: nvidia-smi not found: no NVIDIA driver here, so nothing can be profiled on this machine.\n"
-              "     Run on a machine with an NVIDIA GPU and driver (the tests still run here: `make test`).")
+    facts = Facts.gather(lambda: RunContext.create(RunConfig(ncu=args.ncu)), args.store)
+    checks = run_checks(facts, DOCTOR_CHECKS)
+    code = USAGE_EXIT_CODE if failed(checks) else 0
+    if args.json:
+        print_json({"status": "error" if code else "ok", "exit_code": code, "checks": as_json(checks)})
     else:
-        print(f"GPU: nvidia-smi works; {len(held)} compute process(es) running")
-    return 0 if problems == 0 else USAGE_EXIT_CODE
+        for c in checks:
+            print(c.line())
+        if code:
+            print(f"\n{len(failed(checks))} check(s) {FAIL}: fix them before profiling (see the lines with ->)")
+    return code

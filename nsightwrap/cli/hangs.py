@@ -121,19 +121,24 @@ def _fmt_s(value: Optional[float]) -> Optional[str]:
 
 
 def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
-    rows = []
+    rows, uncalibrated = [], {}
     if path.exists():
         with HangStore(path, readonly=True) as store:
             rows = store.kernels()
+            uncalibrated = store.uncalibrated_hangs()
     if args.json:
         _print_json(out, {"status": "ok", "store": str(path), "exists": path.exists(),
-                          "kernels": [k._asdict() for k in rows]})
+                          "kernels": [dict(k._asdict(), n_uncalibrated=uncalibrated.get(k.kernel, 0))
+                                      for k in rows]})
     elif not path.exists():
         print(f"no hang store at {path} yet: nothing recorded", file=out)
     elif not rows:
         print(f"no records in {path}", file=out)
     else:
-        print(_table(["KERNEL", "RECORDS", "HANGS", "LAST"], rows), file=out)
+        # Hangs judged without the kernel's calibrated allowance may be slow kernels: say how many.
+        print(_table(["KERNEL", "RECORDS", "HANGS", "UNCALIBRATED", "LAST"],
+                     [(k.kernel, k.n_records, k.n_hangs, uncalibrated.get(k.kernel, 0), k.last_time) for k in rows]),
+              file=out)
     return 0
 
 
@@ -161,15 +166,18 @@ def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
 
 
 def _print_records(recs, out: IO[str]) -> None:
-    rows = [(r.id, r.time, r.kernel, r.outcome + ("" if r.trusted else " (untrusted)"), r.profile_key.describe(),
-             r.passes_reached, _fmt_s(r.stall_s), _fmt_s(r.elapsed_s), r.gpu, r.driver, r.ncu_version)
+    rows = [(r.id, r.time, r.kernel, r.outcome + ("" if r.trusted else " (untrusted)")
+             + (" (not calibrated)" if r.hung and not r.calibrated else ""), r.profile_key.describe(),
+             r.processes, r.passes_reached, _fmt_s(r.stall_s), _fmt_s(r.elapsed_s), r.gpu, r.driver, r.ncu_version)
             for r in recs]
-    print(_table(["ID", "TIME", "KERNEL", "OUTCOME", "SETTINGS", "PASSES", "STALL_S", "ELAPSED_S", "GPU",
-                  "DRIVER", "NCU"], rows), file=out)
+    print(_table(["ID", "TIME", "KERNEL", "OUTCOME", "SETTINGS", "PROCESSES", "PASSES", "STALL_S", "ELAPSED_S",
+                  "GPU", "DRIVER", "NCU"], rows), file=out)
     for r in recs:
         if r.command or r.note:
             print(f"\n#{r.id}: {shlex.join(r.command) if r.command else '(no command)'}"
-                  + (f"\n    {r.note}" if r.note else ""), file=out)
+                  + (f"\n    {r.note}" if r.note else "")
+                  + (f"\n    allowance {r.allowance_s:.1f} s {r.basis}" if r.basis and r.allowance_s is not None
+                     else ""), file=out)
 
 
 def _export(args, path: Path, out: IO[str], err: IO[str]) -> int:

@@ -11,21 +11,23 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from nsightwrap import __version__
 from nsightwrap.cli import doctor, run, sweep
 from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
+from nsightwrap.cli.common import Parser, UsageError, error_doc, interrupted_doc, print_json, wants_json
 from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
 from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.status import EXIT_CODES, USAGE_EXIT_CODE
+from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import ignore_stop_signals
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m nsightwrap",
-                                     description="Run NVIDIA profilers under a watchdog.")
+    parser = Parser(prog="python -m nsightwrap", description="Run NVIDIA profilers under a watchdog.")
+    parser.add_argument("--version", action="version", version=f"nsightwrap {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     run.add_parser(sub)
     sweep.add_parser(sub)
@@ -37,23 +39,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit code of the command; with --json, stdout holds exactly one JSON object whatever happens."""
+    from_shell = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = wants_json(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.cmd is None:
-        parser.print_help()
-        return USAGE_EXIT_CODE
     try:
-        code = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
-                "hangs": cmd_hangs, "nsys": cmd_nsys}[args.cmd](args)
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        return _usage_error(e, as_json)
+    if args.cmd is None:
+        parser.print_help(sys.stderr)
+        return _usage_error(UsageError("give a command, e.g. `python -m nsightwrap run -- ./my_app`"), as_json)
+    try:
+        code = COMMANDS[args.cmd](args)
+    except UsageError as e:
+        return _usage_error(e, as_json)
     except NsightwrapError as e:
         print(f"nsightwrap: {e}", file=sys.stderr)
+        if as_json:
+            print_json(error_doc(str(e)))
         return USAGE_EXIT_CODE
-    except KeyboardInterrupt:  # outside a watched run: no tree is left (each run stops its own)
-        code = EXIT_CODES["interrupted"]
+    except KeyboardInterrupt:  # outside a watched run (each run stops its own tree): doctor, hangs, nsys
         print("nsightwrap: interrupted", file=sys.stderr)
-    if code == EXIT_CODES["interrupted"] and argv is None:
+        if as_json:
+            print_json(interrupted_doc("interrupted"))
+        code = EXIT_CODES[INTERRUPTED]
+    if code == EXIT_CODES[INTERRUPTED] and from_shell:
         ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
     return code
+
+
+def _usage_error(e: UsageError, as_json: bool) -> int:
+    print(f"{e.usage}{e}" if e.usage else str(e), file=sys.stderr)
+    if as_json:
+        print_json(error_doc(str(e), usage=e.usage.strip()))
+    return USAGE_EXIT_CODE
+
+
+COMMANDS = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
+            "hangs": cmd_hangs, "nsys": cmd_nsys}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
+import functools
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
-from nsightwrap.cli.common import EPILOG, echo_unless, positive, signals_as_interrupt, split_command
-from nsightwrap.errors import ProfileInterrupted
+from nsightwrap.calibrate.confirm import Calibrator
+from nsightwrap.cli.common import (
+    EPILOG,
+    LineLog,
+    UsageError,
+    configure_logging,
+    interrupted_doc,
+    positive,
+    print_json,
+    signals_as_interrupt,
+    split_command,
+    without_logged,
+)
+from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
+from nsightwrap.cli.screen import PlainScreen, open_screen
+from nsightwrap.errors import AttemptFailed, ProfileInterrupted
+from nsightwrap.fallback.collectives import one_rank_hint
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REPLAY_MODES, USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.paths import default_store_path
 from nsightwrap.watch.process import StopPolicy
 
 
@@ -33,9 +51,14 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
     run.add_argument("--launch-skip", type=int, metavar="N")
     run.add_argument("--launch-count", type=int, metavar="N")
-    run.add_argument("--stall-timeout", type=positive, default=DEFAULT_STALL_TIMEOUT, metavar="SEC",
-                     help=f"a kernel with no progress for SEC is hung (default {DEFAULT_STALL_TIMEOUT:g}; "
-                          "grows with the observed pace of progress)")
+    run.add_argument("--stall-timeout", type=positive, metavar="SEC",
+                     help="a kernel with no progress for SEC is hung, whatever its calibration and at every "
+                          f"rung (default: each kernel's calibrated allowance, else {DEFAULT_STALL_TIMEOUT:g} and "
+                          "a stall is confirmed by calibrating first; grows with the observed pace of progress)")
+    run.add_argument("--calibrate", action="store_true",
+                     help="time the program without ncu first (nsys, else a plain run; kept in the hang store), "
+                          "so that each kernel gets its own stall allowance from the start")
+    run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
@@ -48,8 +71,15 @@ def add_parser(sub: Any) -> None:
                                                       "~/.cache/nsightwrap/hangs.db)")
     run.add_argument("--retry-known-hangs", action="store_true",
                      help="with --profile: try rungs the store knows to hang")
-    run.add_argument("--json", action="store_true", help="print one JSON object describing the attempt on stdout")
-    run.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
+    run.add_argument("--rank", type=int, metavar="N",
+                     help="multi-process jobs (torchrun, mpirun, srun): ncu wraps rank N alone; with --profile, the "
+                          "rank that the ladder's one-rank rungs profile (default 0)")
+    # What the run shows and prints (kept together).
+    run.add_argument("--json", action="store_true", help="print one JSON object on stdout, whatever happens")
+    run.add_argument("-q", "--quiet", action="store_true", help="no ncu output and no live progress on stderr")
+    run.add_argument("--verbose", action="store_true", help="print nsightwrap's own log (each message once)")
+    run.add_argument("--no-preflight", action="store_true",
+                     help="with --profile: skip the checks made before the walk (doctor's cheap ones)")
     run.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
@@ -64,57 +94,120 @@ def _kernel(args: argparse.Namespace) -> Optional[KernelFilter]:
 def cmd_run(args: argparse.Namespace) -> int:
     command = split_command(args.extra)
     if not command:
-        print("nsightwrap run: give the command to profile after `--`, e.g.\n"
-              "  python -m nsightwrap run --set basic -- ./my_app 1024", file=sys.stderr)
-        return USAGE_EXIT_CODE
+        raise UsageError("nsightwrap run: give the command to profile after `--`, e.g.\n"
+                         "  python -m nsightwrap run --set basic -- ./my_app 1024")
     if args.kernel and args.kernel_name:
-        print("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both", file=sys.stderr)
-        return USAGE_EXIT_CODE
+        raise UsageError("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both")
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
-                             launch_count=args.launch_count, export=args.export)
-    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout, timeout=args.timeout,
+                             launch_count=args.launch_count, export=args.export,
+                             rank=None if args.profile else args.rank)
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
+                       stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
-    echo = echo_unless(args.quiet)
-    with signals_as_interrupt():
-        context = RunContext.create(config)
-        if args.profile:
-            return _run_ladder(args, command, options, context, echo)
-        try:
-            attempt = profile_command(command, options, context=context, on_output=echo)
-        except ProfileInterrupted as e:
-            attempt = e.attempt
-        if args.json:
-            print(attempt.to_json())
-        else:
-            print("\n" + attempt.describe(), file=sys.stderr)
+    screen = open_screen(args.quiet)
+    log = configure_logging(args.verbose, screen.say)
+    try:
+        with signals_as_interrupt(), screen:
+            context = RunContext.create(config).with_listener(screen)
+            refused = preflight(args, context, screen) if args.profile else None
+            if refused:  # before anything is run or stored
+                return refuse(args, screen, refused)
+            calibrator, store = _calibrator(args, command, screen)
+            if args.calibrate and not config.stall_timeout_given:
+                calibration = calibrator.calibrate(config)
+                if not calibration.ok:  # the program hangs or fails by itself: nothing to profile
+                    screen.close()
+                    return _program_fault(args, calibration)
+            if args.profile:
+                return _run_ladder(args, command, options, context, screen, log, calibrator, store)
+            return _run_once(args, command, options, context, screen, log, calibrator)
+    except KeyboardInterrupt:
+        # Between attempts (back-off, GPU settle wait, probing ncu): nothing of ours is running.
+        return report_interrupt(args, screen, None)
+    finally:
+        configure_logging(False, screen.line)
+
+
+def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScreen) -> tuple[Calibrator, Any]:
+    """The run's calibrator, and the hang store opened on first use.
+
+    A run without a stall pays nothing for calibration: the store is read up
+    front only when it exists (a calibration kept by an earlier run is used
+    from the start), else opened on a stall.
+    """
+    store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
+    known = Path(args.store).expanduser() if args.store else default_store_path()
+    calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say,
+                            lazy=not (args.profile or known.exists()))
+    return calibrator, store
+
+
+def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
+    doc = {"status": calibration.status, "reason": calibration.reason,
+           "exit_code": EXIT_CODES[calibration.status], "calibration": calibration.to_dict()}
+    if args.json:
+        print_json(doc)
+    else:
+        print(f"\n{calibration.status}: {calibration.reason}", file=sys.stderr)
+    return EXIT_CODES[calibration.status]
+
+
+def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
+              screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator) -> int:
+    try:
+        attempt = calibrator.run(lambda ctx: profile_command(command, options, context=ctx,
+                                                             on_output=screen.on_output), context, options)
+    except ProfileInterrupted as e:
+        attempt = e.attempt
+    hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
+    if hint and options.rank is None:
+        attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
+    screen.close()
+    if args.json:
+        print(attempt.to_json())
+    else:
+        print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code
 
 
 def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-                echo: Optional[Callable[[str], None]]) -> int:
+                screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator,
+                store: Callable[[], HangStore]) -> int:
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
-    store = HangStore(args.store)
     try:
-        result = walk_ladder(command, options, args.profile, context=context, store=store, on_output=echo,
-                             retry_known_hangs=args.retry_known_hangs)
+        result = walk_ladder(command, options, args.profile, context=context, store=store(),
+                             on_output=screen.on_output, retry_known_hangs=args.retry_known_hangs,
+                             calibrator=calibrator, rank=args.rank or 0)
     except ProfileInterrupted as e:
-        print(e.attempt.to_json() if args.json else e.attempt.describe())
-        return EXIT_CODES[INTERRUPTED]
-    df = result.df
+        return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
+                                                               attempt=e.attempt.to_dict()))
+    except AttemptFailed as e:  # the first rung failed outright: nothing to step down from
+        screen.close()
+        print(f"\nnsightwrap: {e}", file=sys.stderr)
+        if args.json:
+            print_json({"status": e.attempt.status, "exit_code": e.attempt.exit_code, "ladder": args.profile,
+                        "reason": str(e), "attempt": e.attempt.to_dict()})
+        return e.attempt.exit_code
+    screen.close()
+    status = ERROR if result.stopped else HANG if result.unprofiled else OK
     if args.json:
-        print(json.dumps({
-            "ladder": result.ladder.name,
-            "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
-                       "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
-            "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
-            "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
-            "reports": result.report_paths}))
+        print_json(_walk_doc(result, status))
     else:
         print("\n" + result.summary(), file=sys.stderr)
-    if result.stopped:
-        return EXIT_CODES[ERROR]
-    return EXIT_CODES[HANG] if result.unprofiled else EXIT_CODES[OK]
+    return EXIT_CODES[status]
+
+
+def _walk_doc(result: Any, status: str) -> dict[str, Any]:
+    df = result.df
+    return {
+        "status": status, "exit_code": EXIT_CODES[status], "ladder": result.ladder.name,
+        "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
+                   "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
+        "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
+        "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
+        "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
+        "reports": result.report_paths}

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from nsightwrap.cli.common import echo, positive, signals_as_interrupt, split_command
+from nsightwrap.calibrate.confirm import Calibrator
+from nsightwrap.cli.common import (
+    UsageError,
+    configure_logging,
+    interrupted_doc,
+    positive,
+    print_json,
+    signals_as_interrupt,
+    split_command,
+)
+from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
+from nsightwrap.cli.screen import open_screen
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import load_ladder
-from nsightwrap.fallback.sweep import Probe, result_json, sweep_sections
-from nsightwrap.ncu.context import RunConfig
+from nsightwrap.fallback.sweep import Probe, sweep_sections
+from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
+from nsightwrap.status import EXIT_CODES, NO_KERNELS
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.watch.files import folder_problem
 
 
 def add_parser(sub: Any) -> None:
@@ -28,40 +41,73 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
                        help="ladder whose first rung's stall timeout the probes use")
     sweep.add_argument("--stall-timeout", type=positive, metavar="SEC",
-                       help="stall timeout of every probe "
-                            f"(default: the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+                       help="stall timeout of every probe, whatever the calibration (default: each kernel's "
+                            f"calibrated allowance, else the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
+    sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
+    sweep.add_argument("--rank", type=int, default=0, metavar="N",
+                       help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
     sweep.add_argument("--store", metavar="PATH",
                        help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
-    sweep.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
-    sweep.add_argument("-q", "--quiet", action="store_true", help="do not echo ncu's output")
+    # What the sweep shows and prints (kept together).
+    sweep.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    sweep.add_argument("-q", "--quiet", action="store_true", help="no ncu output and no live progress on stderr")
+    sweep.add_argument("--verbose", action="store_true", help="print nsightwrap's own log (each message once)")
+    sweep.add_argument("--no-preflight", action="store_true", help="skip the checks made before the sweep")
     sweep.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def _markdown_path(path: str) -> Path:
+    """--markdown checked before the sweep, not found unwritable after it."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"nsightwrap sweep-sections: --markdown {path} is a folder; give a file name")
+    problem = folder_problem(target.parent if str(target.parent) else Path("."), create=False)
+    if problem:
+        raise UsageError(f"nsightwrap sweep-sections: cannot write --markdown {path}: {problem}; "
+                         "give a path in a folder you can write")
+    return target
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     command = split_command(args.extra)
     if not command:
-        print("nsightwrap sweep-sections: give the command after `--`", file=sys.stderr)
-        return USAGE_EXIT_CODE
+        raise UsageError("nsightwrap sweep-sections: give the command after `--`")
+    markdown = _markdown_path(args.markdown) if args.markdown else None
     first = load_ladder(args.profile).rungs[0]
-    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT)
+    config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
+                       stall_timeout_given=args.stall_timeout is not None)
     store = HangStore(args.store)
+    screen = open_screen(args.quiet)
+    configure_logging(args.verbose, screen.say)
 
     def said(probe: Probe) -> None:
-        if not args.quiet:
-            echo(f"\n[sweep] {probe.kernel}: {probe.label()} -> {probe.outcome}\n")
+        screen.line(f"[sweep] {probe.kernel}: {probe.label()} -> {probe.outcome}")
 
-    with signals_as_interrupt():
-        try:
+    try:
+        with signals_as_interrupt(), screen:
+            context = RunContext.create(config).with_listener(screen)
+            refused = preflight(args, context, screen)
+            if refused:
+                return refuse(args, screen, refused)
+            calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    config=config, store=store, jobs=args.jobs, on_probe=said)
-        except ProfileInterrupted as e:
-            print(f"\nsweep interrupted; every probe so far is in the store ({store.path})\n{e.attempt.describe()}",
-                  file=sys.stderr)
-            return EXIT_CODES[INTERRUPTED]
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")
-    print(result_json(result) if args.json else result.table())
-    return 0
+                                    context=context, store=store, jobs=args.jobs, on_probe=said,
+                                    calibrator=calibrator, rank=args.rank)
+    except KeyboardInterrupt as e:
+        attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
+        return report_interrupt(args, screen, interrupted_doc(
+            f"sweep interrupted; every probe so far is in the store ({store.path})", store=str(store.path),
+            attempt=attempt))
+    finally:
+        configure_logging(False, screen.line)
+    code = EXIT_CODES[NO_KERNELS] if result.status == NO_KERNELS else 0  # hangs found: the sweep did its job
+    print_json({"exit_code": code, **result.to_dict()}) if args.json else print(result.table())
+    if markdown is not None:
+        try:
+            markdown.write_text("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")
+        except OSError as e:
+            print(f"nsightwrap sweep-sections: could not write {markdown}: {e.strerror or e}", file=sys.stderr)
+            return 2
+    return code

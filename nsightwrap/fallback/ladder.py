@@ -19,7 +19,7 @@ import yaml
 from nsightwrap.errors import LadderError, did_you_mean
 from nsightwrap.ncu.catalog import NcuInfo
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import RANGE_MODES, REGEX_PREFIX, REPLAY_MODES, ReplayMode
+from nsightwrap.status import ALL_RANKS, ONE_RANK, RANGE_MODES, RANK_MODES, REGEX_PREFIX, REPLAY_MODES, ReplayMode
 from nsightwrap.store.hangstore import ProfileKey
 
 __all__ = ["Ladder", "LadderError", "Rung", "builtin_profiles", "exclude_kernels", "ladder_from_dict", "load_ladder",
@@ -36,7 +36,7 @@ def _profiles_dir() -> Path:
 
 
 PROFILES_DIR = _profiles_dir()
-RUNG_KEYS = {"name", "requested", "set", "sections", "metrics", "replay_mode", "extra_args", "stall_timeout"}
+RUNG_KEYS = {"name", "requested", "set", "sections", "metrics", "replay_mode", "extra_args", "stall_timeout", "ranks"}
 LADDER_KEYS = {"name", "description", "rungs"}
 
 
@@ -52,8 +52,11 @@ class Rung:
     replay_mode: Optional[str] = None
     extra_args: tuple[str, ...] = ()
     stall_timeout: Optional[float] = None
+    #: "one": ncu wraps one rank of a multi-process job alone (the caller's rank, else `rank`);
+    #: "all": every rank; None: as the caller asked. Used only for multi-process jobs.
+    ranks: Optional[str] = None
 
-    def apply(self, requested: ProfileOptions) -> tuple[ProfileOptions, list[str]]:
+    def apply(self, requested: ProfileOptions, rank: int = 0) -> tuple[ProfileOptions, list[str]]:
         """The caller's options at this rung, and notes on what was rewritten."""
         if self.requested:
             opts = requested
@@ -62,12 +65,17 @@ class Rung:
                 set=self.set, sections=self.sections, metrics=self.metrics,
                 replay_mode=self.replay_mode or requested.replay_mode,
                 extra_args=tuple(requested.extra_args) + self.extra_args)
+        if self.ranks == ONE_RANK:
+            opts = opts.replace(rank=requested.rank if requested.rank is not None else rank)
+        elif self.ranks == ALL_RANKS:
+            opts = opts.replace(rank=None)
         return rewrite_for_replay(opts)
 
     def describe(self) -> str:
         if self.requested:
-            return "the requested settings"
-        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode or ReplayMode.KERNEL.value).describe()
+            return "the requested settings" + (", one rank" if self.ranks == ONE_RANK else "")
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode or ReplayMode.KERNEL.value,
+                          self.ranks or ALL_RANKS).describe()
 
 
 def rewrite_for_replay(opts: ProfileOptions) -> tuple[ProfileOptions, list[str]]:
@@ -133,6 +141,21 @@ class Ladder:
             raise LadderError(f"ladder {self.name!r} ({self.source}):\n  - " + "\n  - ".join(problems)
                               + "\nRun `ncu --list-sets` / `ncu --list-sections` to see what this ncu offers.")
 
+    def for_processes(self, one_rank_possible: bool) -> "Ladder":
+        """This ladder without its one-rank rungs where they cannot run (a single-process program,
+        or a launch nsightwrap cannot rewrite); the same ladder if none is left out."""
+        if one_rank_possible or not any(r.ranks == ONE_RANK for r in self.rungs):
+            return self
+        kept = tuple(r for r in self.rungs if r.ranks != ONE_RANK)
+        if not kept:
+            raise LadderError(f"ladder {self.name!r} has only one-rank rungs (`ranks: one`), which need a "
+                              "multi-process launch (torchrun, mpirun, srun); add a rung for the whole program")
+        return Ladder(self.name, kept, self.description, self.source)
+
+    @property
+    def has_one_rank_rung(self) -> bool:
+        return any(r.ranks == ONE_RANK for r in self.rungs)
+
     def for_request(self, requested: ProfileOptions, info: Optional[NcuInfo] = None) -> "Ladder":
         """This ladder without the rungs that are not less demanding than the request.
 
@@ -166,7 +189,9 @@ def _demand(opts: ProfileOptions, info: Optional[NcuInfo]) -> tuple[frozenset, f
     if not opts.set and not opts.sections and not opts.metrics:
         known = info is not None and "basic" in info.set_ids
         sections |= set(info.sections_of_set("basic")) if known else {"set:basic"}
-    return frozenset(sections), frozenset(opts.metrics), opts.replay_mode.value
+    # Profiling one rank alone is another way of profiling, not a smaller collection.
+    mode = opts.replay_mode.value + ("/one-rank" if opts.rank is not None else "")
+    return frozenset(sections), frozenset(opts.metrics), mode
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -186,6 +211,9 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
     if unknown:
         raise LadderError(f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
                           f"allowed: {', '.join(sorted(LADDER_KEYS))}")
+    for key in ("name", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise LadderError(f"{source}: {key} must be a string, got {data[key]!r}")
     rungs_data = data.get("rungs")
     if not isinstance(rungs_data, list) or not rungs_data:
         raise LadderError(f"{source}: `rungs` must be a non-empty list (an empty ladder can profile nothing)")
@@ -207,16 +235,27 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
             raise LadderError(f"{where}: replay_mode {replay!r} is not one of " + ", ".join(REPLAY_MODES)
                               + _aside(did_you_mean(str(replay), REPLAY_MODES)))
         stall = rd.get("stall_timeout")
-        if stall is not None and (not isinstance(stall, (int, float)) or stall <= 0):
-            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}")
-        requested = bool(rd.get("requested", False))
+        # YAML reads `yes` as true, and True is an int to Python: seconds must be a real number.
+        if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float)) or stall <= 0):
+            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}"
+                              + (" (YAML reads yes/no/on/off as true/false)" if isinstance(stall, bool) else ""))
+        ranks = rd.get("ranks")
+        if ranks is not None and ranks not in RANK_MODES:
+            raise LadderError(f"{where}: ranks {ranks!r} is not one of " + ", ".join(RANK_MODES)
+                              + " (one: ncu wraps one rank of a multi-process job alone; all: every rank)")
+        requested = rd.get("requested", False)
+        if not isinstance(requested, bool):
+            raise LadderError(f"{where}: requested must be true or false (unquoted), got {requested!r}")
+        for key in ("name", "set"):
+            if rd.get(key) is not None and not isinstance(rd[key], str):
+                raise LadderError(f"{where}: {key} must be a string, got {rd[key]!r}")
         if requested and any(rd.get(k) for k in ("set", "sections", "metrics", "replay_mode")):
             raise LadderError(f"{where}: a `requested` rung takes the caller's settings; "
                               "drop set/sections/metrics/replay_mode")
         rungs.append(Rung(name=str(name), requested=requested, set=rd.get("set"),
                           sections=_strings(rd.get("sections"), where), metrics=_strings(rd.get("metrics"), where),
                           replay_mode=replay, extra_args=_strings(rd.get("extra_args"), where),
-                          stall_timeout=float(stall) if stall is not None else None))
+                          stall_timeout=float(stall) if stall is not None else None, ranks=ranks))
     return Ladder(str(data.get("name") or Path(source).stem), tuple(rungs), str(data.get("description", "")), source)
 
 
@@ -242,13 +281,17 @@ def load_ladder(name_or_path: str = "default") -> Ladder:
     return ladder_from_dict(data, str(path))
 
 
-def exclude_kernels(user: Optional[KernelFilter], names: Sequence[str]) -> Optional[KernelFilter]:
-    """A filter that matches what `user` matches, except the kernels named (exactly)."""
-    if not names:
+def exclude_kernels(user: Optional[KernelFilter], names: Sequence[str], prefixes: Sequence[str] = ()
+                    ) -> Optional[KernelFilter]:
+    """A filter that matches what `user` matches, except the kernels named (exactly) and those whose
+    name starts with one of `prefixes` (a family, e.g. every NCCL collective: ``regex:^(?!...|nccl)``)."""
+    if not names and not prefixes:
         return user
-    neg = "|".join(re.escape(n) for n in sorted(set(names)))
+    alternatives = [f"(?:{'|'.join(re.escape(n) for n in sorted(set(names)))})$"] if names else []
+    alternatives += [re.escape(p) for p in sorted(set(prefixes))]
+    neg = "|".join(alternatives)
     # The trailing .* makes the pattern right whether ncu searches or matches the whole name.
     if user is None:
-        return KernelFilter(f"^(?!(?:{neg})$).*", True)
+        return KernelFilter(f"^(?!{neg}).*", True)
     base = user.pattern if user.regex else f"^{re.escape(user.pattern)}$"
-    return KernelFilter(f"^(?!(?:{neg})$).*?(?:{base}).*", True, user.base)
+    return KernelFilter(f"^(?!{neg}).*?(?:{base}).*", True, user.base)

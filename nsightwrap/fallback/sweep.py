@@ -7,6 +7,11 @@ alone, the culprit is a combination and its members are found by halving
 each side against the other. Clean sets are remembered, so later searches
 skip sections already shown innocent. Every probe is a watched run recorded
 in the hang store, and outcomes already stored are used instead of probing.
+
+In a multi-process job (torchrun, mpirun, srun) the whole-program runs leave
+out the collective families that hung (nsightwrap.fallback.collectives),
+and each kernel's probes run on one rank alone (the rank wrapper): with
+every rank profiled a collective hangs whatever the sections.
 """
 
 from __future__ import annotations
@@ -19,15 +24,18 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.calibrate.confirm import Calibrator
+from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.fallback.collectives import JobShape, collective_family
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import ERROR, HANG, NO_KERNELS, OK, ReplayMode
+from nsightwrap.status import ALL_RANKS, ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ONE_RANK, ReplayMode
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
 from nsightwrap.watch import gpu
+from nsightwrap.watch.rules import Cancelled
 
 #: A probe's outcomes, in the one vocabulary of statuses.
 HUNG, WORKS, FAILED = HANG, OK, ERROR
@@ -45,9 +53,10 @@ class Probe:
     from_store: bool = False
     reason: str = ""
     gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1
+    metrics: tuple[str, ...] = ()  # the one-metric probe (no section): does the kernel hang at all?
 
     def label(self) -> str:
-        return "+".join(sorted(self.sections))
+        return "+".join(sorted(self.sections)) or "+".join(self.metrics) or "(nothing)"
 
 
 @dataclass
@@ -61,6 +70,7 @@ class KernelSweep:
     largest_working: tuple[str, ...] = ()
     probes: list[Probe] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    hangs_whatever: bool = False  # hung with one metric alone: every section hangs, none needs its own probe
 
     @property
     def probes_run(self) -> int:
@@ -88,6 +98,14 @@ class SweepResult:
         """The first run of the whole set on the whole program."""
         return self.whole_runs[0] if self.whole_runs else None
 
+    @property
+    def status(self) -> str:
+        """no-kernels when the whole set profiled nothing (a mistyped --kernel?), hang when kernels
+        hung (see .kernels), else ok."""
+        if self.first is not None and self.first.status == NO_KERNELS:
+            return NO_KERNELS
+        return HANG if self.kernels else OK
+
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
         for a in self.whole_runs:
@@ -96,35 +114,54 @@ class SweepResult:
                          + (f"  on {a.stalled_kernel}" if a.status == HANG and a.stalled_kernel else ""))
         for k in self.kernels:
             for p in k.probes:
-                lines.append(f"{k.kernel[:32]:<32} {p.label()[:60]:<60} {p.outcome:<7} "
+                first, *rest = wrap_sections(p.label())
+                lines.append(f"{k.kernel[:32]:<32} {first:<60} {p.outcome:<7} "
                              f"{'' if p.passes is None else p.passes:>6} {p.seconds:>6.1f}"
                              + ("  (stored)" if p.from_store else "") + (f"  GPU {p.gpu}" if p.gpu else ""))
+                lines.extend(f"{'':<32} {more}" for more in rest)
         lines.append("")
         for k in self.kernels:
             lines.append(f"{k.kernel}: hang alone: {', '.join(k.singles) or 'none'}; "
                          f"hang together: {', '.join('+'.join(c) for c in k.combinations) or 'none'}; "
                          f"largest working set: {len(k.largest_working)} of {len(k.universe)} sections; "
-                         f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})")
+                         f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})"
+                         + ("; it hangs even with one metric alone, whatever is collected" if k.hangs_whatever
+                            else ""))
         if self.kernels:
             lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
             if k.unresolved:
                 lines.append(f"  unresolved: {'; '.join(k.unresolved)}")
         if self.clean:
             lines.append("the requested sections worked on every kernel: nothing to find")
+        if self.status == NO_KERNELS:
+            lines.append(f"nothing was profiled, so nothing was found: {self.first.reason}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"clean": self.clean, "kernels": [{
+        return {"status": self.status, "clean": self.clean, "kernels": [{
             "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
             "hang_together": [list(c) for c in k.combinations], "largest_working_set": list(k.largest_working),
             "probes_run": k.probes_run, "naive_probes": k.naive_probes, "probe_goal": k.budget(),
-            "unresolved": k.unresolved,
-            "probes": [{"sections": sorted(p.sections), "outcome": p.outcome, "passes": p.passes,
+            "unresolved": k.unresolved, "hangs_whatever_is_collected": k.hangs_whatever,
+            "probes": [{"sections": sorted(p.sections), "metrics": list(p.metrics), "outcome": p.outcome,
+                        "passes": p.passes,
                         "seconds": round(p.seconds, 2), "from_store": p.from_store, "reason": p.reason,
                         "gpu": p.gpu}
                        for p in k.probes]} for k in self.kernels],
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
                                     "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]}
+
+
+def wrap_sections(label: str, width: int = 60) -> list[str]:
+    """A probe's `A+B+C` label on lines of at most `width` characters, cut only after a `+`
+    (never cut short: the sections of a probe are what the table is read for)."""
+    lines = [""]
+    for i, name in enumerate(label.split("+")):
+        piece = name + ("+" if i < label.count("+") else "")
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    return lines
 
 
 class _Prober:
@@ -160,9 +197,32 @@ class _Prober:
         return sorted(i for i in items if i in best) + sorted(i for i in items if i not in best)
 
 
-def _first_needed(pr: _Prober, order: list[str], base: frozenset) -> int:
-    """Smallest i with base + order[:i] hanging (base + order hangs, base alone works)."""
+#: The least ncu can collect: one metric in one pass. A kernel that hangs with it hangs whatever is collected.
+LEAST = ("gpu__time_duration.sum",)
+
+
+def _chunk(n: int, found: int) -> Optional[int]:
+    """Sections added per probe when `found` culprits are known (Hwang's generalized binary
+    splitting, expecting one more): None (plain halving) until one is found, 1 when they are dense."""
+    if found == 0:
+        return None
+    d = found + 1
+    if n <= 2 * d - 2:
+        return 1
+    return 2 ** int(math.floor(math.log2((n - d + 1) / d)))
+
+
+def _first_needed(pr: _Prober, order: list[str], base: frozenset, chunk: Optional[int] = None) -> int:
+    """Smallest i with base + order[:i] hanging (base + order hangs, base alone works).
+
+    With a chunk, prefixes grow by `chunk` sections until one hangs; then halving.
+    """
     lo, hi = 0, len(order)
+    while chunk and hi - lo > chunk:
+        if pr.hangs(base | frozenset(order[: lo + chunk])):
+            hi = lo + chunk
+            break
+        lo += chunk
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if pr.hangs(base | frozenset(order[:mid])):
@@ -173,7 +233,8 @@ def _first_needed(pr: _Prober, order: list[str], base: frozenset) -> int:
 
 
 def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozenset], Probe],
-                known_hang: bool = True, max_combination: int = 3) -> KernelSweep:
+                known_hang: bool = True, max_combination: int = 3,
+                least: Optional[Callable[[str], Probe]] = None) -> KernelSweep:
     """Culprit sections of one kernel, by adaptive group testing.
 
     Each round finds the first section x (in an order that puts known-good
@@ -182,9 +243,16 @@ def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozen
     at most ceil(log2 S) + 1 probes, plus one final probe that the rest
     works: the goal ceil(log2 S) + 2. Each further culprit costs two probes
     more than ceil(log2 S) (the probe that tells "alone" from "together",
-    and the one that shows the rest still hangs), so k culprits cost at most
-    k * ceil(log2 S) + 2k, less where sections already shown to work shorten
-    the search.
+    and the one that shows the rest still hangs), and once culprits are
+    found the prefixes grow in smaller steps (generalized binary splitting).
+
+    When the first section tried alone hangs, `least` (one probe with a
+    single metric) asks whether the kernel hangs whatever is collected: then
+    every section hangs and no other probe is needed. So a kernel that hangs
+    whatever is collected costs ceil(log2 S) + 1 probes (basic: 3; one at a
+    time: 4; 7 before). No adaptive search can beat one-at-a-time somewhere
+    and never lose to it: a kernel that works with one metric yet hangs with
+    every section alone still costs more than S probes (basic: 7).
     """
     result = KernelSweep(kernel, tuple(sorted(universe)))
     pr = _Prober(kernel, run, result.probes)
@@ -193,27 +261,50 @@ def investigate(kernel: str, universe: Sequence[str], run: Callable[[str, frozen
     remaining = sorted(universe)
     while remaining and pr.hangs(remaining):
         order = pr.order(remaining)
-        i = _first_needed(pr, order, frozenset())
+        found = len(result.singles) + len(result.combinations)
+        chunk = _chunk(len(order), found)
+        alone = [x for x in order if pr.hangs([x])] if chunk == 1 else []
+        if alone:  # dense: one section at a time is the cheapest now
+            result.singles.extend(alone)
+            remaining = [x for x in remaining if x not in alone]
+            continue
+        i = _first_needed(pr, order, frozenset(), chunk)
         x = order[i - 1]
         if pr.hangs([x]):
             result.singles.append(x)
             remaining.remove(x)
+            if i == 1 and found == 0 and least is not None and _hangs_whatever(least, result):
+                result.singles.extend(remaining)
+                remaining = []
             continue
-        members, pool = [x], order[: i - 1]
-        while not pr.hangs(members) and pool and len(members) < max_combination:
-            pool = pr.order(pool)
-            j = _first_needed(pr, pool, frozenset(members))
-            members.append(pool[j - 1])
-            pool = pool[: j - 1]
-        if not pr.hangs(members):
+        members = _partners(pr, x, order[: i - 1], max_combination)
+        if members is None:
             result.unresolved.append(f"{x} hangs only with more than {max_combination - 1} others among "
                                      + "+".join(order[: i - 1]))
-            remaining.remove(x)
-            continue
-        result.combinations.append(tuple(sorted(members)))
+        else:
+            result.combinations.append(members)
         remaining.remove(x)  # the others may work once x is gone
     result.largest_working = tuple(remaining)
     return result
+
+
+def _hangs_whatever(least: Callable[[str], Probe], result: KernelSweep) -> bool:
+    """One probe with a single metric: does the kernel hang whatever ncu collects?"""
+    p = least(result.kernel)
+    result.probes.append(p)
+    result.hangs_whatever = p.outcome == HUNG
+    return result.hangs_whatever
+
+
+def _partners(pr: _Prober, x: str, before: list[str], max_combination: int) -> Optional[tuple[str, ...]]:
+    """The sections that hang together with x (x hangs with all of `before`, not alone); None if too many."""
+    members, pool = [x], before
+    while not pr.hangs(members) and pool and len(members) < max_combination:
+        pool = pr.order(pool)
+        j = _first_needed(pr, pool, frozenset(members))
+        members.append(pool[j - 1])
+        pool = pool[: j - 1]
+    return tuple(sorted(members)) if pr.hangs(members) else None
 
 
 def sweep_sections(
@@ -228,25 +319,35 @@ def sweep_sections(
     jobs: int = 1,
     gpus: Optional[Sequence[str]] = None,
     on_probe: Optional[Callable[[Probe], None]] = None,
+    rank: int = 0,
+    calibrator: Optional[Calibrator] = None,
 ) -> SweepResult:
     """Find which sections hang on which kernels of `command`.
 
     kernel: the user's kernel text (a regex; see KernelFilter.from_user).
     ncu is located and probed once (`context`, else one made from `config`).
+    rank: the rank whose kernels are probed, in a multi-process job.
+    Kernels get calibrated allowances (stored, else measured at the first
+    stall; see nsightwrap.calibrate), for every later probe too.
     """
     context = RunContext.resolve(config, context)
     universe = list(sections) if sections else list(context.info.sections_of_set(set))
     user_filter = KernelFilter.from_user(kernel) if kernel else None
-    runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe)
+    runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
+                          calibrator, rank)
     result = SweepResult(tuple(universe))
     hanging = _hanging_kernels(runner, frozenset(universe), user_filter, result)
     if not hanging:
-        result.clean = True
+        result.clean = result.status == OK
         return result
     # Each hanging kernel alone, in parallel where there are GPUs for it.
     with cf.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(hanging)))) as pool:
-        futures = [pool.submit(investigate, k, universe, runner.probe) for k in hanging]
-        result.kernels = [f.result() for f in futures]
+        futures = [pool.submit(investigate, k, universe, runner.probe, least=runner.least) for k in hanging]
+        try:
+            result.kernels = [f.result() for f in futures]
+        except BaseException:
+            runner.cancel.set()  # Ctrl-C reaches this thread only: stop the probes of the workers too
+            raise
     return result
 
 
@@ -255,7 +356,10 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
     """The whole set on the whole program, excluding each kernel found hanging, until none hangs."""
     hanging: list[str] = []
     while True:
-        a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging)))
+        families = sorted({collective_family(k) for k in hanging} - {None}) if runner.shape.multi else []
+        runner.context.listener.stage(f"whole program, all {len(full)} sections"
+                                      + (f", without {', '.join(hanging)}" if hanging else ""))
+        a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging, families)))
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
@@ -276,15 +380,38 @@ class _ProbeRunner:
     """
 
     def __init__(self, command: list[str], context: RunContext, store: Optional[HangStore],
-                 gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]]) -> None:
+                 gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]],
+                 calibrator: Optional[Calibrator] = None, rank: int = 0) -> None:
         self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
-        self.env_info = Environment.detect(ncu_version=context.info.version) if store is not None else None
+        self.shape, self.rank = JobShape.of(command), rank
+        self.env_info = self._environment() if store is not None else None
+        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None,
+                                                   env=self.env_info)
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
         self.lock = threading.Lock()
+        self.cancel = threading.Event()
         self.local = threading.local()
         self.owner = threading.get_ident()
+
+    def _environment(self) -> Environment:
+        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
+                                  local_processes=self.shape.local_processes,
+                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
+
+    def _learn(self, attempt: Attempt) -> None:
+        """ncu connected to several processes at once: a multi-process program, recorded as such."""
+        with self.lock:
+            shape = self.shape.seen(attempt.connected)
+            if shape != self.shape:
+                self.shape = shape
+                self.env_info = self._environment() if self.store is not None else None
+
+    @property
+    def probe_rank(self) -> Optional[int]:
+        """The rank probes profile alone, or None to profile the whole program."""
+        return self.rank if self.shape.multi and self.shape.one_rank_possible else None
 
     def _store(self) -> HangStore:
         assert self.store is not None
@@ -302,9 +429,16 @@ class _ProbeRunner:
             if gpu_id is not None:
                 # One probe per GPU, never two on one.
                 context = context.replace(env={**context.env, "CUDA_VISIBLE_DEVICES": gpu_id})
-            attempt = profile_command(self.command, opts, context=context)
+            if self.cancel.is_set():
+                raise KeyboardInterrupt("the sweep was interrupted")
+            attempt = self.calibrator.run(
+                lambda ctx: profile_command(self.command, opts, context=ctx,
+                                            rules=ctx.config.rules(opts) | Cancelled(self.cancel)), context, opts)
         finally:
             self.gpus.put(gpu_id)
+        if attempt.status == INTERRUPTED:
+            raise ProfileInterrupted(attempt)
+        self._learn(attempt)
         if attempt.gpu_left_after:
             raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
                                   + "): the sweep stops so as not to record false hangs; free the GPU and run again")
@@ -314,30 +448,38 @@ class _ProbeRunner:
                                              ladder="sweep-sections")
         return attempt, gpu_id
 
-    def stored(self, kernel: str, sections: frozenset) -> Optional[str]:
+    def stored(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Optional[str]:
         """The outcome the store already knows for this kernel and these sections here, if any."""
         if self.store is None:
             return None
-        key = ProfileKey(None, tuple(sorted(sections)), (), ReplayMode.KERNEL.value).canonical()
+        ranks = ALL_RANKS if self.probe_rank is None else ONE_RANK
+        key = ProfileKey(None, tuple(sorted(sections)), metrics, ReplayMode.KERNEL.value, ranks).canonical()
         env = self.env_info
         for r in self._store().records(kernel=kernel):
-            if r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version:
+            if (r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version
+                    and r.processes == env.processes):
                 return HUNG if r.hung else WORKS if r.outcome == OK else None
         return None
 
-    def probe(self, kernel: str, sections: frozenset) -> Probe:
-        """Does `kernel` hang with `sections`? From the store, else one launch of it alone."""
-        known = self.stored(kernel, sections)
+    def probe(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Probe:
+        """Does `kernel` hang with `sections` (or `metrics`)? From the store, else one launch of it alone."""
+        known = self.stored(kernel, sections, metrics)
         if known is not None:
-            p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store")
+            p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store", metrics=metrics)
         else:
-            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1))
+            self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
+            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics,
+                                              rank=self.probe_rank))
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
-            p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id)
+            p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id, metrics=metrics)
         if self.on_probe:
             self.on_probe(p)
         return p
+
+    def least(self, kernel: str) -> Probe:
+        """The kernel with one metric alone (see LEAST): does it hang whatever is collected?"""
+        return self.probe(kernel, frozenset(), LEAST)
 
 
 def _gpu_ids(jobs: int) -> list[Optional[str]]:

@@ -5,6 +5,15 @@ kernels finished before it keep their results (the partial report); the
 program is profiled again at the same rung from the next launch on with K
 excluded; and K alone goes down the ladder until a rung works or the
 ladder ends. Rungs the hang store knows to hang for K here are skipped.
+
+A multi-process job (torchrun, mpirun, srun, or a run where ncu connects to
+several processes at once) differs in three ways (see
+nsightwrap.fallback.collectives): the program restarts from its first
+launch after a hang (ncu counts launches per process, so a skip count means
+nothing across ranks); a hung collective (NCCL, NVSHMEM) leaves the main run
+with its whole family, and the family goes down the ladder together,
+skipping rungs that profile every rank (they all hang); and the store
+records the job's size, so its hangs are not applied to single-process runs.
 """
 
 from __future__ import annotations
@@ -17,14 +26,22 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
+from nsightwrap.fallback.collectives import (
+    COLLECTIVE_ALL_RANKS,
+    JobShape,
+    collective_family,
+    family_filter,
+    unprofiled_reason,
+)
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
-from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, TIMEOUT
+from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, TIMEOUT
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
 
 log = logging.getLogger("nsightwrap")
@@ -40,6 +57,7 @@ TRANSIENT_ERRORS = (
 RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN = "rung", "attempt", "job"
 #: Why a step was skipped when the hang store knows the rung hangs for the kernel.
 KNOWN_HANG = "known to hang here (hang store)"
+KNOWN_EMPTY = "profiled nothing of it in this program before (hang store)"
 
 
 def is_transient(attempt: Attempt) -> bool:
@@ -74,6 +92,9 @@ class LadderResult:
     frames: list[pd.DataFrame] = field(default_factory=list)
     unprofiled: list[str] = field(default_factory=list)  # hung at every rung
     stopped: Optional[str] = None  # why the walk ended early, if it did
+    why_unprofiled: dict[str, str] = field(default_factory=dict)  # kernel -> why no rung profiled it
+    processes: int = 1  # the job's processes (ranks)
+    gpus: Optional[int] = None  # the GPUs they could use here, when known
 
     @property
     def attempts(self) -> list[Attempt]:
@@ -92,19 +113,35 @@ class LadderResult:
 
     @property
     def df(self) -> pd.DataFrame:
+        """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
         frames = [f for f in self.frames if len(f)]
         if not frames:
             return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
-        return pd.concat(frames, ignore_index=True)
+        merged = pd.concat(frames, ignore_index=True)
+        merged.attrs = merged_attrs(frames)
+        return merged
 
     def summary(self) -> str:
-        lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s)"]
+        job = "" if self.processes == 1 else f" on a job of {self.processes} processes ({self.gpus or '?'} GPU(s))"
+        lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s){job}"]
         lines += ["  " + s.describe() for s in self.steps]
         if self.unprofiled:
             lines.append("hung at every rung: " + ", ".join(self.unprofiled))
+            lines += [f"  {k}: {self.why_unprofiled[k]}" for k in self.unprofiled if k in self.why_unprofiled]
         if self.stopped:
             lines.append("stopped early: " + self.stopped)
         return "\n".join(lines)
+
+
+def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
+    """The attrs of frames read from several reports: units merged, and the reports listed."""
+    units: dict = {}
+    reports: list = []
+    for f in frames:
+        units.update(f.attrs.get("units", {}))
+        if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
+            reports.append(f.attrs["report"])
+    return {"units": units, "reports": reports}
 
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
@@ -132,14 +169,17 @@ class _Job:
     skip: int = 0
     excluded: tuple[str, ...] = ()
     done: list[str] = field(default_factory=list)  # names of results kept, main job only
+    family: Optional[str] = None  # a collective family (prefix) profiled together, multi-process jobs only
+    tried_one_rank: bool = False
 
     @property
     def name(self) -> str:
         return self.kernel or "main"
 
-    def lower(self, skip: Optional[int] = None) -> "_Job":
+    def lower(self, skip: Optional[int] = None, one_rank: bool = False) -> "_Job":
         """This kernel's job one rung down."""
-        return _Job(self.kernel, self.rung_index + 1, self.skip if skip is None else skip)
+        return _Job(self.kernel, self.rung_index + 1, self.skip if skip is None else skip, family=self.family,
+                    tried_one_rank=self.tried_one_rank or one_rank)
 
 
 @dataclass(frozen=True)
@@ -154,6 +194,8 @@ class _Settings:
     reader: Callable[[Attempt], pd.DataFrame]
     stall_timeout_floor: Optional[float]
     stall_timeout: Optional[float]
+    rank: int = 0
+    calibrator: Optional[Calibrator] = None
     environment: Optional[Environment] = None
 
 
@@ -173,35 +215,47 @@ def walk_ladder(
     stall_timeout_floor: Optional[float] = None,
     stall_timeout: Optional[float] = None,
     environment: Optional[Environment] = None,
+    rank: int = 0,
+    calibrator: Optional[Calibrator] = None,
 ) -> LadderResult:
     """Profile `command`, stepping down `ladder` for each kernel that hangs.
 
     ncu is located and probed once (`context`, else one made from `config`)
     and used by every attempt. reader turns an attempt into rows (default:
     its report, through load_report); stall_timeout_floor is the least stall
-    timeout any rung may use, and stall_timeout, when given, is used at
-    every rung. environment: this machine as the store knows it, when the
-    caller already detected it (else detected here, when there is a store).
+    timeout any rung may use. An explicit stall timeout (stall_timeout, or
+    config.stall_timeout_given) is used at every rung, over the rungs' own.
+    Otherwise kernels get calibrated allowances: the calibration is taken
+    from the store, else measured at the first stall (calibrator: the
+    Calibrator to use, e.g. one that already calibrated; default: one for
+    this command and store), and a stall is a hang only once calibrated.
+    environment: this machine as the store knows it, when the caller
+    already detected it (else detected here, when there is a store).
+    rank is the rank that one-rank rungs profile in a multi-process job
+    (unless options.rank chooses one for every rung).
     """
     options = options or ProfileOptions()
     context = RunContext.resolve(config, context)
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout_floor, stall_timeout, environment)
-    return _Walk(list(command), options, ladder.for_request(options, context.info), context, settings).run()
+                         stall_timeout_floor, stall_timeout, rank, calibrator, environment)
+    shape = JobShape.of(command)
+    ladder = ladder.for_request(options, context.info).for_processes(shape.one_rank_possible)
+    return _Walk(list(command), options, ladder, context, settings, shape).run()
 
 
 class _Walk:
     """One walk: a queue of jobs, and a method per decision about them."""
 
     def __init__(self, command: list[str], options: ProfileOptions, ladder: Ladder, context: RunContext,
-                 settings: _Settings) -> None:
+                 settings: _Settings, shape: JobShape) -> None:
         self.command, self.options, self.ladder = command, options, ladder
-        self.context, self.s = context, settings
-        self.env = None if settings.store is None else (
-            settings.environment or Environment.detect(ncu_version=context.info.version))
+        self.context, self.s, self.shape = context, settings, shape
+        self.env = self._environment() if settings.store is not None else None
         self.result = LadderResult(ladder)
+        self._note_shape()
+        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store, env=self.env)
         self.jobs = self._first_jobs()
 
     def run(self) -> LadderResult:
@@ -213,30 +267,56 @@ class _Walk:
                 break
         return self.result
 
+    def _environment(self) -> Environment:
+        """This machine and the job's size, as the store records them (the caller's, for one process)."""
+        if self.s.environment is not None and self.shape.processes == self.s.environment.processes:
+            return self.s.environment
+        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
+                                  local_processes=self.shape.local_processes,
+                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
+
+    def _note_shape(self) -> None:
+        self.result.processes = self.shape.processes
+        self.result.gpus = self.env.gpus if self.env is not None else None
+
     def _first_jobs(self) -> list[_Job]:
         """The main program; kernels of it known to hang at the first rung start lower down."""
         main = _Job(None, 0)
         if self.s.store is None or self.s.retry_known_hangs:
             return [main]
-        first_opts, _ = self.ladder[0].apply(self.options)
+        first_opts, _ = self.ladder[0].apply(self.options, self.s.rank)
         known = _known_hanging_kernels(self.s.store, self.env, ProfileKey.from_options(first_opts), self.command)
         main.excluded = tuple(known)
-        return [main] + [_Job(k, 0) for k in known]
+        jobs, families = [main], set()
+        for k in known:
+            family = collective_family(k) if self.shape.multi else None
+            if family is None or family not in families:  # one job profiles a whole family
+                jobs.append(_Job(k, 0, family=family))
+                families.add(family)
+        return jobs
 
     def _step(self, job: _Job) -> bool:
         """Try one job at its rung; False when the walk must stop."""
         if job.rung_index >= len(self.ladder):
             self.result.unprofiled.append(job.kernel)
+            self.result.why_unprofiled[job.kernel] = unprofiled_reason(job.kernel, self.shape, self.ladder,
+                                                                       job.tried_one_rank)
             return True
         rung = self.ladder[job.rung_index]
         planned = self._options(job, rung)
         if planned is None:
             return True
         opts, notes = planned
-        if job.kernel is not None and self._known_to_hang(job.kernel, opts):
-            self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=KNOWN_HANG))
+        if rung.ranks == ONE_RANK and self.options.rank is None and not (self.shape.multi
+                                                                          and self.shape.one_rank_possible):
+            self.jobs.insert(0, job.lower())  # a one-rank rung, but the job turned out to have one process
+            return True
+        skipped = self._skip_reason(job, opts)
+        if skipped:
+            self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=skipped))
             self.jobs.insert(0, job.lower())
             return True
+        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}")
         attempt = self._attempt(opts, rung)
         self._record(job, rung, opts, notes, attempt)
         if attempt.gpu_left_after:
@@ -245,40 +325,67 @@ class _Walk:
                                    + ", ".join(attempt.gpu_left_after)
                                    + "): stopped so as not to record false hangs; free the GPU and run again")
             return False
-        return self._follow(job, rung, attempt)
+        return self._follow(job, rung, attempt, one_rank=opts.rank is not None)
 
     def _options(self, job: _Job, rung: Rung) -> Optional[tuple[ProfileOptions, list[str]]]:
         """The options of this job at this rung (None: nothing left to profile), and notes."""
         o = self.options
         if job.kernel is not None:
-            alone = KernelFilter(job.kernel, False, o.kernel.base if o.kernel else "function")
-            return rung.apply(o.replace(kernel=alone, launch_skip=job.skip or None, launch_count=None))
+            base = o.kernel.base if o.kernel else "function"
+            alone = family_filter(job.family, o.kernel) if job.family else KernelFilter(job.kernel, False, base)
+            return rung.apply(o.replace(kernel=alone, launch_skip=job.skip or None, launch_count=None), self.s.rank)
         skip = (o.launch_skip or 0) + job.skip
         count = None if o.launch_count is None else o.launch_count - job.skip
         if count is not None and count <= 0:
             return None
-        return rung.apply(o.replace(kernel=exclude_kernels(o.kernel, job.excluded), launch_skip=skip or None,
-                                    launch_count=count))
+        families = {collective_family(k) for k in job.excluded} - {None} if self.shape.multi else set()
+        return rung.apply(o.replace(kernel=exclude_kernels(o.kernel, job.excluded, sorted(families)),
+                                    launch_skip=skip or None, launch_count=count), self.s.rank)
 
-    def _known_to_hang(self, kernel: str, opts: ProfileOptions) -> bool:
+    def _skip_reason(self, job: _Job, opts: ProfileOptions) -> Optional[str]:
+        """Why this kernel's job need not run these options, if it need not."""
+        if job.kernel is None or self.s.retry_known_hangs:
+            return None
         store = self.s.store
-        return (store is not None and not self.s.retry_known_hangs
-                and store.hangs_for(kernel, ProfileKey.from_options(opts), self.env))
+        if store is not None:
+            key = ProfileKey.from_options(opts)
+            if store.hangs_for(job.kernel, key, self.env):
+                return KNOWN_HANG
+            if store.profiled_nothing(job.kernel, key, self.env, self.command):
+                return KNOWN_EMPTY
+        if job.family and self.shape.multi and opts.rank is None:
+            return COLLECTIVE_ALL_RANKS
+        return None
 
     def _attempt(self, opts: ProfileOptions, rung: Rung) -> Attempt:
-        """One watched run, retried after a pause when ncu's error is transient."""
+        """One watched run, retried after a pause when ncu's error is transient, confirmed by calibration."""
         s = self.s
-        # A rung's own stall timeout wins over the config's, but never goes below the floor
-        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
-        stall = s.stall_timeout or max(rung.stall_timeout or self.context.config.stall_timeout,
-                                       s.stall_timeout_floor or 0.0)
+        listener = self.context.listener
         retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
                             wait=wait_exponential(min=s.retry_wait[0], max=s.retry_wait[1]), reraise=True,
-                            retry_error_callback=lambda state: state.outcome.result())
-        return retrying(profile_command, self.command, opts, context=self.context.replace(stall_timeout=stall),
-                        on_output=s.on_output)
+                            retry_error_callback=lambda state: state.outcome.result(),
+                            before_sleep=lambda state: listener.stage(
+                                f"ncu's error looks transient: retrying rung {rung.name!r} in "
+                                f"{state.next_action.sleep:.0f} s"))
+
+        def attempt(context: RunContext) -> Attempt:
+            return retrying(profile_command, self.command, opts, context=context, on_output=s.on_output)
+
+        return self.calibrator.run(attempt, self._context(rung), opts)
+
+    def _context(self, rung: Rung) -> RunContext:
+        """The run context of one rung: an explicit stall timeout wins over the rung's own, everywhere."""
+        s, config = self.s, self.context.config
+        if s.stall_timeout is not None or config.stall_timeout_given:
+            return self.context.replace(stall_timeout=s.stall_timeout or config.stall_timeout,
+                                        stall_timeout_given=True)
+        # A rung's own stall timeout (for kernels not calibrated) never goes below the floor
+        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
+        stall = max(rung.stall_timeout or config.stall_timeout, s.stall_timeout_floor or 0.0)
+        return self.context.replace(stall_timeout=stall)
 
     def _record(self, job: _Job, rung: Rung, opts: ProfileOptions, notes: list[str], attempt: Attempt) -> None:
+        self._learn_shape(attempt)
         index = len(self.result.steps)
         self.result.steps.append(Step(job.name, rung, job.rung_index, attempt, notes=tuple(notes)))
         self.result.frames.append(_frame(attempt, rung, index, job.name, self.s.reader))
@@ -287,43 +394,68 @@ class _Walk:
                                         rung=rung.name, ladder=self.ladder.name)
         log.info(self.result.steps[-1].describe())
 
-    def _follow(self, job: _Job, rung: Rung, attempt: Attempt) -> bool:
+    def _learn_shape(self, attempt: Attempt) -> None:
+        """A program that no launcher announced may still run several processes: ncu's output says so."""
+        shape = self.shape.seen(attempt.connected)
+        if shape == self.shape:
+            return
+        self.shape = shape
+        if self.env is not None:
+            self.env = self._environment()
+        self._note_shape()
+        log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
+
+    def _follow(self, job: _Job, rung: Rung, attempt: Attempt, one_rank: bool) -> bool:
         """What the attempt's outcome means for the jobs left; False when the walk must stop."""
         status = attempt.status
+        if attempt.program_fault:
+            self.result.stopped = f"the program hangs or fails by itself, without ncu ({status}): {attempt.reason}"
+            return False
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
         if status == HANG and attempt.stall is not None:
-            self._after_hang(job, attempt)
+            self._after_hang(job, attempt, one_rank)
             return True
         if job.kernel is not None and status in (NO_KERNELS, ERROR, TIMEOUT):
             # This rung profiled nothing of the kernel (e.g. range replay without marked ranges),
             # ncu refused it, or it ran too long: try the next.
-            self.jobs.insert(0, job.lower())
+            self.jobs.insert(0, job.lower(one_rank=one_rank))
             return True
         if status in (ERROR, CRASHED) and not self.result.frames[:-1]:
             raise AttemptFailed(attempt, f"{status} at rung {rung.name!r}: {attempt.reason}")
         self.result.stopped = f"{status} at rung {rung.name!r} ({job.name}): {attempt.reason}"
         return False
 
-    def _after_hang(self, job: _Job, attempt: Attempt) -> None:
-        """Keep what finished; resume the program past it without the hung kernel, which steps down alone."""
-        finished = [k.name for k in attempt.finished_kernels]
+    def _after_hang(self, job: _Job, attempt: Attempt, one_rank: bool) -> None:
+        """Keep what finished; resume the program past it without the hung kernel, which steps down alone.
+
+        A multi-process job restarts from its first launch instead: ncu counts launches per
+        process, so no skip count fits every rank; the rows of the hung attempt, profiled again,
+        are dropped.
+        """
+        multi = self.shape.multi
+        finished = [] if multi else [k.name for k in attempt.finished_kernels]
         if job.kernel is not None:
-            self.jobs.insert(0, job.lower(skip=job.skip + len(finished)))
+            self.jobs.insert(0, job.lower(skip=job.skip + len(finished), one_rank=one_rank))
             return
         hung = attempt.stalled_kernel
         excluded = tuple(sorted(set(job.excluded) | {hung}))
         kept = [k for k in job.done + finished if k not in excluded]
+        if multi:
+            self.result.frames[-1] = pd.DataFrame()
         self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept))
-        self.jobs.append(_Job(hung, job.rung_index + 1))
+        family = collective_family(hung) if multi else None
+        if family is None or not any(j.family == family for j in self.jobs):
+            self.jobs.append(_Job(hung, job.rung_index + 1, family=family))
 
 
 def _known_hanging_kernels(store: HangStore, env: Environment, key: ProfileKey, command: Sequence[str]) -> list[str]:
-    """Kernels recorded (trusted) as hanging with `key` here, for this same program."""
+    """Kernels recorded (trusted) as hanging with `key` here, for this same program (as many processes)."""
     names: list[str] = []
     for r in store.records():
         if (r.hung and r.trusted and r.key == key.canonical() and r.gpu == env.gpu
-                and r.ncu_version == env.ncu_version and list(r.command[-len(command):]) == list(command)
+                and r.ncu_version == env.ncu_version and r.processes == env.processes
+                and list(r.command[-len(command):]) == list(command)
                 and r.kernel not in names and r.kernel != "*"):
             names.append(r.kernel)
     return names

@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from nsightwrap.errors import AttemptFailed, AttemptHung
-from nsightwrap.ncu.events import SLOW_LAUNCH_WARNING, KernelDone, NcuError, NcuWarning, ReplayPass, ReportWritten
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.events import (
+    SLOW_LAUNCH_WARNING,
+    Connected,
+    Disconnected,
+    KernelDone,
+    NcuError,
+    NcuWarning,
+    ReplayPass,
+    ReportWritten,
+)
 from nsightwrap.ncu.progress import Stall
 from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
     CRASHED,
@@ -83,6 +93,10 @@ class Attempt:
     gpu_foreign_before: tuple[str, ...] = ()
     gpu_left_after: tuple[str, ...] = ()
     ncu: Optional[str] = None  # the ncu that ran (the report is read with it)
+    connected: int = 0  # the most processes ncu was connected to at once (2+: a multi-process program)
+    calibration: Optional[Calibration] = None  # what the per-kernel allowances were based on
+    #: Set when the program itself hangs or fails without ncu (found by calibrating): not an ncu verdict.
+    program_fault: Optional[str] = None
 
     # --- derived -------------------------------------------------------------
     @property
@@ -116,6 +130,11 @@ class Attempt:
         return self.stall.silent_s if self.stall else None
 
     @property
+    def allowance_basis(self) -> Optional[str]:
+        """What the stalled kernel's allowance was based on (calibration, default, given)."""
+        return self.stall.basis if self.stall else None
+
+    @property
     def stop_s(self) -> Optional[float]:
         """From the verdict to a clean tree (every process gone)."""
         return self.stop.duration_s if self.stop else None
@@ -123,6 +142,8 @@ class Attempt:
     def describe(self) -> str:
         """A short paragraph for people: what happened and what was kept."""
         lines = [f"{self.status}: {self.reason}"]
+        if self.stall:
+            lines.append(self.stall.evidence())
         if self.kernels:
             lines.append(f"{len(self.kernels)} kernel(s) profiled: " + ", ".join(
                 f"{k.name}#{k.kernel_id} ({k.passes} pass{'es' if k.passes != 1 else ''})" for k in self.kernels[:8])
@@ -150,11 +171,15 @@ class Attempt:
                 "silent_s": round(self.stall.silent_s, 3), "allowance_s": round(self.stall.allowance_s, 3),
                 "detected_at_s": round(self.stall.detected_at_s, 3),
                 "before_first_progress": self.stall.before_first_progress,
-                "slow_launch_warning_seen": self.stall.slow_warning_seen},
+                "slow_launch_warning_seen": self.stall.slow_warning_seen,
+                "allowance_basis": self.stall.basis, "calibrated": self.stall.calibrated},
             "report": None if self.report is None else str(self.report),
             "report_complete": self.report_complete,
             "elapsed_s": round(self.elapsed_s, 3),
             "detection_s": None if self.detection_s is None else round(self.detection_s, 3),
+            "allowance_basis": self.allowance_basis,
+            "calibration": None if self.calibration is None else self.calibration.to_dict(),
+            "program_fault": self.program_fault,
             "stop": None if self.stop is None else {
                 "reason": self.stop.reason, "steps": self.stop.steps, "graceful": self.stop.graceful,
                 "killed": self.stop.killed, "survivors": self.stop.survivors,
@@ -170,6 +195,7 @@ class Attempt:
             "started_at": self.started_at,
             "cookie": self.cookie,
             "ncu": self.ncu,
+            "connected_processes": self.connected,
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -198,6 +224,23 @@ def _kernels(outcome: RunOutcome) -> tuple[KernelResult, ...]:
             key = (e.kernel_id, e.name)
             passes[key] = max(passes.get(key, 0), e.pass_number)
     return tuple(KernelResult(name, kid, n, ReplayMode.APPLICATION.value) for (kid, name), n in sorted(passes.items()))
+
+
+def most_connected(events: Sequence[tuple[float, Any]]) -> int:
+    """The most processes ncu was connected to at once: the ranks of a multi-process program.
+
+    Counted at once, not in all: application replay connects to the
+    program again for every pass, one process after another.
+    """
+    live: set[int] = set()
+    most = 0
+    for _, e in events:
+        if isinstance(e, Connected):
+            live.add(e.pid)
+            most = max(most, len(live))
+        elif isinstance(e, Disconnected):
+            live.discard(e.pid)
+    return most
 
 
 def _hint(errors: tuple[str, ...]) -> str:
@@ -239,13 +282,19 @@ def classify(outcome: RunOutcome, kernels: Sequence[KernelResult], errors: Seque
 
 def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: Sequence[str] = (),
                   ncu: Optional[str] = None, gpu_foreign_before: Sequence[str] = (),
-                  gpu_left_after: Sequence[str] = ()) -> Attempt:
+                  gpu_left_after: Sequence[str] = (), calibration: Optional[Calibration] = None) -> Attempt:
     kernels = _kernels(outcome)
     errors = tuple(e.text for _, e in outcome.events if isinstance(e, NcuError))
     warnings = tuple(e.text for _, e in outcome.events if isinstance(e, NcuWarning))
     status, reason = classify(outcome, kernels, errors, warnings)
     written = [Path(e.path) for _, e in outcome.events if isinstance(e, ReportWritten)]
     report = written[-1] if written else (export if export is not None and export.exists() else None)
+    if status == OK and export is not None and (report is None or not report.exists()):
+        # The kernels ran, but what they were profiled for is not on disk (full disk, a folder
+        # that became unwritable): that is a failure, not "N kernel(s) profiled".
+        status, reason = ERROR, (f"ncu profiled {len(kernels)} kernel(s) but did not write the report {export}"
+                                 + (f": {errors[0]}" if errors else "")
+                                 + "; check that its folder is writable and the disk not full, then run again")
     notes = list(notes)
     if outcome.stop and outcome.stop.reason == "leftovers":
         notes.append("the program ended but left processes behind; they were stopped: "
@@ -273,4 +322,6 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
         gpu_foreign_before=tuple(gpu_foreign_before),
         gpu_left_after=tuple(gpu_left_after),
         ncu=ncu,
+        connected=most_connected(outcome.events),
+        calibration=calibration,
     )

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
+from nsightwrap.ncu.allowance import GIVEN, NOT_CALIBRATED, AllowancePolicy, Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import ReportedCallTime
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
+from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
 from nsightwrap.watch.process import StopPolicy
@@ -53,10 +55,25 @@ class RunConfig:
     #: program's output through unparsed; False parses the merged stdout
     #: (for an ncu that cannot log to a file).
     log_channel: bool = True
+    #: True when stall_timeout was given by the user (--stall-timeout, stall_timeout=): it then wins
+    #: everywhere, over calibrated allowances and over every ladder rung's own stall_timeout.
+    stall_timeout_given: bool = False
+    #: How long the program's kernels run without ncu (nsightwrap.calibrate, or
+    #: Calibration.from_call for profile(fn)): each kernel then gets its own allowance.
+    calibration: Optional[Calibration] = None
+    allowance: AllowancePolicy = field(default_factory=AllowancePolicy)
 
-    def rules(self) -> WatchRule:
-        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth)
-        if self.call_time_file is not None:
+    def rules(self, options: Any = None) -> WatchRule:
+        """The stall rule (with per-kernel allowances when calibrated) | the total timeout.
+
+        options (ProfileOptions) say how many passes each kernel needs and the clock control.
+        """
+        allowances = None
+        if not self.stall_timeout_given and self.calibration is not None and self.calibration.ok:
+            allowances = KernelAllowances.for_options(self.calibration, options, self.allowance)
+        rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth, allowances=allowances,
+                                    basis=GIVEN if self.stall_timeout_given else NOT_CALIBRATED)
+        if self.call_time_file is not None and not self.stall_timeout_given:
             rule = ReportedCallTime(rule, self.call_time_file)
         if self.timeout is not None:
             rule = rule | TotalTimeout(self.timeout)
@@ -95,6 +112,8 @@ class RunContext:
     _info: _Once[NcuInfo] = field(repr=False, compare=False)
     _locate: FindNcu = field(repr=False, compare=False)
     _probe: ProbeNcu = field(repr=False, compare=False)
+    #: Hears what each attempt does as it runs (the CLI's live progress); silent by default.
+    listener: RunListener = field(default=SILENT, repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Optional[RunConfig] = None, *, locate: Optional[FindNcu] = None,
@@ -129,9 +148,13 @@ class RunContext:
         """This context run with another config: the same ncu and probe, unless
         the config names another ncu or cache; the environment follows config.env."""
         if (config.ncu, config.cache_dir) != (self.config.ncu, self.config.cache_dir):
-            return RunContext.create(config, locate=self._locate, probe=self._probe)
+            return RunContext.create(config, locate=self._locate, probe=self._probe).with_listener(self.listener)
         env = self.env if config.env is None or config.env is self.config.env else dict(config.env)
         return replace(self, config=config, env=env)
+
+    def with_listener(self, listener: RunListener) -> "RunContext":
+        """This context, telling `listener` what its attempts do."""
+        return replace(self, listener=listener)
 
     def replace(self, **changes: Any) -> "RunContext":
         """with_config(config.replace(**changes)), e.g. a rung's stall timeout or a GPU's env."""

@@ -10,19 +10,24 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.events import Event
+from nsightwrap.ncu.events import Connected, Event
+from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
+from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
 
@@ -84,7 +89,10 @@ def plan_report(options: ProfileOptions, command: Sequence[str],
         path = unique_report_path(wanted)
         if options.export and path.name != wanted.name and path.name != wanted.name + REPORT_SUFFIX:
             notes.append(f"{wanted} already exists and is kept; this run writes {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    problem = folder_problem(path.parent)
+    if problem:
+        raise OptionsError(f"cannot write the report {path}: {problem}. Choose a writable place with -o/--export "
+                           f"(export= in Python), or make {path.parent} writable")
     return options.replace(export=str(path.absolute())), path.absolute(), notes
 
 
@@ -100,17 +108,51 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
         time.sleep(0.5)
 
 
-def _foreign_on_gpu(notes: list[str]) -> list[str]:
-    """GPU processes that are not this run's (nor our parallel siblings'), noted as a warning."""
-    # Our own parallel runs (sweep --jobs, one per GPU) are not foreign.
-    siblings = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
-    held = gpu.foreign(gpu.compute_processes(), siblings)
-    if not held:
-        return []
-    foreign = [f"{p.pid} ({p.name}, {p.used_memory})" for p in held]
-    _note(notes, "the GPU already holds compute processes that are not this run's: "
-          + ", ".join(foreign) + "; a hang recorded now may be caused by them")
-    return foreign
+def _foreign_on_gpu() -> list[str]:
+    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs)."""
+    held = gpu.compute_processes()
+    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too.
+    ours = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    return [f"{p.pid} ({p.name}, {p.used_memory})" for p in gpu.foreign(held, ours)]
+
+
+class _ForeignCheck:
+    """The foreign-process check, run beside the launch rather than before it.
+
+    nvidia-smi takes a noticeable part of a second on the GPU machines; the
+    profiled program takes seconds to reach its first kernel, so the answer
+    is in long before it could matter, and a short run pays nothing for it.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.found: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
+        if self.thread:
+            self.thread.start()
+
+    def _run(self) -> None:
+        self.found = _foreign_on_gpu()
+
+    def result(self, notes: list[str]) -> list[str]:
+        if self.thread is None:
+            return []
+        self.thread.join(timeout=20.0)
+        if self.found:
+            _note(notes, "the GPU already holds compute processes that are not this run's: "
+                  + ", ".join(self.found) + "; a hang recorded now may be caused by them")
+        return list(self.found)
+
+
+def _heard(make: Callable[[float], NcuObserver], listener: RunListener,
+           rule: WatchRule) -> Callable[[float], NcuObserver]:
+    """The observer factory, telling the listener the live state and rule of the attempt it starts."""
+
+    def observer(now: float) -> NcuObserver:
+        made = make(now)
+        listener.started(made.state, rule)
+        return made
+
+    return observer
 
 
 def _note(notes: list[str], msg: str) -> None:
@@ -147,31 +189,43 @@ def profile_command(
     config, env = context.config, dict(context.env)
     if config.validate:
         validate(options, context.info)
+    if options.rank is not None:
+        one_rank_launch(command, options.rank)  # refused before anything is made: not a launch to rewrite
     options, report, notes = plan_report(options, command, config)
     own_log = config.log_channel and "--log-file" not in options.extra_args
     log_dir = tempfile.mkdtemp(prefix="nsightwrap-ncu-") if own_log else None
     tool_log = os.path.join(log_dir, "ncu.log") if log_dir else None
     argv = build_argv(context.ncu, options, command, log_file=tool_log)
+    if options.rank is not None:  # ncu around one rank of a multi-process launch
+        argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
-    foreign_before = _foreign_on_gpu(notes) if config.check_gpu else []
+    foreign_check = _ForeignCheck(config.check_gpu)
     orphans = find_orphans()
     if orphans:
         _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
               + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
 
+    rule = rules or config.rules(options)
     try:
-        outcome = watch(argv, rules or config.rules(), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
-                        on_output=on_output, on_event=on_event, observer=NcuObserver, tool_log=tool_log)
+        outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
+                        on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
     finally:
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
 
-    left_after = _left_on_gpu(outcome.pids, config) if config.check_gpu and outcome.pids else []
+    foreign_before = foreign_check.result(notes)
+    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look:
+    # at the tree's members, and every process ncu connected to (each rank of a multi-process job).
+    stopped = outcome.stop is not None
+    pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
+    left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
-    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu,
+    calibration = None if config.stall_timeout_given else config.calibration
+    attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu, calibration=calibration,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
+    context.listener.finished(attempt)
     if outcome.interrupted:
         raise ProfileInterrupted(attempt)
     if outcome.exception is not None:

@@ -124,6 +124,9 @@ class ProfileOptions:
     launch_skip: int | None = None
     launch_count: int | None = None
     launch_skip_before_match: int | None = None
+    #: Not an ncu option: profile rank N of a multi-process launch (torchrun, mpirun, srun) alone,
+    #: ncu wrapping that rank only (see nsightwrap.watch.launchers); None profiles the whole program.
+    rank: int | None = None
     nvtx: bool = False
     nvtx_include: tuple[str, ...] = ()
     nvtx_exclude: tuple[str, ...] = ()
@@ -162,6 +165,7 @@ class ProfileOptions:
 
         for name in ("launch_skip", "launch_count", "launch_skip_before_match"):
             _count(name, getattr(self, name))
+        _count("rank", self.rank)
         if self.launch_count == 0:
             raise OptionsError("launch_count=0 would profile nothing; use None for no limit.")
 
@@ -189,7 +193,9 @@ def build_argv(ncu_path: str, options: ProfileOptions, command: Sequence[str],
     """``[ncu, options..., extra_args..., command...]`` in a fixed order, so
     the same options always give the same list (reproducible records, exact
     test comparisons). ``log_file``: where ncu writes its own output
-    (``--log-file``), apart from the program's."""
+    (``--log-file``), apart from the program's. ``options.rank`` is not
+    ncu's: the engine rewrites the launch around this list
+    (nsightwrap.watch.launchers.wrap_one_rank)."""
     if isinstance(command, str):
         raise OptionsError(f"command must be a list of arguments, not the string {command!r}.")
     command = list(command)

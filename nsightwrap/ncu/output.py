@@ -58,9 +58,11 @@ _REPORT_CREATION = "==PROF== Creating report from application replay data: "
 _APP_REPLAY = "Application replay pass "
 # End of a kernel header. The ID is capped so that a match has a bounded
 # length and can be found across chunks by keeping only the last few chars.
-_HEADER_END = re.compile(r'"(?: - (\d{1,18}))?: ')
-_HEADER_END_MAX = 24
-_HEADER = re.compile(r'==PROF== Profiling "(.*?)"(?: - (\d+))?: ', re.S)
+# With --launch-count N, ncu numbers the launches it profiles: `"k" - 0 (1/1): ` (GPU machine,
+# ncu 2025.3.1, 2026-11-26: `==PROF== Profiling "nsightwrap_probe" - 0 (1/1): 0%....50%....100% - 1 pass`).
+_HEADER_END = re.compile(r'"(?: - (\d{1,18}))?(?: \(\d{1,18}/\d{1,18}\))?: ')
+_HEADER_END_MAX = 64
+_HEADER = re.compile(r'==PROF== Profiling "(.*?)"(?: - (\d+))?(?: \(\d+/\d+\))?: ', re.S)
 _PASSES = re.compile(r"\s*-\s*(\d+)\s*pass(?:es)?\s*")
 # What a ` - N passes` tail may look like before its newline.
 _TAIL_PREFIX = re.compile(r"[ \t]*(?:-[ \t]*(?:\d+[ \t]*(?:p(?:a(?:s(?:s(?:e(?:s)?)?)?)?)?[ \t\r]*)?)?)?")

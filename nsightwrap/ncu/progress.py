@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from nsightwrap.ncu.allowance import NOT_CALIBRATED, Allowance, KernelAllowances
 from nsightwrap.ncu.events import (
     SLOW_LAUNCH_WARNING,
     Event,
@@ -63,6 +64,7 @@ class WatchState(RunState):
     longest_gap: float = 0.0
     kernels_done: int = 0
     slow_warnings: list = field(default_factory=list)
+    max_passes: int = 0  # the most replay passes a finished kernel of this run needed
 
     def observe(self, event: Event, now: float) -> None:
         """Fold one event (received at `now`) into the state."""
@@ -82,6 +84,7 @@ class WatchState(RunState):
                 self._mark(cur, now)
             self.current = None
             self.kernels_done += 1
+            self.max_passes = max(self.max_passes, event.passes)
         elif isinstance(event, ReplayPass):
             if cur is not None and cur.replay_pass is not None:
                 self._mark(cur, now)
@@ -109,7 +112,7 @@ class WatchState(RunState):
 
 @dataclass(frozen=True)
 class Stall:
-    """Where a kernel stopped moving, and how long it was given."""
+    """Where a kernel stopped moving, how long it was given, and on what basis."""
 
     kernel: str
     kernel_id: Optional[int]
@@ -119,12 +122,19 @@ class Stall:
     detected_at_s: float
     before_first_progress: bool
     slow_warning_seen: bool
+    basis: str = NOT_CALIBRATED  # e.g. "from calibration (k ran 0.02 ms without ncu, nsys)"
+    calibrated: bool = False
+    pace_s: float = 0.0  # growth x the longest gap seen: the least allowance, calibrated or not
+
+    def evidence(self) -> str:
+        """`silent 3.1 s; allowance 3.0 s from calibration (...)`: the verdict's grounds in one line."""
+        return f"silent {self.silent_s:.1f} s; allowance {self.allowance_s:.1f} s {self.basis}"
 
     def message(self) -> str:
         kid = "" if self.kernel_id is None else f" (id {self.kernel_id})"
         text = (f'kernel "{self.kernel}"{kid} stalled at {self.where}: no progress for '
-                f"{self.silent_s:.1f} s (allowance {self.allowance_s:.1f} s)")
-        if self.before_first_progress:
+                f"{self.silent_s:.1f} s (allowance {self.allowance_s:.1f} s {self.basis})")
+        if self.before_first_progress and not self.calibrated:
             text += (". A single replay pass longer than the stall timeout looks the same: if this "
                      "kernel is merely slow, raise the timeout (--stall-timeout SEC, or "
                      "stall_timeout=SEC in Python)")
@@ -135,8 +145,11 @@ class Stall:
 class StallRule(WatchRule):
     """A kernel in progress with no progress mark for its allowance is stalled.
 
-    allowance = max(timeout, growth x the longest gap seen between marks), so
-    a kernel that keeps printing progress, however slowly, is never stopped.
+    The allowance is the kernel's own from `allowances` (a calibration; see
+    nsightwrap.ncu.allowance), else `timeout`; and at least growth x the
+    longest gap seen between marks, so a kernel that keeps printing
+    progress, however slowly, is never stopped. `basis` says what `timeout`
+    is (the default, or a value the user gave).
     """
 
     timeout: float = DEFAULT_STALL_TIMEOUT
@@ -144,21 +157,32 @@ class StallRule(WatchRule):
     #: In application replay the program runs on between kernels, so silence
     #: after a pass line may be its own CPU work. Both real hangs there were
     #: followed by ncu's slow-launch warning within 3 s; without it, the
-    #: allowance is this many times longer.
+    #: allowance is this many times longer (or, calibrated, the program's own time).
     quiet_replay_factor: float = 3.0
+    allowances: Optional[KernelAllowances] = None
+    basis: str = NOT_CALIBRATED
 
     def __post_init__(self):
         if not self.timeout > 0:
             raise ValueError("stall timeout must be > 0 seconds")
 
-    def allowance(self, state: WatchState) -> float:
-        base = max(self.timeout, self.growth * state.longest_gap)
+    def judge(self, state: WatchState) -> Allowance:
+        """The current kernel's allowance and its basis (before the pace rule)."""
         cur = state.current
-        quiet = cur is not None and cur.replay_pass is not None and not any(
-            t >= cur.started_at for t in state.slow_warnings)
-        if quiet:
-            return base * self.quiet_replay_factor
-        return base
+        found = None
+        warned = cur is not None and any(t >= cur.started_at for t in state.slow_warnings)
+        quiet_replay = cur is not None and cur.replay_pass is not None and not warned
+        if cur is not None and self.allowances is not None:
+            found = (self.allowances.program() if quiet_replay
+                     else self.allowances.kernel(cur.name, state.max_passes or None))
+        if found is not None:
+            return found
+        factor = self.quiet_replay_factor if quiet_replay else 1.0
+        return Allowance(self.timeout * factor, self.basis if factor == 1.0
+                         else f"{self.basis}, x{factor:g} in quiet application replay")
+
+    def allowance(self, state: WatchState) -> float:
+        return max(self.judge(state).seconds, self.growth * state.longest_gap)
 
     def deadline(self, state: WatchState) -> float:  # type: ignore[override]
         if state.current is None:
@@ -170,14 +194,19 @@ class StallRule(WatchRule):
         if cur is None:
             return None
         silent = now - cur.last_mark_at
-        allowance = self.allowance(state)
+        judged = self.judge(state)
+        pace = self.growth * state.longest_gap
+        allowance = max(judged.seconds, pace)
         if silent < allowance:
             return None
+        basis = judged.basis if judged.seconds >= pace else (
+            f"{self.growth:g} x the longest gap between marks ({state.longest_gap:.1f} s); {judged.basis}")
         stall = Stall(
             kernel=cur.name, kernel_id=cur.kernel_id, where=cur.where(), silent_s=silent,
             allowance_s=allowance, detected_at_s=now - state.started_at,
             before_first_progress=cur.replay_pass is None and cur.last_mark_at - cur.started_at <= FIRST_BURST_S,
             slow_warning_seen=any(t >= cur.started_at for t in state.slow_warnings),
+            basis=basis, calibrated=judged.calibrated, pace_s=pace,
         )
         return Verdict("hang", stall.message(), stall)
 

@@ -12,12 +12,12 @@ from nsightwrap.errors import StoreError
 from nsightwrap.store.hangstore import BUSY_TIMEOUT_S, HangStore
 from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path
-from nsightwrap.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, Calibration, KernelSummary, Record
+from nsightwrap.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, CalibrationRow, KernelSummary, Record
 
 __all__ = [
     "BUSY_TIMEOUT_S",
     "COLUMNS",
-    "Calibration",
+    "CalibrationRow",
     "DEFAULT_STORE",
     "ENV_STORE",
     "ENV_XDG_CACHE",

@@ -16,7 +16,7 @@ import re
 import shlex
 from typing import Optional, Sequence
 
-from nsightwrap.status import HANG, HANG_OUTCOMES, OK
+from nsightwrap.status import HANG, HANG_OUTCOMES, OK, ONE_RANK
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
 from nsightwrap.store.schema import Record
@@ -85,6 +85,8 @@ def key_change(old: ProfileKey, new: ProfileKey) -> str:
             parts.append(f"{verb} {label} {_names(added)}")
     if old.replay_mode != new.replay_mode:
         parts.append(f"switching to {new.replay_mode} replay")
+    if old.ranks != new.ranks:
+        parts.append("profiling one rank alone" if new.ranks == ONE_RANK else "profiling every rank")
     return _join(parts) or "the same settings"
 
 
@@ -99,6 +101,8 @@ def key_flags(key: ProfileKey) -> str:
         flags += ["--metrics", ",".join(key.metrics)]
     if key.replay_mode != "kernel":
         flags += ["--replay-mode", key.replay_mode]
+    if key.ranks == ONE_RANK:
+        flags += ["--rank", "0"]
     return shlex.join(flags)
 
 
@@ -161,6 +165,8 @@ def _result(a: _Attempt) -> str:
     r = a.main
     if r.outcome == HANG or (r.outcome in HANG_OUTCOMES and r.stall_s is not None):
         info = f"no progress for {_s(r.stall_s)} s"
+        info += (f" (allowance {_s(r.allowance_s)} s {r.basis})" if r.basis and r.allowance_s is not None
+                 else " (not calibrated)")
     elif r.passes_reached is not None:
         info = f"{r.passes_reached} passes"
     else:
@@ -196,6 +202,11 @@ def _header_value(values: Sequence[Optional[str]]) -> str:
     return " / ".join(seen) if seen else "unknown"
 
 
+#: Rows of the key-differences table; the first _COMPARED are settings, shown in bold where they differ.
+_ROWS = ("set", "sections", "metrics", "replay mode", "ranks profiled", "processes", "passes", "elapsed")
+_COMPARED = 6
+
+
 def _table(working: Optional[_Attempt], hanging: Optional[_Attempt]) -> list[str]:
     if working is None and hanging is None:
         return ["No trusted verdict (ok or hang) recorded yet: nothing to compare."]
@@ -208,23 +219,35 @@ def _table(working: Optional[_Attempt], hanging: Optional[_Attempt]) -> list[str
 
     def values(a: Optional[_Attempt]) -> list[str]:
         if a is None:
-            return ["", "", "", "", "", ""]
+            return [""] * len(_ROWS)
         k, r = a.key, a.main
         passes = (str(r.passes_reached) if r.passes_reached is not None
                   else f"stalled after {_s(r.stall_s)} s" if r.stall_s is not None else "-")
-        return [k.set or "-", ", ".join(k.sections) or "-", ", ".join(k.metrics) or "-", k.replay_mode, passes,
-                f"{_s(r.elapsed_s)} s"]
+        job = f"{r.processes}" + (f" on {r.gpus} GPU{'s' if r.gpus != 1 else ''}" if r.gpus else "")
+        return [k.set or "-", ", ".join(k.sections) or "-", ", ".join(k.metrics) or "-", k.replay_mode,
+                "one alone" if k.ranks == ONE_RANK else "all", job, passes, f"{_s(r.elapsed_s)} s"]
 
     w, h = values(working), values(hanging)
     head_w = f"working ({working.key.describe()})" if working else "working (none yet)"
     head_h = f"hanging ({hanging.key.describe()})" if hanging else "hanging (none yet)"
     lines = lead + [f"| | {_cell(head_w)} | {_cell(head_h)} |", "|---|---|---|"]
-    for i, label in enumerate(("set", "sections", "metrics", "replay mode", "passes", "elapsed")):
+    for i, label in enumerate(_ROWS):
         a, b = w[i], h[i]
-        if working and hanging and i < 4 and a != b:
+        if working and hanging and i < _COMPARED and a != b:
             a, b = f"**{a}**", f"**{b}**"
         lines.append(f"| {label} | {_cell(a)} | {_cell(b)} |")
     return lines
+
+
+def _one_rank_step(run: str, working: Optional[_Attempt], hanging: Optional[_Attempt]) -> list[str]:
+    """A hang of a multi-process job with every rank profiled: say why, and how to profile one rank."""
+    if hanging is None or hanging.main.processes < 2 or hanging.key.ranks == ONE_RANK or (
+            working is not None and working.key.ranks == ONE_RANK):
+        return []
+    return [f"it hung in a job of {hanging.main.processes} processes with every rank profiled: ncu serialises "
+            "kernel launches across the profiled processes, so a collective's other half never starts. Profile it "
+            "on one rank with a single-pass collection: "
+            f"{_code(run + ' --rank 0 --metrics ' + MINIMAL_METRIC + ' -- <your launcher command>')}"]
 
 
 def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], working: Optional[_Attempt],
@@ -243,6 +266,7 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
     if not attempts:
         steps.append(f"profile it with a small set first: {_code(run + ' --set basic -- <your program>')}")
     hung_keys = [a.key for a in hung if a.outcome == HANG]
+    steps += _one_rank_step(run, working, hanging)
     if hung and not worked:
         basic = ProfileKey("basic")
         if basic not in tried:
@@ -337,6 +361,8 @@ def debug_log(store: HangStore, kernel: str, env: Optional[Environment] = None) 
             where.append(f"kernel {r.kernel}")
         if r.host:
             where.append(f"host {r.host}")
+        if r.processes > 1:
+            where.append(f"{r.processes} processes" + (f" on {r.gpus} GPUs" if r.gpus else ""))
         if env is not None and r.driver != env.driver:
             where.append(f"driver {r.driver or 'unknown'}")
         if r.ladder or r.rung:

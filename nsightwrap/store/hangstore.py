@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from nsightwrap.errors import StoreError
-from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, OK, OUTCOMES
+from nsightwrap.ncu.allowance import CALIBRATED, Calibration
+from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES
+from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, match_sql
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
@@ -39,7 +41,7 @@ from nsightwrap.store.schema import (
     SCHEMA_VERSION,
     SELECT,
     SQL_NAME,
-    Calibration,
+    CalibrationRow,
     KernelSummary,
     Record,
     migrate,
@@ -233,7 +235,8 @@ class HangStore:
 
     # --- writing -------------------------------------------------------------
     def _row(self, kernel: str, key: Any, outcome: str, env: Environment, *, passes, stall_s, elapsed_s,
-             command, trusted, rung, ladder, note, time, run_id=None) -> dict[str, Any]:
+             command, trusted, rung, ladder, note, time, run_id=None, allowance_s=None,
+             basis=None) -> dict[str, Any]:
         if not isinstance(kernel, str) or not kernel.strip():
             raise ValueError(f"kernel={kernel!r} must be a non-empty string (use '*' for unknown)")
         if outcome not in OUTCOMES:
@@ -254,6 +257,8 @@ class HangStore:
             "elapsed_s": None if elapsed_s is None else float(elapsed_s),
             "command": json.dumps([str(c) for c in command]), "trusted": 1 if trusted else 0,
             "rung": rung, "ladder": ladder, "note": note or "", "run_id": run_id,
+            "allowance_s": None if allowance_s is None else float(allowance_s), "basis": basis,
+            "processes": int(env.processes), "gpus": env.gpus, "ranks": key.ranks,
         }
 
     def _insert(self, rows: Sequence[dict[str, Any]]) -> list[Record]:
@@ -267,11 +272,13 @@ class HangStore:
                passes: Optional[int] = None, stall_s: Optional[float] = None,
                elapsed_s: Optional[float] = None, command: Sequence[str] = (), trusted: bool = True,
                rung: Optional[str] = None, ladder: Optional[str] = None, note: str = "",
-               time: Optional[str] = None, run_id: Optional[str] = None) -> Record:
+               time: Optional[str] = None, run_id: Optional[str] = None, allowance_s: Optional[float] = None,
+               basis: Optional[str] = None) -> Record:
         """Add one record in its own transaction and return it."""
         return self._insert([self._row(kernel, key, outcome, env, passes=passes, stall_s=stall_s,
                                        elapsed_s=elapsed_s, command=command, trusted=trusted, rung=rung,
-                                       ladder=ladder, note=note, time=time, run_id=run_id)])[0]
+                                       ladder=ladder, note=note, time=time, run_id=run_id,
+                                       allowance_s=allowance_s, basis=basis)])[0]
 
     def record_attempt(self, attempt: "Attempt", key: Union[ProfileKey, "ProfileOptions"], env: Environment, *,
                        kernel: Optional[str] = None, rung: Optional[str] = None,
@@ -291,48 +298,59 @@ class HangStore:
 
         Kernels profiled several times give one row (the most passes). The
         records are untrusted when foreign processes held the GPU before the
-        run (``attempt.gpu_foreign_before``).
+        run (``attempt.gpu_foreign_before``), or when the program itself hangs
+        or fails without ncu (``attempt.program_fault``). A hang row keeps the
+        allowance and its basis (calibrated or not).
         """
-        common = dict(command=attempt.command, trusted=not attempt.gpu_foreign_before, rung=rung, ladder=ladder,
-                      time=attempt.started_at or None, elapsed_s=attempt.elapsed_s,
+        common = dict(command=attempt.command, trusted=not attempt.gpu_foreign_before and not attempt.program_fault,
+                      rung=rung, ladder=ladder, time=attempt.started_at or None, elapsed_s=attempt.elapsed_s,
                       run_id=attempt.cookie or uuid.uuid4().hex)
-        extra = "; ".join(attempt.notes)
         stall = attempt.stall
-        rows = []
-        if attempt.status in (OK, HANG) and (attempt.status == OK or stall is not None):
-            best: dict[str, list[int]] = {}
-            for k in attempt.kernels:
-                # Unfinished: application replay stopped mid-way, or the stalled launch itself.
-                if stall is not None and (k.replay != "kernel" or (k.name, k.kernel_id) == (stall.kernel,
-                                                                                            stall.kernel_id)):
-                    continue
-                passes, launches = best.get(k.name, (0, 0))
-                best[k.name] = [max(passes, k.passes), launches + 1]
-            for name, (passes, launches) in best.items():
-                bits = [f"{launches} launches profiled"] if launches > 1 else []
-                if stall is not None:
-                    bits.append(f"finished before {stall.kernel} hung")
-                rows.append(self._row(name, key, OK, env, passes=passes, stall_s=None, note="; ".join(bits),
-                                      **common))
+        rows = self._finished_rows(attempt, key, env, common)
         if attempt.status == HANG and stall is not None:
-            reached = [k.passes for k in attempt.kernels
-                       if k.replay != "kernel" and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
-            note = f"stalled at {stall.where!r}" + (f" in application replay pass {max(reached)}" if reached else "")
-            note += f": {attempt.reason}" + (f"; {extra}" if extra else "")
-            subject = stall.kernel
-            if kernel is not None and as_key(key).replay_mode in ("range", "app-range"):
-                subject = kernel
-                note = f"the range holding it stalled ({stall.kernel!r}); " + note
-            # Last, so that it is the newest row of this kernel (see hangs_for).
-            rows.append(self._row(subject, key, HANG, env, passes=None, stall_s=stall.silent_s, note=note,
-                                  **common))
+            rows.append(self._hang_row(attempt, key, env, common, kernel))
         if not rows:
+            extra = "; ".join(attempt.notes)
             name = attempt.stalled_kernel or kernel or "*"
             status = attempt.status if attempt.status in OUTCOMES else ERROR
             note = attempt.reason + (f"; {extra}" if extra else "")
-            rows.append(self._row(name, key, status, env, passes=None,
-                                  stall_s=stall.silent_s if stall else None, note=note, **common))
+            rows.append(self._row(name, key, status, env, passes=None, stall_s=stall.silent_s if stall else None,
+                                  note=note, allowance_s=stall.allowance_s if stall else None,
+                                  basis=stall.basis if stall else None, **common))
         return self._insert(rows)
+
+    def _finished_rows(self, attempt: "Attempt", key: Any, env: Environment, common: dict) -> list[dict[str, Any]]:
+        """``ok`` rows for the kernels the attempt finished (Attempt.finished_kernels), one per name."""
+        stall = attempt.stall
+        if attempt.status not in (OK, HANG) or (attempt.status == HANG and stall is None):
+            return []
+        best: dict[str, list[int]] = {}
+        for k in attempt.finished_kernels:
+            passes, launches = best.get(k.name, (0, 0))
+            best[k.name] = [max(passes, k.passes), launches + 1]
+        rows = []
+        for name, (passes, launches) in best.items():
+            bits = [f"{launches} launches profiled"] if launches > 1 else []
+            if stall is not None:
+                bits.append(f"finished before {stall.kernel} hung")
+            rows.append(self._row(name, key, OK, env, passes=passes, stall_s=None, note="; ".join(bits), **common))
+        return rows
+
+    def _hang_row(self, attempt: "Attempt", key: Any, env: Environment, common: dict,
+                  kernel: Optional[str]) -> dict[str, Any]:
+        stall = attempt.stall
+        extra = "; ".join(attempt.notes)
+        reached = [k.passes for k in attempt.kernels
+                   if k.replay != "kernel" and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
+        note = f"stalled at {stall.where!r}" + (f" in application replay pass {max(reached)}" if reached else "")
+        note += f": {attempt.reason}" + (f"; {extra}" if extra else "")
+        subject = stall.kernel
+        if kernel is not None and as_key(key).replay_mode in ("range", "app-range"):
+            subject = kernel
+            note = f"the range holding it stalled ({stall.kernel!r}); " + note
+        # Last, so that it is the newest row of this kernel (see hangs_for).
+        return self._row(subject, key, HANG, env, passes=None, stall_s=stall.silent_s, note=note,
+                         allowance_s=stall.allowance_s, basis=stall.basis, **common)
 
     def forget(self, kernel: Optional[str] = None, record_id: Optional[int] = None, all: bool = False) -> int:
         """Delete the records of one kernel (exact name), one record, or all; the rows deleted.
@@ -369,22 +387,22 @@ class HangStore:
         return [row_to_record(r) for r in self._query(sql, params)]
 
     def _matching(self, kernel: str, env: Environment, extra: str = "", params: Sequence[Any] = ()) -> list[Record]:
-        sql = (SELECT + " WHERE kernel_pattern = ? AND gpu IS ? AND ncu_version IS ? AND trusted = 1" + extra
-               + " ORDER BY id DESC")
-        rows = self._query(sql, [normalize_kernel(kernel), env.gpu, env.ncu_version, *params])
+        sql = (SELECT + " WHERE kernel_pattern = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1"
+               + extra + " ORDER BY id DESC")
+        rows = self._query(sql, [normalize_kernel(kernel), env.gpu, env.ncu_version, int(env.processes), *params])
         return [row_to_record(r) for r in rows]
 
     def known_hangs(self, kernel: str, env: Environment) -> list[Record]:
         """Trusted hang/timeout records of kernels like this one (same pattern)
-        on the same GPU model and ncu version, newest first. The driver may
-        differ; each record says which it was."""
+        on the same GPU model and ncu version, in a job of as many processes,
+        newest first. The driver may differ; each record says which it was."""
         return self._matching(kernel, env, " AND outcome IN (?, ?)", HANG_OUTCOMES)
 
     def hangs_for(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], env: Environment) -> bool:
         """Is this exact key known to hang on kernels like this one, here?
 
         Among trusted ok/hang/timeout records with this key on the same gpu
-        and ncu version: if this very kernel (exact name) has any, its newest
+        and ncu version, in a job of as many processes: if this very kernel (exact name) has any, its newest
         decides (a later ok means the hang is gone); else any hang of a
         kernel with the same pattern counts.
         """
@@ -395,6 +413,20 @@ class HangStore:
             return exact[0].hung
         return any(r.hung for r in rows)
 
+    def profiled_nothing(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
+                         program: Sequence[str]) -> bool:
+        """Did this key profile nothing of `kernel` in this very program, here, last time it ran?
+
+        A rung that profiles nothing (range replay of a program that marks no
+        range) does so again for the same program: a second walk skips it.
+        """
+        canonical = as_key(key).canonical()
+        rows = self._matching(kernel, env, " AND key = ? AND outcome IN (?, ?, ?, ?)",
+                              (canonical, OK, NO_KERNELS, *HANG_OUTCOMES))
+        program = list(program)
+        mine = [r for r in rows if r.kernel == kernel.strip() and list(r.command[-len(program):]) == program]
+        return bool(mine) and mine[0].outcome == NO_KERNELS
+
     def kernels(self) -> list[KernelSummary]:
         """Every kernel in the store, most recently recorded first."""
         rows = self._query(
@@ -402,29 +434,48 @@ class HangStore:
             "MAX(time), MAX(id) AS last_id FROM records GROUP BY kernel ORDER BY last_id DESC", HANG_OUTCOMES)
         return [KernelSummary(k, int(n), int(h or 0), t) for k, n, h, t, _ in rows]
 
+    def uncalibrated_hangs(self) -> dict[str, int]:
+        """Per kernel, its trusted hang records judged without a calibrated allowance (older ones included)."""
+        rows = self._query("SELECT kernel, COUNT(*) FROM records WHERE outcome IN (?, ?) AND trusted = 1 "
+                           "AND (basis IS NULL OR basis NOT LIKE ?) GROUP BY kernel",
+                           (*HANG_OUTCOMES, CALIBRATED + "%"))
+        return {k: int(n) for k, n in rows}
+
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM records")[0][0])
 
     # --- calibrations ---------------------------------------------------------
-    def record_calibration(self, subject: str, seconds: float, env: Environment, *, source: str,
-                           kernel: str = "*", note: str = "", time: Optional[str] = None) -> Calibration:
-        """Remember that `subject` (or `kernel` of it) took `seconds` without ncu on env's GPU."""
+    def record_call_time(self, subject: str, seconds: float, env: Environment, *, source: str,
+                         kernel: str = "*", note: str = "", time: Optional[str] = None) -> CalibrationRow:
+        """Remember that `subject` (or `kernel` of it) took `seconds` without ncu on env's GPU (profile(fn))."""
         if not subject or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise ValueError(f"a calibration needs a subject and seconds >= 0, not {subject!r}, {seconds!r}")
         row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
-               "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source, "note": note}
+               "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source,
+               "run_id": uuid.uuid4().hex, "note": note}
         cols = CALIBRATION_COLUMNS[1:]
         sql = f"INSERT INTO calibrations ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         rid = self._write([(sql, [row[c] for c in cols])])[0].lastrowid
-        return Calibration(id=rid, **row)
+        return CalibrationRow(id=rid, **row)
 
-    def calibration(self, subject: str, env: Environment, kernel: str = "*") -> Optional[Calibration]:
+    def call_time(self, subject: str, env: Environment, kernel: str = "*") -> Optional[CalibrationRow]:
         """The newest calibration of `subject` (or `kernel` of it) on this GPU model and driver, if any."""
         rows = self._query(f"SELECT {', '.join(CALIBRATION_COLUMNS)} FROM calibrations WHERE subject = ? AND "
                            "kernel = ? AND gpu IS ? AND driver IS ? ORDER BY id DESC LIMIT 1",
                            (subject, kernel, env.gpu, env.driver))
-        return Calibration(*rows[0]) if rows else None
+        return CalibrationRow(*rows[0]) if rows else None
 
+    def record_calibration(self, calibration: Calibration, command: Sequence[str], env: Environment) -> int:
+        """Keep a successful calibration of `command` here (per kernel, GPU, driver); the rows written."""
+        rows = calibration_rows(calibration, command, env, self._now(), uuid.uuid4().hex)
+        if rows:
+            self._write(rows)
+        return len(rows)
+
+    def calibration_for(self, command: Sequence[str], env: Environment) -> Optional[Calibration]:
+        """The newest calibration of this very command on this GPU model and driver, or None."""
+        sql, params = match_sql(command, env)
+        return calibration_from_rows(self._query(sql, params))
 
     # --- export --------------------------------------------------------------
     def export_csv(self, path_or_file: Union[str, Path, IO[str]], kernel: Optional[str] = None) -> int:

@@ -14,12 +14,12 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from nsightwrap.status import REPLAY_MODES
+from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.options import ProfileOptions
 
-__all__ = ["Environment", "ProfileKey", "as_key", "normalize_kernel"]
+__all__ = ["Environment", "ProfileKey", "as_key", "job_gpus", "normalize_kernel"]
 
 _OPEN = {"<": ">", "(": ")", "[": "]"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
@@ -105,6 +105,9 @@ class ProfileKey:
     sections: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
     replay_mode: str = "kernel"
+    #: "all": ncu wraps the whole program (every rank of a multi-process job);
+    #: "one": ncu wraps one rank alone (see nsightwrap.watch.launchers).
+    ranks: str = ALL_RANKS
 
     def __post_init__(self) -> None:
         if self.set is not None and (not isinstance(self.set, str) or not self.set):
@@ -115,26 +118,37 @@ class ProfileKey:
         if mode not in REPLAY_MODES:
             raise ValueError(f"ProfileKey.replay_mode={self.replay_mode!r}; use one of {', '.join(REPLAY_MODES)}")
         object.__setattr__(self, "replay_mode", mode)
+        if self.ranks not in RANK_MODES:
+            raise ValueError(f"ProfileKey.ranks={self.ranks!r}; use one of {', '.join(RANK_MODES)}")
 
     @classmethod
     def from_options(cls, options: "ProfileOptions") -> "ProfileKey":
-        """The key of a ProfileOptions (kernel filters and launch counts are not part of it)."""
-        return cls(options.set, options.sections, options.metrics, str(options.replay_mode))
+        """The key of a ProfileOptions (kernel filters and launch counts are not part of it; which
+        rank is profiled is not either, only whether one rank alone is)."""
+        ranks = ONE_RANK if getattr(options, "rank", None) is not None else ALL_RANKS
+        return cls(options.set, options.sections, options.metrics, str(options.replay_mode), ranks)
 
     @classmethod
     def parse(cls, canonical: str) -> "ProfileKey":
         """The inverse of canonical()."""
         try:
             data = json.loads(canonical)
-            return cls(data["set"], tuple(data["sections"]), tuple(data["metrics"]), data["replay_mode"])
+            return cls(data["set"], tuple(data["sections"]), tuple(data["metrics"]), data["replay_mode"],
+                       data.get("ranks", ALL_RANKS))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"not a canonical profile key: {canonical!r} ({e})") from None
 
     def canonical(self) -> str:
-        """A stable string naming these settings: compact JSON, keys and lists sorted."""
-        return json.dumps({"metrics": list(self.metrics), "replay_mode": self.replay_mode,
-                           "sections": list(self.sections), "set": self.set},
-                          sort_keys=True, separators=(",", ":"))
+        """A stable string naming these settings: compact JSON, keys and lists sorted.
+
+        ``ranks`` appears only when one rank alone is profiled, so keys
+        recorded before multi-process jobs were known keep their spelling.
+        """
+        data = {"metrics": list(self.metrics), "replay_mode": self.replay_mode, "sections": list(self.sections),
+                "set": self.set}
+        if self.ranks != ALL_RANKS:
+            data["ranks"] = self.ranks
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def describe(self) -> str:
         """A short phrase for people: ``set full``, ``sections A+B, kernel replay``,
@@ -153,6 +167,8 @@ class ProfileKey:
         text = " + ".join(parts) or "ncu's default set"
         if self.replay_mode != "kernel" or self.sections or self.metrics:
             text += f", {self.replay_mode} replay"
+        if self.ranks == ONE_RANK:
+            text += ", one rank"
         return text
 
     def __str__(self) -> str:
@@ -170,22 +186,30 @@ def _run_nvidia_smi(exe: str, timeout: float) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Environment:
-    """Where a verdict was reached: host, GPU model, driver and ncu version.
+    """Where a verdict was reached: host, GPU model, driver and ncu version,
+    and the job's size: how many processes (ranks) and GPUs it had.
 
-    Hangs are matched on gpu and ncu_version; the driver is reported.
-    Any field may be None (unknown).
+    Hangs are matched on gpu, ncu_version and processes (a collective that
+    hangs in a 2-rank job says nothing about a single-process run of the same
+    kernel); the driver and the GPU count are reported. Any field but
+    processes may be None (unknown).
     """
 
     host: Optional[str] = None
     gpu: Optional[str] = None
     driver: Optional[str] = None
     ncu_version: Optional[str] = None
+    processes: int = 1
+    gpus: Optional[int] = None
 
     @classmethod
-    def detect(cls, ncu_version: Optional[str] = None, *, nvidia_smi: Optional[str] = None,
+    def detect(cls, ncu_version: Optional[str] = None, *, processes: int = 1, local_processes: Optional[int] = None,
+               cuda_visible: Optional[str] = None, nvidia_smi: Optional[str] = None,
                timeout: float = 15.0) -> "Environment":
         """This machine: host name, and the first GPU's name and driver from
-        nvidia-smi (None when nvidia-smi is missing or fails). Never raises."""
+        nvidia-smi (None when nvidia-smi is missing or fails); and the job:
+        `processes` in all, `local_processes` of them here (default: all),
+        on the GPUs CUDA_VISIBLE_DEVICES (`cuda_visible`) leaves. Never raises."""
         try:
             host: Optional[str] = socket.gethostname() or None
         except OSError:  # pragma: no cover - gethostname does not fail in practice
@@ -193,17 +217,28 @@ class Environment:
         gpu = driver = None
         exe = nvidia_smi or shutil.which("nvidia-smi")
         text = _run_nvidia_smi(exe, timeout) if exe else None
-        for line in (text or "").splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if parts and parts[0]:
-                gpu = parts[0]
-                driver = parts[1] if len(parts) > 1 and parts[1] else None
-                break
-        return cls(host, gpu, driver, ncu_version)
+        listed = [[p.strip() for p in line.split(",")] for line in (text or "").splitlines()]
+        listed = [parts for parts in listed if parts and parts[0]]
+        if listed:
+            gpu = listed[0][0]
+            driver = listed[0][1] if len(listed[0]) > 1 and listed[0][1] else None
+        gpus = job_gpus(local_processes or processes, len(listed) if text is not None else None, cuda_visible)
+        return cls(host, gpu, driver, ncu_version, processes, gpus)
 
     def describe(self) -> str:
+        job = "" if self.processes == 1 else f", {self.processes} processes on {self.gpus or '?'} GPU(s)"
         return (f"{self.gpu or 'unknown GPU'} (driver {self.driver or 'unknown'}, "
-                f"ncu {self.ncu_version or 'unknown'})")
+                f"ncu {self.ncu_version or 'unknown'}{job})")
+
+
+def job_gpus(local_processes: int, listed: Optional[int], cuda_visible: Optional[str]) -> Optional[int]:
+    """The GPUs a job's processes on this machine can use: one each, up to those visible to them
+    (CUDA_VISIBLE_DEVICES when set, else the GPUs nvidia-smi lists); None when unknown."""
+    if cuda_visible is not None:
+        listed = len([d for d in cuda_visible.split(",") if d.strip()])
+    if listed is None or listed == 0:
+        return None
+    return max(1, min(local_processes, listed))
 
 
 def as_key(key: Any) -> ProfileKey:

@@ -29,20 +29,36 @@ Schema, version 1 (table ``records``, one row a verdict; see :class:`Record`)::
     index records_match (kernel_pattern, gpu, ncu_version)
     index records_kernel (kernel)
 
-Version 2 adds table ``calibrations`` (one row a time measured without
-profiling, so that it is measured once; see :class:`Calibration`)::
+Version 2 adds to ``records`` the stall allowance behind a hang verdict
+(NULL in older rows: made without calibration)::
+
+    allowance_s     REAL or NULL      the silence allowed before the verdict
+    basis           TEXT or NULL      what it was based on: "from calibration (...)",
+                                      "default (not calibrated)", "given (--stall-timeout ...)"
+
+and the table ``calibrations``: how long something ran without ncu, here, so
+that it is measured once (see :class:`CalibrationRow`)::
 
     id              INTEGER PRIMARY KEY AUTOINCREMENT
     time            TEXT    ISO 8601, UTC
     host, gpu, driver   TEXT or NULL   (matched on gpu and driver)
-    subject         TEXT    what was timed, named by who timed it
-                            (profile(fn): "fn:MODULE:QUALNAME:ARGS-DIGEST")
-    kernel          TEXT    "*" for the whole call or program, else a kernel
-    seconds         REAL    its wall time without ncu
-    source          TEXT    how it was measured ("warm-up", "plain run", ...)
+    subject         TEXT    what was timed: a program's command line (JSON list),
+                            or a callable of profile(fn) ("fn:MODULE:QUALNAME:ARGS-DIGEST")
+    kernel          TEXT    a kernel, or "*" for the whole program or call
+    seconds         REAL    its time without ncu (a kernel's longest launch)
+    source          TEXT    how it was measured ("nsys", "plain run", "warm-up", ...)
+    run_id          TEXT    rows of one measurement share it
     note            TEXT
 
     index calibrations_match (subject, gpu, driver)
+
+Version 3 adds the job's size, so that a hang of a multi-process job (a
+collective waiting for its other half) is not applied to a single-process
+run of the same kernel::
+
+    processes       INTEGER  the job's processes (ranks); 1 for older rows
+    gpus            INTEGER or NULL   the GPUs its processes here could use
+    ranks           TEXT     "all" (ncu wrapped every rank) or "one" (one rank alone)
 """
 
 from __future__ import annotations
@@ -54,11 +70,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
-from nsightwrap.status import HANG_OUTCOMES
+from nsightwrap.ncu.allowance import CALIBRATED
+from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
 
-__all__ = ["CALIBRATION_COLUMNS", "COLUMNS", "Calibration", "KernelSummary", "MIGRATIONS", "Record",
+__all__ = ["CALIBRATION_COLUMNS", "COLUMNS", "CalibrationRow", "KernelSummary", "MIGRATIONS", "Record",
            "SCHEMA_VERSION", "SELECT", "SQL_NAME",
            "migrate", "refuse_newer", "row_to_record", "stored_version"]
 
@@ -90,14 +107,24 @@ class Record:
     ladder: Optional[str]
     note: str
     run_id: Optional[str]
+    allowance_s: Optional[float] = None
+    basis: Optional[str] = None
+    processes: int = 1
+    gpus: Optional[int] = None
+    ranks: str = ALL_RANKS
+
+    @property
+    def calibrated(self) -> bool:
+        """Was the verdict judged against the kernel's calibrated allowance?"""
+        return bool(self.basis) and self.basis.startswith(CALIBRATED)
 
     @property
     def profile_key(self) -> ProfileKey:
-        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode)
+        return ProfileKey(self.set, self.sections, self.metrics, self.replay_mode, self.ranks)
 
     @property
     def environment(self) -> Environment:
-        return Environment(self.host, self.gpu, self.driver, self.ncu_version)
+        return Environment(self.host, self.gpu, self.driver, self.ncu_version, self.processes, self.gpus)
 
     @property
     def hung(self) -> bool:
@@ -129,8 +156,12 @@ class KernelSummary(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """One row of ``calibrations``: how long `subject` (or one kernel of it) took without ncu, here."""
+class CalibrationRow:
+    """One row of ``calibrations``: how long `subject` (or one kernel of it) took without ncu, here.
+
+    The ladder's view of a calibration (per-kernel times, what they bound) is
+    nsightwrap.ncu.allowance.Calibration; this is how one row of it is kept.
+    """
 
     id: int
     time: str
@@ -141,11 +172,12 @@ class Calibration:
     kernel: str
     seconds: float
     source: str
+    run_id: str
     note: str
 
 
-#: Field names of Calibration, in order (also its SQL columns).
-CALIBRATION_COLUMNS = tuple(f.name for f in fields(Calibration))
+#: Field names of CalibrationRow, in order (also its SQL columns).
+CALIBRATION_COLUMNS = tuple(f.name for f in fields(CalibrationRow))
 
 #: Migrations, in order; the store's version is how many were applied.
 MIGRATIONS: tuple[str, ...] = (
@@ -179,6 +211,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX records_kernel ON records (kernel);
     """,
     """
+    ALTER TABLE records ADD COLUMN allowance_s REAL;
+    ALTER TABLE records ADD COLUMN basis TEXT;
     CREATE TABLE calibrations (
         id             INTEGER PRIMARY KEY AUTOINCREMENT,
         time           TEXT    NOT NULL,
@@ -189,9 +223,15 @@ MIGRATIONS: tuple[str, ...] = (
         kernel         TEXT    NOT NULL DEFAULT '*',
         seconds        REAL    NOT NULL,
         source         TEXT    NOT NULL,
+        run_id         TEXT    NOT NULL DEFAULT '',
         note           TEXT    NOT NULL DEFAULT ''
     );
     CREATE INDEX calibrations_match ON calibrations (subject, gpu, driver);
+    """,
+    """
+    ALTER TABLE records ADD COLUMN processes INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE records ADD COLUMN gpus INTEGER;
+    ALTER TABLE records ADD COLUMN ranks TEXT NOT NULL DEFAULT 'all';
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

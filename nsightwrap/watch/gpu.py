@@ -62,3 +62,25 @@ def gpu_count(nvidia_smi: Optional[str] = None) -> Optional[int]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")) if done.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    driver: str
+
+
+def gpus(nvidia_smi: Optional[str] = None, timeout: float = 15.0) -> Optional[list[GpuInfo]]:
+    """Each GPU's name and the driver version, or None when nvidia-smi is missing or fails."""
+    exe = nvidia_smi or shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        done = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    rows = [[p.strip() for p in line.rsplit(",", 1)] for line in done.stdout.splitlines() if "," in line]
+    return [GpuInfo(name, driver) for name, driver in rows]

@@ -33,8 +33,7 @@ class Verdict:
 
     status: str
     reason: str
-    #: What the rule found, for the layer that knows it (ncu's rule: nsightwrap.ncu.progress.Stall).
-    stall: Optional[Any] = None
+    stall: Optional[Any] = None  # the profiler's detail (nsightwrap.ncu.progress.Stall for ncu)
 
 
 class WatchRule:
@@ -89,4 +88,16 @@ class TotalTimeout(WatchRule):
         if now - state.started_at >= self.seconds:
             return Verdict("timeout", f"the run exceeded its total timeout of {self.seconds:g} s "
                                       "(raise it with --timeout SEC, or timeout=SEC in Python)")
+        return None
+
+
+@dataclass(frozen=True)
+class Cancelled(WatchRule):
+    """Stop when `event` is set: how another thread (the one Ctrl-C reached) stops a run in a worker thread."""
+
+    event: Any  # threading.Event
+
+    def __call__(self, state, now):
+        if self.event.is_set():
+            return Verdict("interrupted", "interrupted (Ctrl-C or a termination signal); the tree was stopped")
         return None

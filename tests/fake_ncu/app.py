@@ -7,8 +7,14 @@ Each argument is one step:
   NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
   NAME@slow=S          ... whose progress marks come S seconds apart
   NAME@slow=S/N        ... in N gaps of S seconds (instead of about 6, merged at random)
+  NAME@collective      ... a collective: each rank's half waits for every rank's (under tests/fake_dist)
+  NAME@spin=S          ... that runs S seconds alone (without ncu too); under ncu each replay pass
+                       takes S x 1.245 (base clocks), one pass in silence between `50%....` and `100%`
+  NAME@always          ... that hangs without ncu too (the program's own bug, not ncu's)
   start / stop         cudaProfilerStart / cudaProfilerStop
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
+  env:NAME             print NAME=its value in this process's environment
+  stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
   chatty:MS            from now on a thread prints a log line every MS milliseconds
   chatty-cr:MS         ... a tqdm-like bar: "\r 40%|####" without a newline
   flood                write "y\n" as fast as possible, forever
@@ -49,6 +55,11 @@ def step(arg):
         fakecuda.profiler_stop()
     elif arg.startswith("print:"):
         print(arg[6:], flush=True)
+    elif arg.startswith("env:"):
+        print(f"{arg[4:]}={os.environ.get(arg[4:], '')}", flush=True)
+    elif arg.startswith("stick:"):
+        with open(arg[6:], "a") as f:
+            f.write(f"{os.getpid()}\n")
     elif arg.startswith("sleep:"):
         time.sleep(float(arg[6:]))
     elif arg.startswith("exit:"):
@@ -61,11 +72,17 @@ def step(arg):
             kw["hang"] = True
         elif opt.startswith("hang-if="):
             kw["hang_if"] = [group.split("+") for group in opt[8:].split("|")]
+        elif opt == "collective":
+            kw["collective"] = True
         elif opt.startswith("slow="):
             seconds, _, gaps = opt[5:].partition("/")
             kw["slow"] = float(seconds)
             if gaps:
                 kw["gaps"] = int(gaps)
+        elif opt.startswith("spin="):
+            kw["spin"] = float(opt[5:])
+        elif opt == "always":
+            kw["always"] = True
         elif opt:
             sys.exit(f"app.py: unknown kernel option {opt!r}")
         fakecuda.launch(name, **kw)

@@ -17,12 +17,13 @@ from nsightwrap.reports.ncu.schema import (
     INT_IDENTITY,
     METRIC,
     RANGE,
+    TEXT,
     TIDY_COLUMNS,
     TIDY_IDENTITY_COLUMNS,
     UNIT,
     VALUE,
 )
-from nsightwrap.reports.ncu.select import unknown_metrics_error
+from nsightwrap.reports.ncu.select import BREAKDOWN, unknown_metrics_error
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -132,28 +133,41 @@ def _typed(values: list, kind: str) -> Any:
 
 
 def build_tidy(table: Table) -> "pandas.DataFrame":
+    """One row per (result, metric) with a value: ``value`` float64, ``text`` for string values.
+
+    ``breakdown:*`` items are not metrics but lists of metric names (the
+    throughput breakdowns of SpeedOfLight): they go to
+    ``attrs["breakdowns"]`` (name -> the metrics listed), not into rows.
+    """
+    import numpy as np
     import pandas as pd
 
-    ident = [table.identity[c] for c in TIDY_IDENTITY_COLUMNS]
-    out: dict[str, list] = {}
+    out: dict[str, list] = {c: [] for c in TIDY_COLUMNS}
     rows: list[int] = []
-    names: list[str] = []
-    values: list[Any] = []
-    units: list[str] = []
-    items = list(table.metrics.items())
+    breakdowns: dict[str, list[str]] = {}
+    items = [(name, column) for name, column in table.metrics.items()]
     for i in range(table.n):
         for name, column in items:
             value = column[i]
-            if value is not None:
-                rows.append(i)
-                names.append(name)
-                values.append(value)
-                units.append(table.units.get(name, ""))
-    for col, source in zip(TIDY_IDENTITY_COLUMNS, ident):
+            if value is None:
+                continue
+            if name.startswith(BREAKDOWN):
+                breakdowns.setdefault(name, [x.strip() for x in str(value).split(",") if x.strip()])
+                continue
+            rows.append(i)
+            out[METRIC].append(name)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            out[VALUE].append(float(value) if numeric else np.nan)
+            out[TEXT].append(None if numeric else str(value))
+            out[UNIT].append(table.units.get(name, ""))
+    for col in TIDY_IDENTITY_COLUMNS:
+        source = table.identity[col]
         out[col] = [source[i] for i in rows]
-    out[METRIC], out[VALUE], out[UNIT] = names, values, units
     frame = pd.DataFrame(out, columns=list(TIDY_COLUMNS))
+    frame[VALUE] = frame[VALUE].astype("float64")
+    frame[TEXT] = frame[TEXT].astype(object)
     if table.n and all(v is None for v in table.identity[RANGE]):
         frame[RANGE] = frame[RANGE].astype("Int64")
-    frame.attrs["units"] = {name: table.units.get(name, "") for name, _ in items}
+    frame.attrs["units"] = {name: table.units.get(name, "") for name, _ in items if not name.startswith(BREAKDOWN)}
+    frame.attrs["breakdowns"] = breakdowns
     return frame

@@ -48,8 +48,12 @@ are never rescaled. ``df.attrs`` also holds ``"report"`` (the path),
 Tidy form (``tidy=True``)
 -------------------------
 One row per (result, metric) that has a value: :data:`TIDY_IDENTITY_COLUMNS`
-then ``metric``, ``value``, ``unit`` (:data:`TIDY_COLUMNS`). ``value`` is
-float64 when every value is numeric, else object.
+then ``metric``, ``value``, ``text``, ``unit`` (:data:`TIDY_COLUMNS`).
+``value`` is always float64 (NaN for a metric whose value is a string, such
+as ``device__attribute_display_name``); ``text`` holds such string values
+(None for numbers). The ``breakdown:*`` items of SpeedOfLight are lists of
+metric names, not values: they are kept apart, in ``df.attrs["breakdowns"]``
+(name -> the metrics it lists).
 
 NVTX: ``IAction.nvtx_state()`` holds the NVTX state only when the program was
 profiled with ``ncu --nvtx``. The ``nvtx`` column then lists, per domain, the
@@ -102,11 +106,11 @@ IDENTITY_UNITS: Mapping[str, str] = {
     SHARED_MEM_DYNAMIC: "byte/block",
 }
 
-METRIC, VALUE, UNIT = "metric", "value", "unit"
+METRIC, VALUE, TEXT, UNIT = "metric", "value", "text", "unit"
 #: Identity columns kept by the tidy form.
 TIDY_IDENTITY_COLUMNS: tuple[str, ...] = (RESULT, RANGE, FUNCTION, DEMANGLED)
 #: All columns of the tidy form.
-TIDY_COLUMNS: tuple[str, ...] = TIDY_IDENTITY_COLUMNS + (METRIC, VALUE, UNIT)
+TIDY_COLUMNS: tuple[str, ...] = TIDY_IDENTITY_COLUMNS + (METRIC, VALUE, TEXT, UNIT)
 
 #: Identity columns of integers (``Int64`` when some result lacks them).
 INT_IDENTITY = frozenset({

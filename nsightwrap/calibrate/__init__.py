@@ -1,0 +1,25 @@
+"""Calibrated verdicts: how long each kernel runs without ncu, and confirm-before-record.
+
+Between the data (``store``) and the walks (``fallback``): ``measure`` times
+a program without ncu (nsys, else a plain run), ``confirm`` holds one
+program's calibration (stored, else measured once) and turns a stall judged
+without it into a confirmed hang, a rerun with the right allowance, or the
+program's own failure. The allowance rule itself is in
+:mod:`nsightwrap.ncu.allowance`, beside the stall rule that uses it.
+"""
+
+from nsightwrap.calibrate.confirm import DEFAULT_LIMIT_S, Calibrator, calibrated_allowance, needs_confirmation
+from nsightwrap.calibrate.measure import measure, measure_plain, measure_with_nsys, program_verdict
+from nsightwrap.ncu.allowance import Calibration
+
+__all__ = [
+    "Calibration",
+    "Calibrator",
+    "DEFAULT_LIMIT_S",
+    "calibrated_allowance",
+    "measure",
+    "measure_plain",
+    "measure_with_nsys",
+    "needs_confirmation",
+    "program_verdict",
+]

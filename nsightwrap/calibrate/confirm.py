@@ -1,0 +1,231 @@
+"""Confirm before recording: a stall judged without calibration is not yet a hang.
+
+A Calibrator belongs to one program (one `run`, walk or sweep). Its
+calibration is looked up in the hang store, else measured once (nsys, else
+a plain run) and kept there. `run` makes one attempt with the calibrated
+allowances when they are known; when a kernel stalls against an
+uncalibrated allowance, it calibrates (once) and then:
+
+- the silence already exceeds the kernel's calibrated allowance: the hang
+  is confirmed, and its evidence says so;
+- the kernel's own time explains the silence: it runs again with the right
+  allowances, and that verdict stands;
+- the program itself hangs or fails without ncu: that is the status,
+  never an ncu hang.
+
+Because no stall becomes a hang before calibration has its say, the first
+attempt need not wait the whole uncalibrated allowance (10 s) to suspect a
+kernel: it suspects after SUSPECT_AFTER_S, and calibration decides. A slow
+kernel then costs one calibration (kept in the store) and a second run; a
+real hang costs seconds. When calibration bounds nothing for the kernel, it
+runs again with the patient rule rather than take the suspicion as a verdict.
+
+An explicit stall timeout (--stall-timeout, stall_timeout=) wins over all
+of this: its verdicts are taken as they are. Runs without a stall pay
+nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from typing import Any, Callable, Optional, Sequence, Union
+
+from nsightwrap.calibrate.measure import measure as default_measure
+from nsightwrap.errors import ProfileInterrupted, StoreError
+from nsightwrap.ncu.allowance import Allowance, Calibration, KernelAllowances
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.status import HANG
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment
+
+__all__ = ["Calibrator", "DEFAULT_LIMIT_S", "SUSPECT_AFTER_S", "calibrated_allowance", "needs_confirmation"]
+
+log = logging.getLogger("nsightwrap")
+
+#: How long a plain run may take when nothing else bounds it (no --timeout): a program that runs
+#: longer without ncu is reported as hanging by itself (or too long to calibrate).
+DEFAULT_LIMIT_S = 300.0
+#: When confirming a stall: at least this, and this many times the attempt that stalled.
+MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR = 120.0, 4.0
+
+#: Silence after which an uncalibrated kernel is suspected and calibration is asked (seconds). Above
+#: the longest silence between two progress marks of small kernels (0.7 s with --set full on the H200,
+#: 1.1 s in FACTS.md), so ordinary kernels are not suspected; a kernel slower than this costs a
+#: calibration (once, kept in the store) and a second run, never a false hang.
+SUSPECT_AFTER_S = 3.0
+
+AttemptFn = Callable[[RunContext], Attempt]
+StoreSource = Union[HangStore, Callable[[], Optional[HangStore]], None]
+
+
+def needs_confirmation(attempt: Attempt, config: RunConfig) -> bool:
+    """A hang judged against an allowance that was neither calibrated nor given by the user."""
+    stall = attempt.stall
+    return (attempt.status == HANG and stall is not None and not stall.calibrated
+            and not config.stall_timeout_given)
+
+
+def calibrated_allowance(attempt: Attempt, calibration: Calibration, options: Any,
+                         config: RunConfig) -> Optional[Allowance]:
+    """The allowance the stalled kernel gets once calibrated, as the stall rule would judge it."""
+    stall = attempt.stall
+    if stall is None:
+        return None
+    allowances = KernelAllowances.for_options(calibration, options, config.allowance)
+    if stall.where.startswith("application replay") and not stall.slow_warning_seen:
+        found = allowances.program()
+    else:
+        seen = max((k.passes for k in attempt.kernels if k.replay == "kernel"), default=0)
+        found = allowances.kernel(stall.kernel, seen or None)
+    if found is None:
+        return None
+    return replace(found, seconds=max(found.seconds, stall.pace_s))
+
+
+class Calibrator:
+    """One program's calibration (stored, else measured once) and the confirm-before-record step.
+
+    store: a HangStore, or a callable returning the one to use now (a sweep's
+    worker threads each have their own); None keeps nothing. limit_s bounds
+    the calibration run (else the run's --timeout, else a default). lazy:
+    do not look in the store before a stall (a single `run` then pays
+    nothing unless it stalls); walks and sweeps look first.
+    """
+
+    def __init__(self, command: Sequence[str], *, store: StoreSource = None, env: Optional[Environment] = None,
+                 nsys: Optional[str] = None, use_nsys: bool = True, limit_s: Optional[float] = None,
+                 say: Optional[Callable[[str], None]] = None, measure: Callable[..., Calibration] = default_measure,
+                 lazy: bool = False):
+        self.command = list(command)
+        self._store_source = store
+        self._env = env
+        self.nsys, self.use_nsys, self.limit_s = nsys, use_nsys, limit_s
+        self._say = say
+        self._measure = measure
+        self.lazy = lazy
+        self._calibration: Optional[Calibration] = None
+        self._looked_up = False
+        self._lock = threading.RLock()
+        self.measured = 0  # calibration runs made (0 or 1)
+
+    # --- the calibration ---------------------------------------------------------
+    def _store(self) -> Optional[HangStore]:
+        source = self._store_source
+        if source is None or isinstance(source, HangStore):
+            return source
+        try:
+            return source()
+        except StoreError as e:
+            self._tell(f"the hang store cannot be used ({e}); the calibration is not kept")
+            self._store_source = None
+            return None
+
+    def _environment(self) -> Environment:
+        if self._env is None:
+            self._env = Environment.detect()
+        return self._env
+
+    def known(self) -> Optional[Calibration]:
+        """The calibration at hand: measured in this run, else the stored one (looked up once)."""
+        with self._lock:
+            if self._calibration is None and not self._looked_up:
+                self._looked_up = True
+                store = self._store()
+                if store is not None:
+                    self._calibration = store.calibration_for(self.command, self._environment())
+            return self._calibration
+
+    def calibrate(self, config: RunConfig, limit_s: Optional[float] = None) -> Calibration:
+        """known(), else measured now (once per Calibrator) and kept in the store when it worked."""
+        with self._lock:
+            found = self.known()
+            if found is not None:
+                return found
+            limit = self.limit_s or config.timeout or limit_s or DEFAULT_LIMIT_S
+            self._tell(f"timing the program without ncu ({'nsys, else ' if self.use_nsys else ''}a plain run; "
+                       f"at most {limit:g} s) so that each kernel gets its own stall allowance")
+            found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys)
+            self.measured += 1
+            self._calibration = found
+            self._tell(found.describe())
+            store = self._store() if found.ok else None
+            if store is not None:
+                store.record_calibration(found, self.command, self._environment())
+            return found
+
+    def apply(self, context: RunContext) -> RunContext:
+        """The context with the known calibration (a caller's own, e.g. profile(fn)'s, is kept)."""
+        config = context.config
+        if config.stall_timeout_given or config.calibration is not None:
+            return context
+        found = self._calibration if self.lazy else self.known()
+        return context if found is None or not found.ok else context.replace(calibration=found)
+
+    # --- confirm before recording ------------------------------------------------
+    def run(self, attempt_fn: AttemptFn, context: RunContext, options: Any = None) -> Attempt:
+        """One attempt (calibrated when the calibration is known), confirmed before it is taken as a hang."""
+        return self.confirm(attempt_fn(self._suspicious(self.apply(context))), attempt_fn, context, options)
+
+    @staticmethod
+    def _suspicious(context: RunContext) -> RunContext:
+        """The first attempt's context: uncalibrated kernels are suspected early (see the module docstring).
+
+        Not when the user gave the stall timeout, nor when the program reports its own call time
+        (profile(fn): that allowance already comes from a measurement).
+        """
+        config = context.config
+        if config.stall_timeout_given or config.call_time_file is not None:
+            return context
+        return context.replace(stall_timeout=min(config.stall_timeout, SUSPECT_AFTER_S))
+
+    def confirm(self, attempt: Attempt, attempt_fn: AttemptFn, context: RunContext, options: Any = None) -> Attempt:
+        """The attempt's verdict once its stalled kernel is calibrated (see the module docstring)."""
+        config = context.config
+        if not needs_confirmation(attempt, config):
+            return attempt
+        stall = attempt.stall
+        if attempt.gpu_left_after:  # FACTS: a target left spinning makes plain runs hang too
+            return replace(attempt, notes=attempt.notes + (
+                "not calibrated: the GPU still runs processes of this run, so a plain run would hang too",))
+        self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
+        limit = max(MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR * attempt.elapsed_s)
+        try:
+            calibration = config.calibration if config.calibration is not None else self.calibrate(config, limit)
+        except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
+            notes = attempt.notes + ("interrupted while calibrating",)
+            raise ProfileInterrupted(replace(attempt, notes=notes)) from None
+        if not calibration.ok:
+            return replace(attempt, status=calibration.status, reason=calibration.reason, calibration=calibration,
+                           program_fault=calibration.reason,
+                           notes=attempt.notes + (f"under ncu: {stall.message()}",))
+        allowance = calibrated_allowance(attempt, calibration, options, config)
+        if allowance is None:  # nothing bounds this kernel: the patient uncalibrated rule decides
+            if stall.allowance_s < config.stall_timeout:  # it was only suspected: judge it patiently
+                self._tell(f'"{stall.kernel}": calibration does not bound it; running again with the '
+                           f"uncalibrated allowance of {config.stall_timeout:g} s")
+                again = attempt_fn(context.replace(calibration=calibration))
+                return replace(again, calibration=again.calibration or calibration)
+            return replace(attempt, calibration=calibration)
+        if stall.silent_s >= allowance.seconds:
+            return self._confirmed(attempt, calibration, allowance)
+        self._tell(f'"{stall.kernel}" is explained by its own time ({allowance.basis}): running again with '
+                   f"an allowance of {allowance.seconds:.1f} s")
+        again = attempt_fn(context.replace(calibration=calibration))
+        first = (f'a first run stalled on "{stall.kernel}" ({stall.evidence()}); calibrated, its allowance is '
+                 f"{allowance.seconds:.1f} s {allowance.basis}, so it ran again")
+        return replace(again, notes=again.notes + (first,))
+
+    def _confirmed(self, attempt: Attempt, calibration: Calibration, allowance: Allowance) -> Attempt:
+        stall = replace(attempt.stall, allowance_s=allowance.seconds, basis=allowance.basis, calibrated=True)
+        note = f"hang confirmed by calibration: {stall.evidence()}"
+        self._tell(note)
+        return replace(attempt, stall=stall, reason=stall.message(), calibration=calibration,
+                       notes=attempt.notes + (note,))
+
+    def _tell(self, text: str) -> None:
+        log.info(text)
+        if self._say is not None:
+            self._say(f"[nsightwrap] {text}\n")

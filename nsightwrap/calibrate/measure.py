@@ -1,0 +1,133 @@
+"""Time a program without ncu: per kernel with nsys when it works, else by its wall time.
+
+`nsys profile --trace cuda` runs the program at full speed under
+nsightwrap's own watchdog and its SQLite export gives every launch's
+duration. Where nsys is missing or cannot make a report (the copy bundled
+with Nsight Compute lacks libdw, FACTS.md), a plain watched run's wall time
+bounds every kernel in it. A program that hangs or fails without ncu is
+reported as such: a failed Calibration with its own status and reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from nsightwrap.errors import NsightwrapError, ToolNotFound
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.nsys.locate import find_nsys
+from nsightwrap.nsys.options import NsysOptions
+from nsightwrap.nsys.run import profile_nsys
+from nsightwrap.reports.nsys.sqlite import kernel_records, nsys_export_sqlite
+from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
+from nsightwrap.watch.process import watch
+from nsightwrap.watch.rules import TotalTimeout
+
+__all__ = ["NSYS", "PLAIN", "durations_by_kernel", "measure", "measure_plain", "measure_with_nsys",
+           "program_verdict"]
+
+NSYS, PLAIN = "nsys", "plain run"
+#: What nsys is asked for: CUDA kernels only, no CPU sampling (least overhead).
+NSYS_OPTIONS = NsysOptions(trace=("cuda",), sample="none")
+
+
+def program_verdict(*, timed_out: bool, returncode: Optional[int], elapsed_s: float, limit_s: float,
+                    source: str, log_tail: str = "") -> Calibration:
+    """What one run of the program without ncu says: its wall time, or that it hangs or fails by itself."""
+    if timed_out:
+        return Calibration.failed(
+            TIMEOUT, f"without ncu the program itself did not finish within {limit_s:g} s ({source}): it hangs "
+                     "by itself, or runs longer than that (give a longer --timeout / timeout=); not an ncu hang",
+            source)
+    if returncode:
+        tail = f"; its last output: {log_tail.strip()[-300:]}" if log_tail.strip() else ""
+        return Calibration.failed(
+            CRASHED, f"without ncu the program itself fails (exit code {returncode}, {source}): fix the program "
+                     f"first; not an ncu hang{tail}", source)
+    return Calibration.from_wall(elapsed_s, source)
+
+
+def measure_plain(command: Sequence[str], config: RunConfig, limit_s: float,
+                  on_output: Optional[Callable[[str], None]] = None) -> Calibration:
+    """One plain watched run: its wall time bounds every kernel in it."""
+    env = dict(os.environ if config.env is None else config.env)
+    try:
+        outcome = watch(list(command), TotalTimeout(limit_s), policy=config.stop, env=env, cwd=config.cwd,
+                        on_output=on_output, frontend_names=())
+    except OSError as e:
+        return Calibration.failed(ERROR, f"the program could not be started without ncu: {e}", PLAIN)
+    if outcome.interrupted:
+        raise KeyboardInterrupt("calibration run interrupted; its process tree was stopped")
+    if outcome.exception is not None:
+        raise outcome.exception
+    return program_verdict(timed_out=outcome.verdict is not None, returncode=outcome.returncode,
+                           elapsed_s=outcome.elapsed_s, limit_s=limit_s, source=PLAIN, log_tail=outcome.log[-2000:])
+
+
+def durations_by_kernel(rows: Sequence[Sequence], columns: Sequence[str]) -> dict[str, float]:
+    """Longest launch (seconds) per kernel, by the short name ncu prints, from kernel_records rows."""
+    at = {c: i for i, c in enumerate(columns)}
+    out: dict[str, float] = {}
+    for r in rows:
+        name = r[at["short_name"]] or r[at["name"]]
+        ns = r[at["duration_ns"]]
+        if name and isinstance(ns, (int, float)):
+            out[str(name)] = max(out.get(str(name), 0.0), ns / 1e9)
+    return out
+
+
+def measure_with_nsys(command: Sequence[str], config: RunConfig, nsys: str, limit_s: float,
+                      on_output: Optional[Callable[[str], None]] = None) -> tuple[Optional[Calibration], str]:
+    """(calibration, "") from `nsys profile --trace cuda`; (None, why) when nsys could not say.
+
+    A timed-out nsys run is not taken as the program's hang (nsys may be the
+    one stuck): the caller's plain run decides that.
+    """
+    work = Path(tempfile.mkdtemp(prefix="nsightwrap-calibrate-"))
+    try:
+        run = profile_nsys(command, NSYS_OPTIONS.replace(output=str(work / "calibration")),
+                           config.replace(timeout=limit_s, report_dir=str(work)), on_output, nsys=nsys)
+        if run.status == CRASHED and run.report is not None:
+            return program_verdict(timed_out=False, returncode=run.returncode or 1, elapsed_s=run.elapsed_s,
+                                   limit_s=limit_s, source=NSYS, log_tail=run.log[-2000:]), ""
+        if run.status in (TIMEOUT, HANG):
+            return None, f"nsys did not finish within {limit_s:g} s"
+        if run.status != OK or run.report_kind != "nsys-rep":
+            return None, run.reason
+        env = dict(os.environ if config.env is None else config.env)
+        columns, rows, _, _ = kernel_records(nsys_export_sqlite(run.report, nsys, env=env, timeout=limit_s))
+        return Calibration.from_kernels(durations_by_kernel(rows, columns), program_s=run.elapsed_s,
+                                        source=NSYS), ""
+    except NsightwrapError as e:
+        return None, str(e).splitlines()[0]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _nsys_path(nsys: Optional[str], env: Mapping[str, str]) -> Optional[str]:
+    try:
+        return find_nsys(nsys, env)
+    except ToolNotFound:
+        return None
+
+
+def measure(command: Sequence[str], config: RunConfig, *, limit_s: float, nsys: Optional[str] = None,
+            use_nsys: bool = True, on_output: Optional[Callable[[str], None]] = None) -> Calibration:
+    """How long `command`'s kernels run without ncu: with nsys when it works, else a plain run."""
+    notes: list[str] = []
+    env = dict(os.environ if config.env is None else config.env)
+    path = _nsys_path(nsys, env) if use_nsys else None
+    if path is not None:
+        cal, why = measure_with_nsys(command, config, path, limit_s, on_output)
+        if cal is not None:
+            return cal
+        notes.append(f"nsys could not time the kernels ({why}); a plain run's wall time bounds them instead")
+    elif use_nsys:
+        notes.append("nsys was not found; a plain run's wall time bounds the kernels")
+    cal = measure_plain(command, config, limit_s, on_output)
+    return replace(cal, notes=tuple(notes) + cal.notes)

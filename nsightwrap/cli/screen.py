@@ -1,0 +1,215 @@
+"""What the command line shows on stderr while it works: ncu's output, stages, live progress, a summary.
+
+Two screens with one face: `PlainScreen` (stderr is not a terminal, or -q)
+writes ncu's output and one line per stage as they come; `LiveScreen` (a
+terminal) keeps a live status line under ncu's output, through rich: the
+stage (rung or sweep probe), the kernel being profiled, its pass progress,
+the seconds of silence against the stall allowance, and at the end a
+summary of kernels, reports and hangs. Both are RunListeners, handed down
+in the run context; neither ever writes to stdout (the --json object).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, TextIO
+
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.listen import RunListener
+from nsightwrap.ncu.progress import WatchState
+from nsightwrap.status import HANG
+from nsightwrap.watch.rules import WatchRule
+
+__all__ = ["LiveScreen", "PlainScreen", "Tally", "open_screen", "progress_line"]
+
+
+@dataclass
+class Tally:
+    """What the command did so far, for the closing summary."""
+
+    attempts: int = 0
+    kernels: int = 0
+    reports: list[str] = field(default_factory=list)
+    hangs: list[str] = field(default_factory=list)
+
+    def add(self, attempt: Attempt, stage: str = "") -> None:
+        self.attempts += 1
+        self.kernels += len(attempt.finished_kernels)
+        if attempt.report is not None and attempt.report.exists() and str(attempt.report) not in self.reports:
+            self.reports.append(str(attempt.report))
+        if attempt.status == HANG:
+            self.hangs.append(f"{attempt.stalled_kernel}" + (f" ({stage})" if stage else ""))
+
+    def summary(self) -> str:
+        text = (f"nsightwrap: {self.attempts} attempt(s), {self.kernels} kernel(s) profiled, "
+                f"{len(self.reports)} report(s) written, {len(self.hangs)} hang(s)")
+        return text + (": " + "; ".join(self.hangs) if self.hangs else "")
+
+
+def _allowance(rule: Optional[WatchRule], state: WatchState) -> Optional[float]:
+    """The stall allowance now, from the rule (or the rules combined in it) that has one."""
+    for r in getattr(rule, "rules", (rule,)):
+        allowance = getattr(r, "allowance", None)
+        if callable(allowance):
+            return allowance(state)
+    return None
+
+
+def progress_line(stage: str, state: Optional[WatchState], rule: Optional[WatchRule], now: float) -> str:
+    """One line: stage, kernel and its progress, silence against the allowance. Pure, for tests."""
+    parts = [f"[{stage}]"] if stage else []
+    if state is None:
+        parts.append("starting ...")
+        return "  ".join(parts)
+    cur = state.current
+    if cur is None:
+        parts.append(f"{state.kernels_done} kernel(s) done; no kernel in progress "
+                     f"({now - state.last_output_at:.0f} s since ncu last printed)")
+        return "  ".join(parts)
+    kid = "" if cur.kernel_id is None else f" #{cur.kernel_id}"
+    parts.append(f'kernel "{cur.name}"{kid}: {cur.where()}')
+    allowance = _allowance(rule, state)
+    silent = now - cur.last_mark_at
+    parts.append(f"silent {silent:.0f} s" + (f" of {allowance:.3g}" if allowance is not None else ""))
+    parts.append(f"{state.kernels_done} done")
+    return "  ".join(parts)
+
+
+class PlainScreen(RunListener):
+    """stderr that is not a terminal: ncu's output as it comes and one line per stage (nothing with -q)."""
+
+    def __init__(self, err: TextIO, quiet: bool = False) -> None:
+        self.err = err
+        self.quiet = quiet
+        self.tally = Tally()
+        self._stage = threading.local()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "PlainScreen":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to take down; the summary is for the live screen."""
+
+    def output(self, text: str) -> None:
+        if not self.quiet:
+            with self._lock:
+                self.err.write(text)
+                self.err.flush()
+
+    def line(self, text: str) -> None:
+        """A progress message of nsightwrap's own, on a line of its own (not with -q)."""
+        if not self.quiet:
+            self.say(text)
+
+    def say(self, text: str) -> None:
+        """A line asked for explicitly (--verbose's log): printed even with -q."""
+        with self._lock:
+            self.err.write(text.rstrip("\n") + "\n")
+            self.err.flush()
+
+    def stage(self, text: str) -> None:
+        self._stage.text = text
+        self.line(f"\n[nsightwrap] {text}")
+
+    def finished(self, attempt: Attempt) -> None:
+        with self._lock:
+            self.tally.add(attempt, getattr(self._stage, "text", ""))
+
+    @property
+    def on_output(self) -> Optional[Callable[[str], None]]:
+        return None if self.quiet else self.output
+
+
+class LiveScreen(PlainScreen):
+    """A terminal: ncu's complete lines scroll above one live status line per running attempt."""
+
+    def __init__(self, console: Any, clock: Callable[[], float] = time.monotonic, refresh: float = 4.0) -> None:
+        from rich.live import Live
+
+        super().__init__(console.file)
+        self.console = console
+        self.clock = clock
+        self._runs: dict[int, tuple[str, Optional[WatchState], Optional[WatchRule]]] = {}
+        self._partial = ""
+        self._live = Live(self, console=console, refresh_per_second=refresh, transient=True,
+                          redirect_stdout=False, redirect_stderr=False)
+
+    def __enter__(self) -> "LiveScreen":
+        self._live.start()
+        return self
+
+    def close(self) -> None:
+        if self._live.is_started:
+            self.output("\n" if self._partial else "")
+            self._live.stop()
+            self.console.print(self.tally.summary(), markup=False, highlight=False)
+
+    # --- what the run says ---------------------------------------------------------
+    def output(self, text: str) -> None:
+        """ncu's output: complete lines above the status line; an open progress line lives in the status."""
+        with self._lock:
+            text = self._partial + text
+            done, _, self._partial = text.rpartition("\n")
+        if done or text.endswith("\n"):
+            for line in done.split("\n"):
+                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def line(self, text: str) -> None:
+        self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+
+    say = line
+
+    def stage(self, text: str) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            self._runs[me] = (text, None, None)
+            self._stage.text = text
+        self.line(f"[nsightwrap] {text}")
+
+    def started(self, state: WatchState, rule: WatchRule) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            stage = self._runs.get(me, ("", None, None))[0]
+            self._runs[me] = (stage, state, rule)
+
+    def finished(self, attempt: Attempt) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            stage = self._runs.pop(me, ("", None, None))[0]
+            self.tally.add(attempt, stage)
+
+    # --- what rich draws, several times a second ------------------------------------
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        now = self.clock()
+        with self._lock:
+            runs = list(self._runs.values())
+            tally = self.tally
+        lines = [progress_line(stage, state, rule, now) for stage, state, rule in runs] or ["working ..."]
+        lines.append(f"{tally.attempts} attempt(s) so far: {tally.kernels} kernel(s), "
+                     f"{len(tally.reports)} report(s), {len(tally.hangs)} hang(s)")
+        return Text("\n".join(lines), style="bold", no_wrap=True, overflow="ellipsis")
+
+    @property
+    def on_output(self) -> Optional[Callable[[str], None]]:
+        return self.output
+
+
+def open_screen(quiet: bool, err: Optional[TextIO] = None) -> PlainScreen:
+    """A live screen where stderr is a terminal (and not -q), else a plain one."""
+    err = err or sys.stderr
+    if not quiet and err.isatty():
+        from rich.console import Console
+
+        console = Console(file=err, stderr=err is sys.stderr)
+        if console.is_terminal and not console.is_dumb_terminal:
+            return LiveScreen(console)
+    return PlainScreen(err, quiet)

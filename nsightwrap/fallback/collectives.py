@@ -1,0 +1,125 @@
+"""Multi-process jobs in walks and sweeps: how big the job is, which kernels are collectives,
+and, when no rung profiles a kernel, why.
+
+Measured on 2x H100 with ncu 2025.3.1 and a 2-rank torchrun program (FACTS,
+"Multi-process programs"): ncu serialises kernel launches across the
+processes it profiles, so an all-reduce whose other half runs in another
+profiled rank never starts, in every mode; leaving the collectives out
+profiles everything else of every rank; and ncu on one rank alone profiles
+the collective with a single-pass collection (`--metrics
+gpu__time_duration.sum`, `--section LaunchStats`), not with a multi-pass one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from nsightwrap.fallback.ladder import Ladder
+from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.watch.launchers import Launch, parse_launch
+
+__all__ = ["COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "collective_family", "family_filter", "unprofiled_reason"]
+
+#: Kernel families that are collectives: every rank's kernel waits for the others' (NCCL, NVSHMEM).
+#: One member hanging in a multi-process job excludes the whole family from the main run.
+COLLECTIVE_PREFIXES = ("nccl", "nvshmem")
+#: Why a collective hangs whenever every rank is profiled.
+SERIALISED = ("ncu serialises kernel launches across the profiled processes, so a collective's other half "
+              "never starts")
+#: Why a kernel of a collective family was not tried with every rank profiled.
+COLLECTIVE_ALL_RANKS = f"a collective with every rank profiled: {SERIALISED}"
+
+
+def collective_family(kernel: Optional[str]) -> Optional[str]:
+    """The collective family (prefix) of a kernel name, or None for other kernels."""
+    return next((p for p in COLLECTIVE_PREFIXES if kernel and kernel.startswith(p)), None)
+
+
+def family_filter(prefix: str, user: Optional[KernelFilter]) -> KernelFilter:
+    """Every kernel of a collective family that the user's filter (if any) also selects."""
+    base = user.base if user else "function"
+    if user is None:
+        return KernelFilter(f"^{re.escape(prefix)}", True, base)
+    wanted = user.pattern if user.regex else f"^{re.escape(user.pattern)}$"
+    return KernelFilter(f"^(?=.*?(?:{wanted})){re.escape(prefix)}", True, base)
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """How many processes a command runs, and whether ncu can wrap one of its ranks alone.
+
+    From the launcher's command line when it says (torchrun --nproc-per-node,
+    mpirun -np, srun -n), else from the most processes ncu was connected to at
+    once in a run of it.
+    """
+
+    processes: int = 1
+    local_processes: Optional[int] = None
+    launch: Optional[Launch] = None
+    counted: bool = False  # processes came from the command line
+
+    @classmethod
+    def of(cls, command: Sequence[str]) -> "JobShape":
+        launch = parse_launch(command)
+        if launch is not None and launch.processes is not None:
+            return cls(launch.processes, launch.local_processes, launch, True)
+        return cls(1, None, launch, False)
+
+    def seen(self, connected: int) -> "JobShape":
+        """This shape after a run that connected to `connected` processes at once."""
+        if self.counted or connected <= self.processes:
+            return self
+        return replace(self, processes=connected, local_processes=connected)
+
+    @property
+    def multi(self) -> bool:
+        return self.processes > 1
+
+    @property
+    def one_rank_possible(self) -> bool:
+        """Can ncu wrap one rank alone? A launch nsightwrap can rewrite, not known to be of one process."""
+        return (self.launch is not None and self.launch.problem is None
+                and not (self.counted and self.processes == 1))
+
+    def why_not_one_rank(self) -> str:
+        if self.launch is None:
+            return ("nsightwrap cannot start one rank of this command alone under ncu (it starts no launcher "
+                    "nsightwrap knows: torchrun, python -m torch.distributed.run, mpirun/mpiexec, srun)")
+        return self.launch.problem or "the job has one process"
+
+    def describe(self) -> str:
+        what = self.launch.kind + " job" if self.launch else "program"
+        return f"{what} of {self.processes} process{'es' if self.processes != 1 else ''}"
+
+
+def unprofiled_reason(kernel: str, shape: JobShape, ladder: Ladder, tried_one_rank: bool) -> str:
+    """Plain words on why no rung of `ladder` profiled `kernel` in a job of this shape."""
+    if not shape.multi:
+        return (f"every rung of ladder {ladder.name!r} hung or profiled nothing: the kernel probably waits for "
+                "the host or for another kernel, which kernel replay never lets happen; profile a range that "
+                "holds it (range replay, the program marking it), or leave it out")
+    head = f"in this {shape.describe()}, {SERIALISED}"
+    if not shape.one_rank_possible:
+        return f"{head}; and {shape.why_not_one_rank()}; leave it out, or time it with nsys"
+    if not ladder.has_one_rank_rung:
+        return (f"{head}; ladder {ladder.name!r} has no one-rank rung (`ranks: one`) to profile it on one rank "
+                "alone with a single-pass collection (the default ladder has two)")
+    if tried_one_rank:
+        return (f"{head}; on one rank alone, multi-pass collections hang too (the other ranks do not replay the "
+                "kernel), and here the single-pass ones hung as well: ncu cannot profile this kernel in this "
+                "job; time it with nsys (`python -m nsightwrap nsys profile`)")
+    return f"{head}; the one-rank rungs were not reached"
+
+
+def one_rank_hint(command: Sequence[str], connected: int, kernel: Optional[str]) -> Optional[str]:
+    """What to run instead after `kernel` hung in a multi-process job with every rank profiled (else None)."""
+    shape = JobShape.of(command).seen(connected)
+    if not shape.multi:
+        return None
+    what = f"{kernel} hung in a {shape.describe()} with every rank profiled: {SERIALISED}. "
+    if not shape.one_rank_possible:
+        return what + f"Leave it out (--kernel 'regex:^(?!{collective_family(kernel) or re.escape(kernel or '')})')."
+    return (what + "Profile it on one rank with a single-pass collection (--rank 0 --metrics gpu__time_duration.sum), "
+            "or let a ladder do both (--profile default)")

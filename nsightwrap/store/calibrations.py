@@ -1,0 +1,58 @@
+"""Calibrations in the hang store: SQL for the ``calibrations`` table (schema version 2).
+
+A program's calibration is kept per command (the row's subject, a JSON list), GPU model and driver, one row per
+kernel (its longest launch without ncu) and one row ``*`` for the whole
+program's wall time, so that it is paid once. Only successful calibrations
+are kept: a program that hangs by itself may be fixed before the next run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence
+
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.store.keys import Environment
+
+__all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "match_sql"]
+
+#: The kernel name of the row holding the program's wall time.
+PROGRAM = "*"
+_INSERT = ("INSERT INTO calibrations (time, host, gpu, driver, subject, kernel, seconds, source, run_id) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _command(command: Sequence[str]) -> str:
+    if isinstance(command, str):
+        raise TypeError(f"command must be a list of arguments, not the string {command!r}")
+    return json.dumps([str(c) for c in command])
+
+
+def calibration_rows(calibration: Calibration, command: Sequence[str], env: Environment, time: str,
+                     run_id: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """INSERT statements for one calibration; none when it failed or is a bare bound (profile(fn))."""
+    if not calibration.ok or calibration.program_s is None:
+        return []
+    head = (time, env.host, env.gpu, env.driver, _command(command))
+    items = list(calibration.kernels) + [(PROGRAM, calibration.program_s)]
+    return [(_INSERT, (*head, name, float(seconds), calibration.source, run_id)) for name, seconds in items]
+
+
+def match_sql(command: Sequence[str], env: Environment) -> tuple[str, list[Any]]:
+    """The rows of the newest calibration of `command` on this GPU model and driver."""
+    where = "subject = ? AND gpu IS ? AND driver IS ?"
+    sql = (f"SELECT kernel, seconds, source, time FROM calibrations WHERE {where} AND run_id = "
+           f"(SELECT run_id FROM calibrations WHERE {where} ORDER BY id DESC LIMIT 1)")
+    params = [_command(command), env.gpu, env.driver]
+    return sql, params + params
+
+
+def calibration_from_rows(rows: Sequence[Sequence[Any]]) -> Optional[Calibration]:
+    """A Calibration from (kernel, seconds, source, time) rows of one run; None without rows."""
+    if not rows:
+        return None
+    kernels = {k: float(s) for k, s, _, _ in rows if k != PROGRAM}
+    program = next((float(s) for k, s, _, _ in rows if k == PROGRAM), None)
+    source, time = rows[0][2], rows[0][3]
+    cal = Calibration.from_kernels(kernels, program_s=program, source=source)
+    return Calibration(cal.source, cal.kernels, cal.bound_s, cal.program_s, measured_at=time)
