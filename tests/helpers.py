@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder, load_ladder
+from nsightwrap.ncu.allowance import AllowancePolicy
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, StopPolicy, processes_with
@@ -43,6 +44,11 @@ FAKE_SCALE = str(TIME_SCALE)
 #: milliseconds apart, and the watch loop read them at most 0.12 s apart with
 #: four busy loops beside it on this 2-core machine.
 STALL_S = 0.4
+#: Calibrated allowances on the tests' clock: a fifth of the real floor (2.5 s), as the fakes' kernels take
+#: milliseconds, and a margin of 1 instead of 4: a fake program's calibrated time is mostly the interpreter's
+#: start (0.2 s), which a margin of 4 made a 4.7 s allowance for a 38-pass probe. Both stay above any silence
+#: of a fake kernel that does not hang.
+FAST_ALLOWANCE = AllowancePolicy(margin=1.0, floor_s=0.5)
 
 
 def fast_stop(**kw: float) -> StopPolicy:
@@ -56,9 +62,11 @@ def app(*steps: str) -> list[str]:
 
 
 def run_config(tmp_path: Path, **kw: Any) -> RunConfig:
-    """A RunConfig for the fake ncu: reports under tmp_path, a short stall timeout, a fast stop, no GPU checks."""
+    """A RunConfig for the fake ncu: reports under tmp_path, a short stall timeout (and floor of calibrated
+    allowances), a fast stop, no GPU checks."""
     kw.setdefault("report_dir", str(tmp_path / "reports"))
     kw.setdefault("stall_timeout", STALL_S)
+    kw.setdefault("allowance", FAST_ALLOWANCE)
     kw.setdefault("stop", fast_stop())
     kw.setdefault("check_gpu", False)
     return RunConfig(**kw)
