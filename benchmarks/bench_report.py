@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from nsightwrap.errors import ToolNotFound  # noqa: E402
+from nsightwrap.ncu.locate import find_ncu  # noqa: E402
 from nsightwrap.reports.ncu import IDENTITY_COLUMNS, load_report, raw_csv_argv  # noqa: E402
 from nsightwrap.reports.ncu.module import choose_reader  # noqa: E402
-from nsightwrap.ncu.locate import find_ncu  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "reports"
 TEN = [

@@ -85,8 +85,8 @@ def main() -> int:
     stall_start = hang.stall.detected_at_s - hang.stall.silent_s
 
     rows = [
-        ("raw ncu, median of %d (s)" % args.repeat, f"{r:.3f}", ""),
-        ("watched, median of %d (s)" % args.repeat, f"{w:.3f}", ""),
+        (f"raw ncu, median of {args.repeat} (s)", f"{r:.3f}", ""),
+        (f"watched, median of {args.repeat} (s)", f"{w:.3f}", ""),
         ("overhead (s)", f"{w - r:+.3f}", "<= 0.5 s or <= 3 %"),
         ("overhead (%)", f"{100 * (w - r) / r:+.1f}", "met" if (w - r) <= 0.5 or (w - r) / r <= 0.03 else "NOT MET"),
         ("hang: last progress mark at (s)", f"{stall_start:.2f}", ""),

@@ -48,7 +48,8 @@ for extra_env in ({}, {"LD_LIBRARY_PATH": ":".join(sorted({os.path.dirname(p) fo
         ["find", "/opt/nvidia/nsight-compute/2025.3.1", "-name", "libnvperf_host.so*"], capture_output=True,
         text=True).stdout.split()}))}):
     for name, body in PROBES.items():
-        code = f"import faulthandler, os, sys; faulthandler.enable(); sys.path.insert(0, {EXTRAS!r}); R = {REPORT!r}\n" + body
+        code = (f"import faulthandler, os, sys; faulthandler.enable(); sys.path.insert(0, {EXTRAS!r}); "
+                f"R = {REPORT!r}\n" + body)
         env = dict(os.environ, **extra_env)
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
         print(f"=== {name} {extra_env or ''}: rc={p.returncode}\n{p.stdout}{p.stderr[-1500:]}", flush=True)

@@ -13,8 +13,10 @@ CASES = {
     "numpy first": "import numpy; " + READ,
     "pandas first": "import pandas; " + READ,
     "torch first": "import torch; " + READ,
-    "numpy first, plain extras": "import numpy; sys.path.insert(0, '/opt/nvidia/nsight-compute/2025.3.1/extras/python'); "
-                                 "import ncu_report; c = ncu_report.load_report(R); a = c.range_by_idx(0).action_by_idx(0); "
+    "numpy first, plain extras": "import numpy; "
+                                 "sys.path.insert(0, '/opt/nvidia/nsight-compute/2025.3.1/extras/python'); "
+                                 "import ncu_report; c = ncu_report.load_report(R); "
+                                 "a = c.range_by_idx(0).action_by_idx(0); "
                                  "print('plain', [a.metric_by_name(n).unit() for n in a.metric_names()][:3])",
 }
 for name, body in CASES.items():

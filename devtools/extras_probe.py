@@ -28,6 +28,7 @@ except Exception:
 if found:
     print("extras folder:", sorted(os.listdir(found.parent)))
     # The extras module imported plainly, in a fresh process, to see its own error.
-    code = f"import sys; sys.path.insert(0, {str(found.parent)!r}); import ncu_report; print('plain import ok', ncu_report.__file__)"
+    code = (f"import sys; sys.path.insert(0, {str(found.parent)!r}); import ncu_report; "
+            "print('plain import ok', ncu_report.__file__)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     print(p.stdout + p.stderr[-3000:])

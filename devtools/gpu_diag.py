@@ -11,7 +11,6 @@ Checks, each under a time limit and followed by a GPU check:
     "Unknown Error on device 0")?
 """
 
-import json
 import subprocess
 import sys
 import time
@@ -74,8 +73,8 @@ gpu("raw")
 
 sys.path.insert(0, str(ROOT))
 from nsightwrap import HangStore, ProfileOptions, RunConfig, walk_ladder  # noqa: E402
-from nsightwrap.ncu.engine import profile_command  # noqa: E402
 from nsightwrap.fallback.ladder import ladder_from_dict  # noqa: E402
+from nsightwrap.ncu.engine import profile_command  # noqa: E402
 from nsightwrap.ncu.options import KernelFilter  # noqa: E402
 
 cfg = RunConfig(ncu=NCU, stall_timeout=5.0, timeout=60.0, report_dir=str(OUT / "reports"))

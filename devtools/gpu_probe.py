@@ -6,7 +6,16 @@ OUTDIR, snapshots the process tree during hangs, and tries different ways
 of stopping ncu. Every process it starts carries a cookie and is killed by
 cookie at the end of each experiment.
 """
-import json, os, select, signal, subprocess, sys, time, uuid, shutil, glob
+import glob
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
 
 NCU = os.environ.get("NCU", "/usr/local/cuda/bin/ncu")
 OUT = sys.argv[1]
@@ -18,7 +27,8 @@ LOG = open(os.path.join(OUT, "probe.log"), "a")
 def log(*a):
     s = " ".join(str(x) for x in a)
     print(s, flush=True)
-    LOG.write(s + "\n"); LOG.flush()
+    LOG.write(s + "\n")
+    LOG.flush()
 
 
 def procs_with(cookie):
@@ -131,7 +141,8 @@ def hang_plan(target_pick, sig, report_base):
                               "report_files": {f: os.path.getsize(f) for f in glob.glob(report_base + "*")}})
             log("TREE:", json.dumps(tree, indent=None))
             log("REPORT FILES before signal:", {f: os.path.getsize(f) for f in glob.glob(report_base + "*")})
-            ncus = [d for d in tree if not d.get("gone") and (d["comm"] == "ncu" or (d["cmd"] and d["cmd"][0].endswith("ncu")))]
+            ncus = [d for d in tree
+                    if not d.get("gone") and (d["comm"] == "ncu" or (d["cmd"] and d["cmd"][0].endswith("ncu")))]
             if target_pick == "outer":
                 pid = st["p"].pid
             elif target_pick == "inner":
@@ -145,7 +156,8 @@ def hang_plan(target_pick, sig, report_base):
             st["rec"].append({"t": round(t, 3), "sent": signal.Signals(sig).name, "to": pid, "which": target_pick})
             log(f"SENT {signal.Signals(sig).name} to {target_pick} pid {pid} at {t:.2f}s")
         if "sent" in st:
-            alive = [d["pid"] for d in (describe(x) for x in procs_with(st["cookie"])) if not d.get("gone") and d.get("state") != "Z"]
+            alive = [d["pid"] for d in (describe(x) for x in procs_with(st["cookie"]))
+                     if not d.get("gone") and d.get("state") != "Z"]
             files = {f: os.path.getsize(f) for f in glob.glob(report_base + "*")}
             key = (tuple(alive), tuple(sorted(files.items())))
             if key != st.get("lastkey"):
@@ -172,7 +184,8 @@ def main():
     experiment("none", [NCU, app, "none"], cwd=neutral)
     experiment("basic_ok", [NCU, "--set", "basic", "-o", f"{OUT}/basic_ok", app, "ok"], cwd=neutral)
     experiment("export_exists", [NCU, "--set", "basic", "-o", f"{OUT}/basic_ok", app, "ok"], cwd=neutral)
-    experiment("duration_only", [NCU, "--metrics", "gpu__time_duration.sum", "-o", f"{OUT}/duration", app, "ok"], cwd=neutral)
+    experiment("duration_only", [NCU, "--metrics", "gpu__time_duration.sum", "-o", f"{OUT}/duration", app, "ok"],
+               cwd=neutral)
     experiment("slow", [NCU, "--set", "basic", app, "slow", "1500"], cwd=neutral, total=90)
     experiment("range_ok", [NCU, "--replay-mode", "range", "-o", f"{OUT}/range", app, "range"], cwd=neutral)
     for which, sig in (("inner", signal.SIGINT), ("outer", signal.SIGINT), ("inner", signal.SIGTERM)):

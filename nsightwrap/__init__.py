@@ -32,10 +32,10 @@ from nsightwrap.status import EXIT_CODES, STATUSES, ReplayMode
 
 if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.calibrate.confirm import Calibrator
-    from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
     from nsightwrap.call.ranges import range
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
+    from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
     from nsightwrap.ncu.attempt import Attempt, KernelResult
     from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
     from nsightwrap.ncu.context import RunConfig, RunContext

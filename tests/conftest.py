@@ -1,36 +1,30 @@
-"""Shared fixtures: the fake ncu, fake programs, and the gpu marker's skip."""
+"""Shared fixtures: the fake ncu, fake programs, and the gpu marker's skip (helpers: tests/helpers.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, attempt_rows
 
-HERE = Path(__file__).parent
-FAKE_DIR = HERE / "fake_ncu"
-FAKE_NCU = FAKE_DIR / "ncu"
-FAKE_APP = FAKE_DIR / "app.py"
-DATA = HERE / "data"
-
-#: Delays of the fake are multiplied by this: kernels take milliseconds,
-#: the slow-launch warning comes after 0.3 s instead of 3 s.
-FAKE_SCALE = "0.1"
+# Older tests import these from conftest; new ones import from helpers.
+__all__ = ["DATA", "FAKE_APP", "FAKE_DIR", "FAKE_NCU", "FAKE_SCALE", "HERE", "app"]
 
 
-def app(*steps: str) -> list[str]:
-    """The command line of a fake CUDA program (see tests/fake_ncu/app.py)."""
-    return [sys.executable, str(FAKE_APP), *steps]
+@pytest.fixture(scope="session")
+def probe_cache(tmp_path_factory):
+    """One probe cache for the session: probing the fake ncu starts it three times (0.2 s), and its answer never
+    changes. Tests of the cache itself use their own folder."""
+    return tmp_path_factory.mktemp("ncu-probe-cache")
 
 
 @pytest.fixture
-def fake_env(tmp_path, monkeypatch):
-    """Environment in which nsightwrap finds the fake ncu, with a private cache."""
+def fake_env(tmp_path, monkeypatch, probe_cache):
+    """Environment in which nsightwrap finds the fake ncu (probed once per session)."""
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(FAKE_NCU))
-    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(probe_cache))
     monkeypatch.setenv("FAKE_NCU_SCALE", FAKE_SCALE)
     monkeypatch.delenv("FAKE_NCU_WEDGED", raising=False)
     return dict(os.environ)
@@ -83,3 +77,20 @@ def ncu_lookups(monkeypatch):
     monkeypatch.setattr(context, "find_ncu", counted("find_ncu", context.find_ncu))
     monkeypatch.setattr(context, "probe_ncu", counted("probe_ncu", context.probe_ncu))
     return counts
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A hang store of this test, closed after it."""
+    from nsightwrap.store.hangstore import HangStore
+
+    with HangStore(tmp_path / "hangs.db") as s:
+        yield s
+
+
+@pytest.fixture
+def fake_rows(monkeypatch):
+    """Walks take their rows from the attempts: the fake's reports are copies of real ones, not the program's."""
+    import nsightwrap.fallback.walk
+
+    monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows", attempt_rows)

@@ -7,44 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import FAKE_DIR, no_leftovers, run_config
 
 import nsightwrap
 from nsightwrap.call.api import ChildError, NotProfilable, profile, profiled
 from nsightwrap.ncu.engine import RunConfig
-from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
 
-FAKE = str(Path(__file__).parent / "fake_ncu")
+FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
     sys.path.insert(0, FAKE)
 import fakecuda  # noqa: E402
+from callees import matmul_softmax, raises, returns_unpicklable, step_with_hang, touches  # noqa: E402
 
-# --- functions the child imports by name --------------------------------------------
-
-def matmul_softmax(n, tag="x"):
-    fakecuda.launch("gemm_kernel")
-    fakecuda.launch("softmax_kernel")
-    return {"n": n, "tag": tag}
-
-
-def step_with_hang(n):
-    fakecuda.launch("vec_add")
-    fakecuda.launch("wait_for_host", hang=True)
-    fakecuda.launch("vec_add")
-    return n
-
-
-def raises(n):
-    raise ValueError(f"bad n={n}")
-
-
-def touches(path):
-    Path(path).write_text("fn ran")
-    fakecuda.launch("k")
-
-
-def returns_unpicklable():
-    fakecuda.launch("k")
-    return lambda: None
+# --- functions the child imports by name: tests/callees.py (light), and one decorated here ---
 
 
 @profiled(kernel="softmax", set="basic")
@@ -54,30 +29,13 @@ def decorated(n):
     return n * 2
 
 
+pytestmark = pytest.mark.usefixtures("fake_rows")
+
+
 @pytest.fixture
-def cfg(tmp_path, fake_env, monkeypatch):
+def cfg(tmp_path, fake_env, monkeypatch) -> RunConfig:
     monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
-    return RunConfig(report_dir=str(tmp_path), check_gpu=False, stall_timeout=0.8,
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
-
-
-def rows(attempt):
-    import pandas as pd
-
-    return pd.DataFrame({"function": [k.name for k in attempt.kernels]})
-
-
-@pytest.fixture(autouse=True)
-def fake_rows(monkeypatch):
-    """The fake's reports are copies of real ones: take the rows from the attempts instead."""
-    import nsightwrap.fallback.walk
-
-    monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows", rows)
-
-
-def no_leftovers():
-    mine = [p for p, env in processes_with(COOKIE_VAR) if env.get("NSIGHTWRAP_OWNER") == str(os.getpid())]
-    assert mine == []
+    return run_config(tmp_path, report_dir=str(tmp_path), stall_timeout=0.8)
 
 
 def test_profile_returns_dataframe_value_and_summary(cfg):
@@ -140,7 +98,7 @@ def test_unpicklable_value_is_reported_not_fatal(cfg):
     r = profile(returns_unpicklable, set="basic", config=cfg)
     assert list(r.df["function"]) == ["k"]
     with pytest.raises(nsightwrap.NsightwrapError, match="could not be pickled"):
-        r.value
+        r.value  # noqa: B018 - reading the property raises
 
 
 def test_decorator(cfg):

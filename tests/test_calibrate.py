@@ -14,7 +14,13 @@ import pytest
 
 from nsightwrap.calibrate import Calibrator, calibrated_allowance, program_verdict
 from nsightwrap.ncu.allowance import (
-    BASE_CLOCK_FACTOR, FLOOR_S, GIVEN, AllowancePolicy, Calibration, KernelAllowances, estimate_passes,
+    BASE_CLOCK_FACTOR,
+    FLOOR_S,
+    GIVEN,
+    AllowancePolicy,
+    Calibration,
+    KernelAllowances,
+    estimate_passes,
     kernel_allowance,
 )
 from nsightwrap.ncu.attempt import Attempt, KernelResult

@@ -14,7 +14,16 @@ import pytest
 from conftest import app
 
 from nsightwrap.cli.preflight import (
-    FAIL, OK, SKIP, WARN, CounterProbe, Facts, check_gpu_processes, check_ncu_driver, check_nsys, check_store,
+    FAIL,
+    OK,
+    SKIP,
+    WARN,
+    CounterProbe,
+    Facts,
+    check_gpu_processes,
+    check_ncu_driver,
+    check_nsys,
+    check_store,
     driver_floor,
 )
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -27,10 +36,12 @@ ROOT = HERE.parent
 
 @pytest.fixture
 def gpu_box(fake_env, monkeypatch, tmp_path):
-    """The fake ncu and a fake GPU (nvidia-smi), this test's processes only, a private store."""
+    """The fake ncu and a fake GPU (nvidia-smi), this test's processes only, a private store and cache
+    (the counter probe caches its success beside the session's ncu probe)."""
     monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
     monkeypatch.setenv("NSIGHTWRAP_STORE", str(tmp_path / "store" / "hangs.db"))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path
 
 
@@ -133,7 +144,8 @@ def test_nsys_checks(gpu_box, monkeypatch, tmp_path):
     lonely = check_nsys(facts())
     assert lonely.status == WARN and "no QdstrmImporter" in lonely.detail
     (root / "host-linux-x64").mkdir()
-    shutil.copy(sys.executable if os.path.isfile(sys.executable) else "/bin/true", root / "host-linux-x64" / "QdstrmImporter")
+    importer = sys.executable if os.path.isfile(sys.executable) else "/bin/true"
+    shutil.copy(importer, root / "host-linux-x64" / "QdstrmImporter")
     assert check_nsys(facts()).status == OK
 
 

@@ -219,7 +219,8 @@ def test_real_profile_fn_matches_raw_ncu(cfg, tmp_path):
     t = time.monotonic()
     r = profile(w.matmul_softmax, 2048, kernel="softmax", set="basic", timeout=120.0, config=cfg)
     took = time.monotonic() - t
-    print(f"\nprofile(fn) took {took:.1f} s; calibration {r.calibration_s:.3f} s; stall timeout {r.stall_timeout:.1f} s")
+    print(f"\nprofile(fn) took {took:.1f} s; calibration {r.calibration_s:.3f} s; "
+          f"stall timeout {r.stall_timeout:.1f} s")
     print(r.summary())
     df = r.df
     print(df[["function", "rung", "gpu__time_duration.sum"]].to_string())
@@ -259,7 +260,8 @@ def test_real_sweep_on_hanging_kernel(cuda_app, cfg, tmp_path):
 
     store = HangStore(tmp_path / "sweep.db")
     t = time.monotonic()
-    r = sweep_sections([cuda_app, "mixed", "60"], set="basic", config=cfg.replace(stall_timeout=4.0, timeout=60.0), store=store)
+    r = sweep_sections([cuda_app, "mixed", "60"], set="basic", config=cfg.replace(stall_timeout=4.0, timeout=60.0),
+                       store=store)
     took = time.monotonic() - t
     print(f"\nsweep took {took:.1f} s\n{r.table()}")
     assert [k.kernel for k in r.kernels] == ["wait_for_host"]

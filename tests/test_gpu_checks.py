@@ -2,34 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
-from conftest import app
+from helpers import FAKE_SMI_DIR, app, run_config, scaled_ladder
 
+import nsightwrap.ncu.engine as engine
 from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.ncu.options import ProfileOptions
-from nsightwrap.watch.process import StopPolicy
-
-FAKE_SMI = Path(__file__).parent / "fake_nvidia_smi"
 
 
 @pytest.fixture
 def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GPU_TARGET", "1")
     monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)  # this test's processes only
     return tmp_path
 
 
-def cfg(tmp_path, **kw):
-    return RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0), **kw)
+def cfg(tmp_path, **kw) -> RunConfig:
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True, **kw)
 
 
 def test_clean_run_checks_the_gpu_before_and_after(smi):
@@ -37,7 +34,7 @@ def test_clean_run_checks_the_gpu_before_and_after(smi):
     assert a.status == "ok" and a.gpu_foreign_before == () and a.gpu_left_after == ()
 
 
-def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_path):
+def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, store):
     foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                env=dict(os.environ, FAKE_GPU_USER="1", FAKE_GPU_TARGET="0"))
     try:
@@ -47,9 +44,8 @@ def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, tmp_pa
     assert a.status == "hang"
     assert any(str(foreign.pid) in f for f in a.gpu_foreign_before)
     assert any("not this run's" in n for n in a.notes)
-    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+    from nsightwrap.store.hangstore import Environment, ProfileKey
 
-    store = HangStore(tmp_path / "h.db")
     env = Environment("h", "NVIDIA H200", "580", "2025.3.1.0")
     store.record_attempt(a, ProfileKey("basic"), env)
     assert not store.hangs_for("k", ProfileKey("basic"), env)  # untrusted: never used to skip
@@ -65,14 +61,17 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
     def stick(text):
         # The hanging target stays listed after it is killed (a kernel still spinning).
         if "0%.." in text and not sticky.read_text():
-            from nsightwrap.watch.process import COOKIE_VAR, processes_with
+            from nsightwrap.watch.process import COOKIE_VAR, OWNER_VAR, processes_with
 
-            pids = [p.pid for p, env in processes_with(COOKIE_VAR) if "app.py" in " ".join(p.cmdline())]
+            pids = [p.pid for p, env in processes_with(COOKIE_VAR)
+                    if env.get(OWNER_VAR) == str(os.getpid()) and "app.py" in " ".join(p.cmdline())]
             sticky.write_text(" ".join(map(str, pids)))
 
     import pandas as pd
 
-    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), "quick",
+    # The pids stay listed: the check after the run gives them 1 s to leave (10 s by default).
+    monkeypatch.setattr(engine, "_left_on_gpu", functools.partial(engine._left_on_gpu, settle_s=1.0))
+    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), scaled_ladder("quick"),
                     cfg(tmp_path).replace(env=dict(os.environ)), on_output=stick,
                     reader=lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
     assert len(r.attempts) == 1

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import app, read_until, run_cli, start_cli
 
-from conftest import app
 from nsightwrap.ncu.engine import RunConfig, profile_command
 from nsightwrap.ncu.events import Output
 from nsightwrap.ncu.options import ProfileOptions
@@ -41,19 +41,8 @@ def records(tmp_path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.run.json")) if folder.exists() else []
 
 
-def start_cli(args, env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
-
-
-def wait_for(p: subprocess.Popen, needle: bytes, timeout: float = 30) -> bytes:
-    os.set_blocking(p.stderr.fileno(), False)
-    buf, end = b"", time.monotonic() + timeout
-    while needle not in buf:
-        assert time.monotonic() < end and p.poll() is None, buf.decode()
-        time.sleep(0.02)
-        buf += p.stderr.read() or b""
-    return buf
+def wait_for(p: subprocess.Popen, needle: bytes) -> bytes:
+    return read_until(p, p.stderr, needle)
 
 
 def cookie_of(pid: int) -> str:
@@ -74,9 +63,8 @@ def gone_within(cookie: str, seconds: float) -> bool:
 
 def test_a_flood_is_not_a_hang_and_the_timeout_still_stops_it(env, tmp_path):
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "-q", "--json", "--timeout", "2",
-                        "--stall-timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
-                       capture_output=True, text=True, env=env, timeout=60)
+    r = run_cli(["run", "-q", "--json", "--timeout", "2", "--stall-timeout", "1", "-o", str(tmp_path / "r"), "--",
+                 *app("vec_add", "flood")], env)
     wall = time.monotonic() - t0
     d = json.loads(r.stdout)
     assert r.returncode == 4 and d["status"] == "timeout", r.stderr
@@ -190,13 +178,11 @@ def test_cleanup_when_the_guard_died_too(env, tmp_path):
         time.sleep(0.5)
         left = processes_with(COOKIE_VAR, cookie)
         assert len(left) >= 4
-        dry = subprocess.run([sys.executable, "-m", "nsightwrap", "cleanup", "--dry-run"], capture_output=True,
-                             text=True, env=env, timeout=60)
+        dry = run_cli(["cleanup", "--dry-run"], env)
         assert dry.returncode == 0 and f"would stop run {cookie[:12]}" in dry.stdout, dry.stdout + dry.stderr
         assert all(str(q.pid) in dry.stdout for q, _ in left)
         assert len(processes_with(COOKIE_VAR, cookie)) == len(left)  # a dry run stops nothing
-        r = subprocess.run([sys.executable, "-m", "nsightwrap", "cleanup", "--grace", "3"], capture_output=True,
-                           text=True, env=env, timeout=60)
+        r = run_cli(["cleanup", "--grace", "3"], env)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "SIGINT to profiler" in r.stdout  # ncu gets to write its report first
         assert processes_with(COOKIE_VAR, cookie) == []
@@ -216,8 +202,7 @@ def test_cleanup_never_stops_a_process_on_its_cookie_alone(env, tmp_path):
         deadline = time.monotonic() + 5
         while not processes_with(COOKIE_VAR, "forged") and time.monotonic() < deadline:
             time.sleep(0.05)
-        r = subprocess.run([sys.executable, "-m", "nsightwrap", "cleanup"], capture_output=True, text=True,
-                           env=env, timeout=60)
+        r = run_cli(["cleanup"], env)
         assert r.returncode == 0
         assert f"not touched: {victim.pid}" in r.stdout
         assert victim.poll() is None

@@ -20,7 +20,8 @@ def fake_nvcc(folder: Path) -> Path:
     nvcc = folder / "nvcc"
     nvcc.write_text("#!/bin/sh\n"
                     "while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
-                    f"printf '#!/bin/sh\\nexec {sys.executable} {FAKE_APP} fill fill vec_add scale block_sum\\n' > \"$out\"\n"
+                    f"printf '#!/bin/sh\\nexec {sys.executable} {FAKE_APP} "
+                    "fill fill vec_add scale block_sum\\n' > \"$out\"\n"
                     "chmod +x \"$out\"\n")
     nvcc.chmod(0o755)
     return folder

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import app, fast_stop, run_config
 
-from conftest import app
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS
 from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import KNOWN_HANG, walk_ladder
-from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.watch.launchers import WRAPPER_MODULE
-from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
+from nsightwrap.watch.process import COOKIE_VAR, processes_with
 
 DIST = Path(__file__).parent / "fake_dist"
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -57,8 +57,10 @@ def tag(monkeypatch):
 
 @pytest.fixture
 def cfg(tmp_path, fake_env, tag):
-    return RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, check_gpu=False, env=dict(os.environ),
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+    # A short grace: the ranks of a job live on after ncu took SIGINT (they wait in the collective), so the
+    # stop goes on to SIGTERM them; how long it waits first is not what these tests look at.
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
+                      stop=fast_stop(grace=0.5))
 
 
 def names(attempt) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import FAKE_NSYS, HERE, assert_tree_gone, fast_stop
 
 from nsightwrap.cli.main import main
 from nsightwrap.errors import NsightwrapError, NsysFailed, OptionsError, ToolError, ToolNotFound
@@ -18,14 +19,19 @@ from nsightwrap.nsys.options import NsysOptions, build_nsys_argv, unique_nsys_pa
 from nsightwrap.nsys.run import classify_nsys, generated_files, profile_nsys
 from nsightwrap.reports.nsys.sqlite import KERNEL_COLUMNS, kernel_rows, nsys_export_sqlite
 from nsightwrap.reports.nsys.stats import (
-    DEFAULT_STATS_REPORTS, STATS_COLUMNS, nsys_stats, parse_stats_csv, parse_stats_table, split_stats_output,
+    DEFAULT_STATS_REPORTS,
+    STATS_COLUMNS,
+    nsys_stats,
+    parse_stats_csv,
+    parse_stats_table,
+    split_stats_output,
 )
-from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
+from nsightwrap.watch.process import StopPolicy
 
-HERE = Path(__file__).parent
-FAKE_NSYS = HERE / "fake_nsys" / "nsys"
 DATA = HERE / "data" / "nsys"
-FAST_STOP = StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0)
+#: The fake nsys writes its report within milliseconds of SIGINT; only its
+#: escaped target outlives the grace.
+FAST_STOP = fast_stop(grace=1.0)
 PY_OK = [sys.executable, "-c", "print('ok: no error')"]
 
 
@@ -39,11 +45,6 @@ def nsys_env(monkeypatch):
 def config(tmp_path, **kw) -> RunConfig:
     kw.setdefault("stop", FAST_STOP)
     return RunConfig(check_gpu=False, report_dir=str(tmp_path / "reports"), **kw)
-
-
-def assert_tree_gone(run):
-    assert run.cookie
-    assert processes_with(COOKIE_VAR, run.cookie) == []
 
 
 def test_public_api():
@@ -162,7 +163,7 @@ def test_profile_ok(tmp_path, nsys_env):
     assert run.report_kind == "nsys-rep"
     assert run.returncode == 0 and "ok: no error" in run.log and "ok: no error" in "".join(seen)
     assert run.argv[:3] == (str(FAKE_NSYS), "profile", "--trace=cuda,nvtx,osrt")
-    assert_tree_gone(run)
+    assert_tree_gone(run.cookie)
     run.raise_for_status()
 
 
@@ -182,7 +183,7 @@ def test_importer_failure_is_an_error_with_the_qdstrm(tmp_path, nsys_env, monkey
     with pytest.raises(NsysFailed) as e:
         run.raise_for_status()
     assert e.value.run is run
-    assert_tree_gone(run)
+    assert_tree_gone(run.cookie)
 
 
 def test_existing_output_is_kept_and_a_new_name_used(tmp_path, nsys_env):
@@ -222,7 +223,7 @@ def test_hanging_nsys_times_out_and_the_tree_is_gone(tmp_path, nsys_env, monkeyp
     assert run.report == tmp_path / "h.nsys-rep"  # nsys wrote it on SIGINT
     assert run.stop.killed  # the target escaped into its own session and outlived nsys
     assert not run.stop.survivors
-    assert_tree_gone(run)
+    assert_tree_gone(run.cookie)
 
 
 def test_wedged_nsys_is_killed(tmp_path, nsys_env, monkeypatch):
@@ -232,14 +233,14 @@ def test_wedged_nsys_is_killed(tmp_path, nsys_env, monkeypatch):
     run = profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "w")), config(tmp_path, timeout=0.8, stop=stop))
     assert run.status == "timeout" and run.report is None
     assert any(s.startswith("SIGKILL") for s in run.stop.steps) and not run.stop.survivors
-    assert_tree_gone(run)
+    assert_tree_gone(run.cookie)
 
 
 def test_silence_rule_stops_a_hanging_program(tmp_path, nsys_env):
     hang = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"]
-    run = profile_nsys(hang, NsysOptions(output=str(tmp_path / "s")), config(tmp_path), silence_timeout=1.0)
+    run = profile_nsys(hang, NsysOptions(output=str(tmp_path / "s")), config(tmp_path), silence_timeout=0.5)
     assert run.status == "hang" and "no output" in run.reason
-    assert_tree_gone(run)
+    assert_tree_gone(run.cookie)
 
 
 # ----------------------------------------------------------------- classification (pure)

@@ -59,7 +59,8 @@ def test_kernel_filter_argv():
     ]
 
 
-@pytest.mark.parametrize("kwargs", [{"pattern": ""}, {"pattern": "x", "base": "short"}, {"pattern": "x", "regex": "yes"}])
+@pytest.mark.parametrize("kwargs", [
+    {"pattern": ""}, {"pattern": "x", "base": "short"}, {"pattern": "x", "regex": "yes"}])
 def test_kernel_filter_rejects_bad_values(kwargs):
     with pytest.raises(OptionsError):
         KernelFilter(**kwargs)
@@ -149,7 +150,8 @@ def test_argv_is_pure_and_repeatable():
         (ProfileOptions(nvtx=True, nvtx_exclude=("B",)), ["--nvtx", "--nvtx-exclude", "B"]),
         (ProfileOptions(profile_from_start=True), ["--profile-from-start", "on"]),
         (ProfileOptions(import_source=False), ["--import-source", "off"]),
-        (ProfileOptions(kernel=KernelFilter("k", base="demangled")), ["--kernel-name-base", "demangled", "--kernel-name", "k"]),
+        (ProfileOptions(kernel=KernelFilter("k", base="demangled")),
+         ["--kernel-name-base", "demangled", "--kernel-name", "k"]),
         (ProfileOptions(replay_mode="app-range"), []),
         (ProfileOptions(metrics=("a",)), ["--metrics", "a"]),
         (ProfileOptions(launch_skip=0), ["--launch-skip", "0"]),

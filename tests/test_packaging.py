@@ -24,7 +24,7 @@ def declared() -> dict[str, str]:
     block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
     assert block, "pyproject.toml has no dependencies list"
     reqs = re.findall(r'^\s*"([^"]+)"', block[1], re.M)
-    return {re.split(r"[<>=!~ \[]", r, 1)[0].lower(): r for r in reqs}
+    return {re.split(r"[<>=!~ \[]", r, maxsplit=1)[0].lower(): r for r in reqs}
 
 
 def third_party_imports() -> dict[str, set[str]]:

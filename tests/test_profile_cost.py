@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from callees import other_step, quick_step, slow_step
+from helpers import FAKE_DIR, run_config
 
 from nsightwrap.call import child
 from nsightwrap.call.api import Profiler, profile
@@ -32,34 +34,15 @@ from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.progress import KernelInProgress, StallRule, WatchState
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
-from nsightwrap.watch.process import StopPolicy
 
-FAKE = str(Path(__file__).parent / "fake_ncu")
+FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
-    sys.path.insert(0, FAKE)
-import fakecuda  # noqa: E402
+    sys.path.insert(0, FAKE)  # NSIGHTWRAP_PROFILER_API names fakecuda
 
 ONE_RUNG = Ladder("one", (Rung("requested", requested=True),))
 
 
-# --- functions the child imports by name --------------------------------------------
-
-def quick_step(n):
-    fakecuda.launch("softmax_kernel")
-    return n
-
-
-def other_step(n):
-    fakecuda.launch("gemm_kernel")
-    return n + 1
-
-
-def slow_step(call_s, gap_s):
-    """A call of `call_s` seconds whose kernel, profiled, is silent `gap_s` between progress marks."""
-    time.sleep(call_s)
-    fakecuda.launch("slow_kernel", slow=gap_s)
-    return "done"
-
+# --- functions that child.run calls in this process (the child process's: tests/callees.py) ---
 
 def sleepy(seconds):
     time.sleep(seconds)
@@ -81,22 +64,13 @@ def range_stop():
 # --- fixtures ---------------------------------------------------------------------------
 
 
+pytestmark = pytest.mark.usefixtures("fake_rows")
+
+
 @pytest.fixture
-def cfg(tmp_path, fake_env, monkeypatch):
+def cfg(tmp_path, fake_env, monkeypatch) -> RunConfig:
     monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
-    return RunConfig(report_dir=str(tmp_path / "reports"), check_gpu=False, stall_timeout=0.4,
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
-
-
-@pytest.fixture(autouse=True)
-def fake_rows(monkeypatch):
-    """The fake's reports are copies of real ones: take the rows from the attempts instead."""
-    import pandas as pd
-
-    import nsightwrap.fallback.walk
-
-    monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows",
-                        lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
+    return run_config(tmp_path, stall_timeout=0.4)
 
 
 @pytest.fixture
@@ -280,11 +254,11 @@ def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env):
         "context.find_ncu = counted('find_ncu', context.find_ncu)\n"
         "context.probe_ncu = counted('probe_ncu', context.probe_ncu)\n")
     (tmp_path / "test_inner.py").write_text(
-        "import conftest, test_profile_cost as t\n"
+        "import callees, conftest, test_profile_cost as t\n"
         "def test_a(nsight_profile):\n"
-        "    assert nsight_profile(t.quick_step, 1, profile=t.ONE_RUNG).value == 1\n"
+        "    assert nsight_profile(callees.quick_step, 1, profile=t.ONE_RUNG).value == 1\n"
         "def test_b(nsight_profile):\n"
-        "    assert nsight_profile(t.other_step, 1, profile=t.ONE_RUNG).value == 2\n"
+        "    assert nsight_profile(callees.other_step, 1, profile=t.ONE_RUNG).value == 2\n"
         "def test_counts():\n"
         "    assert conftest.COUNTS == {'find_ncu': 1, 'probe_ncu': 1}\n")
     env = dict(os.environ, NSIGHTWRAP_PROFILER_API="fakecuda:profiler_start:profiler_stop",

@@ -16,13 +16,13 @@ import time
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall
-from nsightwrap.store.debuglog import debug_log, key_change
 from nsightwrap.store import (
     COLUMNS,
     ENV_STORE,
@@ -34,17 +34,12 @@ from nsightwrap.store import (
     StoreError,
     normalize_kernel,
 )
+from nsightwrap.store.debuglog import debug_log, key_change
 
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
 FULL, BASIC = ProfileKey("full"), ProfileKey("basic")
 CMD_FULL = ("ncu", "--set", "full", "--kernel-name", "wait_for_host", "./app")
 CMD_BASIC = ("ncu", "--set", "basic", "--kernel-name", "wait_for_host", "./app")
-
-
-@pytest.fixture
-def store(tmp_path):
-    with HangStore(tmp_path / "hangs.db") as s:
-        yield s
 
 
 def make_attempt(status="ok", kernels=(), stall=None, foreign=(), cookie="c1", reason="why", notes=()):
@@ -260,7 +255,7 @@ def test_same_kernel_finished_then_hung_in_one_run_stays_hung(store):
 
 
 def test_kernels_and_forget(store):
-    for i in range(3):
+    for _ in range(3):
         store.record("vec_add", FULL, "ok", env=H200, passes=38)
     hang = store.record("wait_for_host", FULL, "hang", env=H200)
     store.record("wait_for_host", BASIC, "ok", env=H200, passes=10)

@@ -14,8 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from nsightwrap.store import ENV_STORE, ENV_XDG_CACHE, SCHEMA_VERSION, Environment, HangStore, ProfileKey, \
-    StoreError, default_store_path
+from nsightwrap.store import (
+    ENV_STORE,
+    ENV_XDG_CACHE,
+    SCHEMA_VERSION,
+    Environment,
+    HangStore,
+    ProfileKey,
+    StoreError,
+    default_store_path,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")

@@ -7,12 +7,11 @@ import json
 import math
 
 import pytest
-from conftest import DATA, app
+from helpers import DATA, STALL_S, app, run_cli, run_config
 
 from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
 from nsightwrap.ncu.catalog import parse_table
 from nsightwrap.ncu.engine import RunConfig
-from nsightwrap.watch.process import StopPolicy
 
 FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"
         for s in row["Sections"].split(",")]
@@ -46,7 +45,8 @@ def test_every_pair_and_every_two_singles():
             r = investigate("k", FULL, oracle(culprits))
             assert found(r) == sorted(tuple(sorted(c)) for c in culprits), culprits
             worst = max(worst, r.probes_run - r.budget())
-            assert set(r.largest_working) == set(FULL) - {a, b} or (len(culprits) == 1 and len(r.largest_working) == len(FULL) - 1)
+            assert set(r.largest_working) == set(FULL) - {a, b} or (
+                len(culprits) == 1 and len(r.largest_working) == len(FULL) - 1)
     # Each culprit after the first costs two probes more than the goal's ceil(log2 S): the probe that
     # tells "alone" from "together" and the probe that the rest still hangs (see investigate()).
     assert worst <= 2
@@ -81,9 +81,8 @@ SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStat
 
 
 @pytest.fixture
-def cfg(tmp_path, fake_env):
-    return RunConfig(report_dir=str(tmp_path), stall_timeout=0.6, stall_timeout_given=True, check_gpu=False, env=fake_env,
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+def cfg(tmp_path, fake_env) -> RunConfig:
+    return run_config(tmp_path, report_dir=str(tmp_path), env=fake_env, stall_timeout_given=True)
 
 
 @pytest.mark.parametrize("plant,expect_singles,expect_pairs", [
@@ -91,10 +90,7 @@ def cfg(tmp_path, fake_env):
     ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),
     ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")]),
 ])
-def test_sweep_with_fake_ncu(cfg, tmp_path, plant, expect_singles, expect_pairs, ncu_lookups):
-    from nsightwrap.store.hangstore import HangStore
-
-    store = HangStore(tmp_path / "h.db")
+def test_sweep_with_fake_ncu(cfg, store, plant, expect_singles, expect_pairs, ncu_lookups):
     command = app("vec_add", f"k@hang-if={plant}", "block_reduce")
     r = sweep_sections(command, sections=SMALL, config=cfg, store=store)
     assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # one run context for every probe
@@ -119,19 +115,14 @@ def test_sweep_with_nothing_hanging(cfg):
 
 
 def test_sweep_cli(fake_env, tmp_path):
-    import subprocess
-    import sys
-
     md = tmp_path / "debug.md"
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "sweep-sections", "-q", "--json", "--stall-timeout", "0.6",
-                        "--store", str(tmp_path / "s.db"), "--markdown", str(md),
-                        "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
-                        *app("vec_add", "k@hang-if=SourceCounters")],
-                       capture_output=True, text=True, env=fake_env, timeout=120, cwd=tmp_path)
+    r = run_cli(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S),
+                 "--store", str(tmp_path / "s.db"), "--markdown", str(md),
+                 "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
+                 *app("vec_add", "k@hang-if=SourceCounters")], fake_env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["kernels"][0]["kernel"] == "k" and d["kernels"][0]["hang_alone"] == ["SourceCounters"]
     assert md.read_text().startswith("# Debug log: k")
-    listed = subprocess.run([sys.executable, "-m", "nsightwrap", "hangs", "list", "--store", str(tmp_path / "s.db")],
-                            capture_output=True, text=True, env=fake_env, timeout=60)
+    listed = run_cli(["hangs", "list", "--store", str(tmp_path / "s.db")], fake_env)
     assert listed.returncode == 0 and "k" in listed.stdout

@@ -513,7 +513,8 @@ def test_ncu_info_json_round_trip(ncu, tmp_path):
 
 
 def test_run_command_merges_output():
-    rc, text = run_command([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
+    rc, text = run_command([sys.executable, "-c",
+                            "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
     assert rc == 3
     assert "out" in text and "err" in text
 
@@ -531,7 +532,8 @@ def test_run_command_missing_program_is_tool_error(tmp_path):
 def test_no_import_side_effects():
     code = (
         "import os, sys; sys.path.insert(0, sys.argv[1]); before = dict(os.environ); "
-        "import nsightwrap.ncu.locate, nsightwrap.ncu.catalog, nsightwrap.ncu.options; assert dict(os.environ) == before"
+        "import nsightwrap.ncu.locate, nsightwrap.ncu.catalog, nsightwrap.ncu.options; "
+        "assert dict(os.environ) == before"
     )
     rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
     assert rc == 0, text

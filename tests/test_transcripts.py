@@ -1,18 +1,17 @@
 """The watched run on real ncu output: the fake replays recorded transcripts
-byte for byte with their own timing (4x faster, stall timeouts scaled alike).
+byte for byte with their own timing (10x faster, stall timeouts scaled alike).
 
 By default ncu's pieces go to its --log-file and the program's lines to
 stdout (split as tests/fake_ncu/ncutext.py says); a few cases also run with
 everything merged on stdout, the fallback for an ncu that cannot log to a file."""
 
 import pytest
+from helpers import DATA, TIME_SCALE, app, assert_tree_gone, run_config
 
-from conftest import DATA, app
-from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
-from nsightwrap.watch.process import COOKIE_VAR, StopPolicy, processes_with
 
-SCALE = 0.25
+SCALE = TIME_SCALE
 DEFAULT_STALL = 10.0 * SCALE  # the default stall timeout, on the replay's clock
 
 CASES = [
@@ -42,8 +41,7 @@ RUNS = [(*c, True) for c in CASES] + [(*c, False) for c in CASES if c[0].split("
 def test_replayed_transcript(name, status, stalled, n_kernels, log_channel, fake_env, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_TRANSCRIPT", str(DATA / name))
     monkeypatch.setenv("FAKE_NCU_SCALE", str(SCALE))
-    cfg = RunConfig(report_dir=str(tmp_path), check_gpu=False, stall_timeout=DEFAULT_STALL, log_channel=log_channel,
-                    stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+    cfg = run_config(tmp_path, report_dir=str(tmp_path), stall_timeout=DEFAULT_STALL, log_channel=log_channel)
     a = profile_command(app(), ProfileOptions(set="basic"), cfg)
     assert a.status == status, a.describe()
     assert a.stalled_kernel == stalled
@@ -51,4 +49,4 @@ def test_replayed_transcript(name, status, stalled, n_kernels, log_channel, fake
     if status == "hang":
         assert a.detection_s < DEFAULT_STALL + 0.5
         assert a.report is not None  # the partial report is kept
-    assert processes_with(COOKIE_VAR, a.cookie) == []
+    assert_tree_gone(a.cookie)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-import pandas as pd
 import pytest
 import yaml
-from conftest import app
+from helpers import STALL_S, app, attempt_rows, run_cli, run_config, scaled_ladder
 
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.ladder import (
@@ -23,18 +22,13 @@ from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.catalog import probe_ncu
 from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.watch.process import StopPolicy
 
-
-def rows(attempt) -> pd.DataFrame:
-    """Rows from the attempt's record: the fake's reports are copies, not this program's."""
-    return pd.DataFrame({"function": [k.name for k in attempt.kernels], "passes": [k.passes for k in attempt.kernels]})
+rows = attempt_rows
 
 
 @pytest.fixture
-def cfg(tmp_path, fake_env):
-    return RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, stall_timeout_given=True, check_gpu=False, env=fake_env,
-                     stop=StopPolicy(grace=2.0, term_wait=1.0, kill_wait=2.0, drain=1.0))
+def cfg(tmp_path, fake_env) -> RunConfig:
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=fake_env, stall_timeout_given=True)
 
 
 def where(result):
@@ -63,10 +57,7 @@ def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
     assert "hung on k" in r.summary()
 
 
-def test_second_walk_skips_known_hangs(cfg, tmp_path):
-    from nsightwrap.store.hangstore import HangStore
-
-    store = HangStore(tmp_path / "hangs.db")
+def test_second_walk_skips_known_hangs(cfg, store):
     first = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     second = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     assert len(first.attempts) == 4
@@ -84,7 +75,9 @@ def test_application_replay_hang_resumes_from_the_start(cfg):
     ladder = ladder_from_dict({"name": "t", "rungs": [
         {"name": "requested", "requested": True}, {"name": "basic", "set": "basic"}]})
     program = app("vec_add", "k@hang-if=SourceCounters", "vec_add")
-    r = walk_ladder(program, ProfileOptions(set="full", replay_mode="application"), ladder, cfg, reader=rows)
+    # SourceCounters alone, not the full set: 4 application-replay passes (runs of the program), not 38.
+    opts = ProfileOptions(sections=("SourceCounters",), replay_mode="application")
+    r = walk_ladder(program, opts, ladder, cfg, reader=rows)
     hung = r.steps[0].attempt
     assert hung.status == "hang" and [k.name for k in hung.kernels] == ["vec_add", "k"]
     assert hung.finished_kernels == ()
@@ -110,7 +103,8 @@ def test_finished_kernels():
 
 
 def test_kernel_that_hangs_everywhere_is_reported(cfg):
-    r = walk_ladder(app("vec_add", "k@hang"), ProfileOptions(set="basic"), "quick", cfg, reader=rows)
+    # The quick ladder with its stall timeouts (8, 6, 6 s) on the fake's clock.
+    r = walk_ladder(app("vec_add", "k@hang"), ProfileOptions(set="basic"), scaled_ladder("quick"), cfg, reader=rows)
     assert r.unprofiled == ["k"]
     assert where(r) == [("vec_add", "requested")]
     assert [h[1] for h in r.hangs] == ["requested", "speed-of-light", "duration"]
@@ -174,7 +168,8 @@ def test_profile_file_errors(tmp_path, fake_env):
     with pytest.raises(LadderError, match="replay_mode"):
         ladder_from_dict({"rungs": [{"replay_mode": "ranges"}]})
     good = tmp_path / "mine.yaml"
-    good.write_text("name: mine\nrungs:\n  - {requested: true}\n  - {metrics: gpu__time_duration.sum, stall_timeout: 3}\n")
+    good.write_text("name: mine\nrungs:\n  - {requested: true}\n"
+                    "  - {metrics: gpu__time_duration.sum, stall_timeout: 3}\n")
     ladder = load_ladder(str(good))
     assert ladder.rungs[1].metrics == ("gpu__time_duration.sum",) and ladder.rungs[1].stall_timeout == 3
 
@@ -196,6 +191,8 @@ def test_profile_values_are_typed_strictly(tmp_path, rung, message):
 
 
 def test_units_survive_merging_the_rows_of_several_reports():
+    import pandas as pd
+
     from nsightwrap.fallback.ladder import Ladder, Rung
     from nsightwrap.fallback.walk import LadderResult
 
@@ -239,15 +236,13 @@ def test_exclusion_filter(user, names, matches, misses):
 def test_run_profile_cli(fake_env, tmp_path):
     """`run --profile`: the walk from the command line, with the user's regex filter kept in every attempt."""
     import json
-    import subprocess
-    import sys
 
     ladder = tmp_path / "fast.yaml"  # the built-in ladders' own stall timeouts (6-8 s) would win over --stall-timeout
-    ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n  - {name: sol, sections: [SpeedOfLight]}\n")
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "-q", "--json", "--profile", str(ladder), "--set",
-                        "full", "--stall-timeout", "0.6", "--grace", "1", "--store", str(tmp_path / "s.db"),
-                        "--kernel", "regex:^(k|vec_add)$", "--", *app("vec_add", "k@hang-if=SourceCounters", "vec_add")],
-                       capture_output=True, text=True, env=fake_env, timeout=120, cwd=tmp_path)
+    ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n"
+                      "  - {name: sol, sections: [SpeedOfLight]}\n")
+    r = run_cli(["run", "-q", "--json", "--profile", str(ladder), "--set", "full", "--stall-timeout", str(STALL_S),
+                 "--grace", "1", "--store", str(tmp_path / "s.db"), "--kernel", "regex:^(k|vec_add)$", "--",
+                 *app("vec_add", "k@hang-if=SourceCounters", "vec_add")], fake_env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["unprofiled"] == [] and d["hangs"] == [["k", "requested"]]

@@ -195,7 +195,8 @@ class Calibrator:
         try:
             calibration = config.calibration if config.calibration is not None else self.calibrate(config, limit)
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
-            raise ProfileInterrupted(replace(attempt, notes=attempt.notes + ("interrupted while calibrating",)))
+            notes = attempt.notes + ("interrupted while calibrating",)
+            raise ProfileInterrupted(replace(attempt, notes=notes)) from None
         if not calibration.ok:
             return replace(attempt, status=calibration.status, reason=calibration.reason, calibration=calibration,
                            program_fault=calibration.reason,

@@ -12,7 +12,8 @@ from nsightwrap.errors import NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import interruptible
 
-EPILOG = "exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items()) + f", {USAGE_EXIT_CODE} usage/set-up error"
+EPILOG = ("exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items())
+          + f", {USAGE_EXIT_CODE} usage/set-up error")
 
 #: The logger of nsightwrap's own messages (--verbose shows them).
 LOGGER = "nsightwrap"

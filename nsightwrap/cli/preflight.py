@@ -85,7 +85,7 @@ class Facts:
     def gather(cls, context_of: Callable[[], RunContext], store: Optional[str] = None) -> "Facts":
         try:
             context, problem = context_of(), ""
-            context.info  # probed (cached) now, so a broken ncu is one line here
+            _ = context.info  # probed (cached) now, so a broken ncu is one line here
         except NsightwrapError as e:
             context, problem = None, str(e)
         env = dict(context.env) if context else dict(os.environ)

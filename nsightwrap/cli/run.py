@@ -41,8 +41,10 @@ def add_parser(sub: Any) -> None:
                          usage="%(prog)s [options] -- COMMAND [ARGS...]")
     run.add_argument("--ncu", metavar="PATH", help="ncu to use (default: $NSIGHTWRAP_NCU, PATH, CUDA)")
     run.add_argument("--set", dest="section_set", metavar="SET", help="section set (basic, detailed, full, ...)")
-    run.add_argument("--section", action="append", default=[], metavar="ID", help="section id or regex:EXPR (repeatable)")
-    run.add_argument("--metrics", action="append", default=[], metavar="M", help="metric names, comma separated (repeatable)")
+    run.add_argument("--section", action="append", default=[], metavar="ID",
+                     help="section id or regex:EXPR (repeatable)")
+    run.add_argument("--metrics", action="append", default=[], metavar="M",
+                     help="metric names, comma separated (repeatable)")
     run.add_argument("--replay-mode", default="kernel", choices=list(REPLAY_MODES))
     run.add_argument("--kernel", metavar="REGEX", help="profile only kernels whose name matches REGEX")
     run.add_argument("--kernel-name", metavar="NAME", help="profile only the kernel named exactly NAME")
@@ -60,13 +62,15 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
-    run.add_argument("-o", "--export", metavar="REPORT", help="report path (never overwritten; default: ./nsightwrap-reports/)")
+    run.add_argument("-o", "--export", metavar="REPORT",
+                     help="report path (never overwritten; default: ./nsightwrap-reports/)")
     run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
     run.add_argument("--profile", metavar="NAME|FILE",
                      help="walk down this fallback ladder (default, quick, deep, or a YAML file) for kernels that hang")
     run.add_argument("--store", metavar="PATH", help="hang store for --profile (default: $NSIGHTWRAP_STORE or "
                                                       "~/.cache/nsightwrap/hangs.db)")
-    run.add_argument("--retry-known-hangs", action="store_true", help="with --profile: try rungs the store knows to hang")
+    run.add_argument("--retry-known-hangs", action="store_true",
+                     help="with --profile: try rungs the store knows to hang")
     run.add_argument("--rank", type=int, metavar="N",
                      help="multi-process jobs (torchrun, mpirun, srun): ncu wraps rank N alone; with --profile, the "
                           "rank that the ladder's one-rank rungs profile (default 0)")

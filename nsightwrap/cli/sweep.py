@@ -9,7 +9,13 @@ from typing import Any
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
-    UsageError, configure_logging, interrupted_doc, positive, print_json, signals_as_interrupt, split_command,
+    UsageError,
+    configure_logging,
+    interrupted_doc,
+    positive,
+    print_json,
+    signals_as_interrupt,
+    split_command,
 )
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import open_screen
@@ -29,7 +35,8 @@ def add_parser(sub: Any) -> None:
                            usage="%(prog)s [options] -- COMMAND [ARGS...]")
     sweep.add_argument("--ncu", metavar="PATH")
     sweep.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches REGEX")
-    sweep.add_argument("--set", dest="section_set", default="full", metavar="SET", help="sections of this set (default full)")
+    sweep.add_argument("--set", dest="section_set", default="full", metavar="SET",
+                       help="sections of this set (default full)")
     sweep.add_argument("--section", action="append", default=[], metavar="ID", help="these sections instead of a set")
     sweep.add_argument("--profile", default="default", metavar="NAME|FILE",
                        help="ladder whose first rung's stall timeout the probes use")
@@ -40,7 +47,8 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
-    sweep.add_argument("--store", metavar="PATH", help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
+    sweep.add_argument("--store", metavar="PATH",
+                       help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
     # What the sweep shows and prints (kept together).
     sweep.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")

@@ -110,7 +110,8 @@ class Ladder:
 
     def __post_init__(self) -> None:
         if not self.rungs:
-            raise LadderError(f"ladder {self.name!r} ({self.source or 'built in code'}) has no rungs; give at least one")
+            raise LadderError(f"ladder {self.name!r} ({self.source or 'built in code'}) has no rungs; "
+                              "give at least one")
         names = [r.name for r in self.rungs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -182,7 +183,8 @@ def _demand(opts: ProfileOptions, info: Optional[NcuInfo]) -> tuple[frozenset, f
     elif opts.set:
         sections.add(f"set:{opts.set}")
     if not opts.set and not opts.sections and not opts.metrics:
-        sections |= set(info.sections_of_set("basic")) if info is not None and "basic" in info.set_ids else {"set:basic"}
+        known = info is not None and "basic" in info.set_ids
+        sections |= set(info.sections_of_set("basic")) if known else {"set:basic"}
     # Profiling one rank alone is another way of profiling, not a smaller collection.
     mode = opts.replay_mode.value + ("/one-rank" if opts.rank is not None else "")
     return frozenset(sections), frozenset(opts.metrics), mode
@@ -244,7 +246,8 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
             if rd.get(key) is not None and not isinstance(rd[key], str):
                 raise LadderError(f"{where}: {key} must be a string, got {rd[key]!r}")
         if requested and any(rd.get(k) for k in ("set", "sections", "metrics", "replay_mode")):
-            raise LadderError(f"{where}: a `requested` rung takes the caller's settings; drop set/sections/metrics/replay_mode")
+            raise LadderError(f"{where}: a `requested` rung takes the caller's settings; "
+                              "drop set/sections/metrics/replay_mode")
         rungs.append(Rung(name=str(name), requested=requested, set=rd.get("set"),
                           sections=_strings(rd.get("sections"), where), metrics=_strings(rd.get("metrics"), where),
                           replay_mode=replay, extra_args=_strings(rd.get("extra_args"), where),

@@ -78,7 +78,8 @@ def unique_report_path(wanted: Path) -> Path:
         n += 1
 
 
-def plan_report(options: ProfileOptions, command: Sequence[str], config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
+def plan_report(options: ProfileOptions, command: Sequence[str],
+                config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
     """Where this run's report goes, and options that say so to ncu."""
     notes = []
     wanted = wanted_report(options.export, command, config, REPORT_SUFFIX)
@@ -142,7 +143,8 @@ class _ForeignCheck:
         return list(self.found)
 
 
-def _heard(make: Callable[[float], NcuObserver], listener: RunListener, rule: WatchRule) -> Callable[[float], NcuObserver]:
+def _heard(make: Callable[[float], NcuObserver], listener: RunListener,
+           rule: WatchRule) -> Callable[[float], NcuObserver]:
     """The observer factory, telling the listener the live state and rule of the attempt it starts."""
 
     def observer(now: float) -> NcuObserver:

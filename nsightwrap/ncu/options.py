@@ -53,7 +53,8 @@ def _count(name: str, value: Any) -> None:
 def _strings(name: str, value: Any) -> tuple[str, ...]:
     """Accept any sequence of str but not a bare str, which would become one item per letter."""
     if isinstance(value, str):
-        raise OptionsError(f"{name} must be a sequence of strings, not the single string {value!r}; write ({value!r},).")
+        raise OptionsError(f"{name} must be a sequence of strings, not the single string {value!r}; "
+                           f"write ({value!r},).")
     try:
         items = tuple(value)
     except TypeError:

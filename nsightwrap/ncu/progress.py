@@ -13,6 +13,7 @@ from typing import Optional
 
 from nsightwrap.ncu.allowance import NOT_CALIBRATED, Allowance, KernelAllowances
 from nsightwrap.ncu.events import (
+    SLOW_LAUNCH_WARNING,
     Event,
     KernelDone,
     KernelStarted,
@@ -21,7 +22,6 @@ from nsightwrap.ncu.events import (
     Progress,
     ReplayPass,
     ReportCreation,
-    SLOW_LAUNCH_WARNING,
 )
 from nsightwrap.ncu.output import OutputParser
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
@@ -184,12 +184,12 @@ class StallRule(WatchRule):
     def allowance(self, state: WatchState) -> float:
         return max(self.judge(state).seconds, self.growth * state.longest_gap)
 
-    def deadline(self, state):
+    def deadline(self, state: WatchState) -> float:  # type: ignore[override]
         if state.current is None:
             return math.inf
         return state.current.last_mark_at + self.allowance(state)
 
-    def __call__(self, state, now):
+    def __call__(self, state: WatchState, now: float) -> Optional[Verdict]:  # type: ignore[override]
         cur = state.current
         if cur is None:
             return None

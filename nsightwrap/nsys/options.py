@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError, OptionsError
 from nsightwrap.ncu.engine import RunConfig, wanted_report
@@ -66,7 +66,7 @@ class NsysOptions:
                                    "and nsightwrap never overwrites a report")
         object.__setattr__(self, "extra_args", extra)
 
-    def replace(self, **changes) -> "NsysOptions":
+    def replace(self, **changes: Any) -> "NsysOptions":
         return replace(self, **changes)
 
 

@@ -25,10 +25,21 @@ from nsightwrap.errors import NsysFailed, NsysInterrupted, OptionsError, ToolErr
 from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.nsys.locate import ENV_NSYS, bundled_with_ncu, find_nsys
 from nsightwrap.nsys.messages import (
-    APP_FAILED, ERROR_LINE, EXISTS, IMPORTER_FAILED, NO_SUCH_FILE, UNKNOWN_REPORT, lines_with,
+    APP_FAILED,
+    ERROR_LINE,
+    EXISTS,
+    IMPORTER_FAILED,
+    NO_SUCH_FILE,
+    UNKNOWN_REPORT,
+    lines_with,
 )
 from nsightwrap.nsys.options import (
-    NSYS_SUFFIX, QDSTRM_SUFFIX, NsysOptions, build_nsys_argv, nsys_stem, plan_nsys_report,
+    NSYS_SUFFIX,
+    QDSTRM_SUFFIX,
+    NsysOptions,
+    build_nsys_argv,
+    nsys_stem,
+    plan_nsys_report,
 )
 from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, OK
 from nsightwrap.watch.process import RunOutcome, StopRecord, find_orphans, watch

@@ -30,14 +30,25 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, Calibration
-from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, match_sql
 from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES
+from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, match_sql
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
 from nsightwrap.store.schema import (
-    CALIBRATION_COLUMNS, COLUMNS, SCHEMA_VERSION, SELECT, SQL_NAME, CalibrationRow, KernelSummary, Record, migrate,
-    refuse_newer, row_to_record, stored_version)
+    CALIBRATION_COLUMNS,
+    COLUMNS,
+    SCHEMA_VERSION,
+    SELECT,
+    SQL_NAME,
+    CalibrationRow,
+    KernelSummary,
+    Record,
+    migrate,
+    refuse_newer,
+    row_to_record,
+    stored_version,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
@@ -211,7 +222,7 @@ class HangStore:
     def __enter__(self) -> "HangStore":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -138,7 +138,8 @@ class BoundedText:
             self.dropped += len(gone)
 
     def text(self) -> str:
-        cut = f"\n[... nsightwrap kept no more than this: {self.dropped} characters not kept ...]\n" if self.dropped else ""
+        cut = (f"\n[... nsightwrap kept no more than this: {self.dropped} characters not kept ...]\n"
+               if self.dropped else "")
         return "".join(self.head) + cut + "".join(self.tail)
 
 

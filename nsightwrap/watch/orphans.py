@@ -17,7 +17,15 @@ import psutil
 
 from nsightwrap.watch.records import RunRecord, forget_run, read_records, runtime_dir
 from nsightwrap.watch.tree import (
-    COOKIE_VAR, OWNER_VAR, ProcessTree, StopPolicy, StopRecord, processes_with, sleeping_wait, stop_tree)
+    COOKIE_VAR,
+    OWNER_VAR,
+    ProcessTree,
+    StopPolicy,
+    StopRecord,
+    processes_with,
+    sleeping_wait,
+    stop_tree,
+)
 
 
 @dataclass

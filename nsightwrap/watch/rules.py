@@ -57,14 +57,14 @@ class AnyRule(WatchRule):
             flat.extend(r.rules if isinstance(r, AnyRule) else [r])
         self.rules = tuple(flat)
 
-    def __call__(self, state, now):
+    def __call__(self, state: RunState, now: float) -> Optional[Verdict]:
         for r in self.rules:
             verdict = r(state, now)
             if verdict is not None:
                 return verdict
         return None
 
-    def deadline(self, state):
+    def deadline(self, state: RunState) -> float:
         return min((r.deadline(state) for r in self.rules), default=math.inf)
 
     def __repr__(self):
@@ -81,10 +81,10 @@ class TotalTimeout(WatchRule):
         if not self.seconds > 0:
             raise ValueError("total timeout must be > 0 seconds")
 
-    def deadline(self, state):
+    def deadline(self, state: RunState) -> float:
         return state.started_at + self.seconds
 
-    def __call__(self, state, now):
+    def __call__(self, state: RunState, now: float) -> Optional[Verdict]:
         if now - state.started_at >= self.seconds:
             return Verdict("timeout", f"the run exceeded its total timeout of {self.seconds:g} s "
                                       "(raise it with --timeout SEC, or timeout=SEC in Python)")

@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from nsightwrap.errors import NsightwrapError
 from nsightwrap.watch.channels import CHUNK, BoundedText, EventLog, FollowedFile, PipeReader
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, runtime_dir, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 from nsightwrap.watch.signals import Interrupts
-from nsightwrap.watch.tree import (
-    COOKIE_VAR, OWNER_VAR, ProcessTree, StopPolicy, StopRecord, start_time, stop_tree)
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, ProcessTree, StopPolicy, StopRecord, start_time, stop_tree
 
 #: Rules are checked at least this often (seconds), whatever the output rate.
 TURN_S = 0.1

@@ -6,6 +6,7 @@ Each argument is one step:
   NAME@hang            ... that hangs whenever the profiler measures it
   NAME@hang-if=A+B|C   ... that hangs when sections A and B, or C, are collected
   NAME@slow=S          ... whose progress marks come S seconds apart
+  NAME@slow=S/N        ... in N gaps of S seconds (instead of about 6, merged at random)
   NAME@collective      ... a collective: each rank's half waits for every rank's (under tests/fake_dist)
   NAME@spin=S          ... that runs S seconds alone (without ncu too); under ncu each replay pass
                        takes S x 1.245 (base clocks), one pass in silence between `50%....` and `100%`
@@ -74,7 +75,10 @@ def step(arg):
         elif opt == "collective":
             kw["collective"] = True
         elif opt.startswith("slow="):
-            kw["slow"] = float(opt[5:])
+            seconds, _, gaps = opt[5:].partition("/")
+            kw["slow"] = float(seconds)
+            if gaps:
+                kw["gaps"] = int(gaps)
         elif opt.startswith("spin="):
             kw["spin"] = float(opt[5:])
         elif opt == "always":

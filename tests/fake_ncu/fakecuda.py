@@ -111,19 +111,23 @@ def _hang_forever(mode):
         signal.pause()
 
 
-def _progress(passes, gap, mode="range"):
-    """0%, dots, 50%, dots, 100% - N passes: in pieces that merge at random.
+def _progress(passes, gap, mode="range", gaps=None):
+    """0%, dots, 50%, dots, 100% - N passes: in pieces that merge at random
+    (or, with `gaps`, in gaps + 1 writes, `gap` seconds apart).
 
     A kernel whose marks are more than 3 s apart gets the slow-launch warning
     once, in the middle of its progress line, and then goes on.
     """
     pieces = ["0%", ".", ".", ".", ".", "50%", ".", ".", ".", ".",
-              "100%% - %d pass%s\n" % (passes, "" if passes == 1 else "es")]
+              f"100% - {passes} pass{'' if passes == 1 else 'es'}\n"]
     warn_after = 3.0 * _scale()
+    last_piece = len(pieces) - 1
+    writes = None if gaps is None else {0, last_piece} | {round(k * last_piece / gaps) for k in range(1, gaps)}
     buf, last, warned = "", time.monotonic(), False
     for i, piece in enumerate(pieces):
         buf += piece
-        if _rng.random() < 0.4 and not piece.endswith("\n"):
+        merge = _rng.random() < 0.4 if writes is None else i not in writes
+        if merge and not piece.endswith("\n"):
             continue  # merge with the next piece
         if i > 0:
             time.sleep(max(0.0, last + gap - time.monotonic()))
@@ -235,8 +239,13 @@ def _spin_progress(passes, spin):
     _out("100% - 1 pass\n")
 
 
-def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=False, spin=None, always=False):
-    """One kernel launch, as the profiled program would experience it."""
+def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=False, spin=None, always=False,
+           gaps=None):
+    """One kernel launch, as the profiled program would experience it.
+
+    slow: seconds between its progress marks; gaps: how many such gaps (a
+    test's time knob; by default the marks merge at random, about 6 gaps).
+    """
     if exit_code is not None:
         os._exit(exit_code)
     tag = None
@@ -256,10 +265,10 @@ def launch(name, hang=False, hang_if=(), slow=None, exit_code=None, collective=F
     if _SESSION["replay"] in ("range", "app-range") or not _selected(name):
         return _rendezvous(tag) if tag else None
     with _serialised():
-        _profiled(name, spec, slow, tag, spin, always)
+        _profiled(name, spec, slow, tag, spin, always, gaps)
 
 
-def _profiled(name, spec, slow, tag, spin, always):
+def _profiled(name, spec, slow, tag, spin, always, gaps=None):
     """A launch that ncu profiles."""
     kid = _state["profiled"]
     _state["profiled"] += 1
@@ -298,7 +307,7 @@ def _profiled(name, spec, slow, tag, spin, always):
     if spin is not None:
         _spin_progress(passes, spin)
     else:
-        _progress(passes, slow if slow is not None else 0.004 * passes * scale)
+        _progress(passes, slow if slow is not None else 0.004 * passes * scale, gaps=gaps)
     _set_current(None)
     _record(name, kid, passes)
 

@@ -11,7 +11,8 @@ point where a real program could have printed.
 import re
 
 MARKERS = ("==PROF==", "==WARNING==", "==ERROR==")
-_HEADER = re.compile(r'==PROF== (?:Profiling "[^\n]*?"(?: - \d+)?(?: \(\d+/\d+\))?|Creating report from application replay data): ')
+_HEADER = re.compile(r'==PROF== (?:Profiling "[^\n]*?"(?: - \d+)?(?: \(\d+/\d+\))?'
+                     r'|Creating report from application replay data): ')
 _MARK = re.compile(r"\.|\d{1,3}%(?: - \d+ pass(?:es)?\n)?")
 
 

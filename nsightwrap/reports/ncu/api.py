@@ -15,11 +15,32 @@ from nsightwrap.errors import ReportError
 from nsightwrap.reports.ncu.frame import Table
 from nsightwrap.reports.ncu.scan import TRUNCATED_HINT, FileScan
 from nsightwrap.reports.ncu.schema import (
-    BLOCK_SIZE, BLOCK_X, BLOCK_Y, BLOCK_Z, CC_MAJOR, CC_MINOR, COMPUTE_CAPABILITY, DEFAULT_DOMAINS, DEMANGLED,
-    FUNCTION, GRID_SIZE, GRID_X, GRID_Y, GRID_Z, HOST, IDENTITY_METRICS, MANGLED, NVTX, PROCESS, PROCESS_NAME,
-    RANGE, RESULT, dims,
+    BLOCK_SIZE,
+    BLOCK_X,
+    BLOCK_Y,
+    BLOCK_Z,
+    CC_MAJOR,
+    CC_MINOR,
+    COMPUTE_CAPABILITY,
+    DEFAULT_DOMAINS,
+    DEMANGLED,
+    FUNCTION,
+    GRID_SIZE,
+    GRID_X,
+    GRID_Y,
+    GRID_Z,
+    HOST,
+    IDENTITY_METRICS,
+    MANGLED,
+    NVTX,
+    PROCESS,
+    PROCESS_NAME,
+    RANGE,
+    RESULT,
+    dims,
 )
 from nsightwrap.reports.ncu.select import BREAKDOWN, Spec, resolve, unknown_metrics_error
+
 
 class Api:
     """The handful of ncu_report calls used, looked up once per module: the

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from nsightwrap.reports.ncu.schema import (
-    IDENTITY_COLUMNS, IDENTITY_UNITS, INT_IDENTITY, METRIC, RANGE, TEXT, TIDY_COLUMNS, TIDY_IDENTITY_COLUMNS, UNIT,
+    IDENTITY_COLUMNS,
+    IDENTITY_UNITS,
+    INT_IDENTITY,
+    METRIC,
+    RANGE,
+    TEXT,
+    TIDY_COLUMNS,
+    TIDY_IDENTITY_COLUMNS,
+    UNIT,
     VALUE,
 )
 from nsightwrap.reports.ncu.select import BREAKDOWN, unknown_metrics_error

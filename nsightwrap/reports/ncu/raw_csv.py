@@ -13,13 +13,37 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from nsightwrap.errors import ReportError, ToolError
-from nsightwrap.watch.locate import run_command
 from nsightwrap.reports.ncu.frame import Table, build_wide
 from nsightwrap.reports.ncu.schema import (
-    BLOCK_SIZE, BLOCK_X, BLOCK_Y, BLOCK_Z, COMPUTE_CAPABILITY, CONTEXT, DEFAULT_DOMAINS, DEMANGLED, DEVICE,
-    DEVICE_NAME, FUNCTION, GRID_SIZE, GRID_X, GRID_Y, GRID_Z, HOST, IDENTITY_COLUMNS, INT_IDENTITY, NVTX, PROCESS,
-    PROCESS_NAME, REGISTERS_PER_THREAD, RESULT, SHARED_MEM_DYNAMIC, SHARED_MEM_STATIC, STREAM, dims,
+    BLOCK_SIZE,
+    BLOCK_X,
+    BLOCK_Y,
+    BLOCK_Z,
+    COMPUTE_CAPABILITY,
+    CONTEXT,
+    DEFAULT_DOMAINS,
+    DEMANGLED,
+    DEVICE,
+    DEVICE_NAME,
+    FUNCTION,
+    GRID_SIZE,
+    GRID_X,
+    GRID_Y,
+    GRID_Z,
+    HOST,
+    IDENTITY_COLUMNS,
+    INT_IDENTITY,
+    NVTX,
+    PROCESS,
+    PROCESS_NAME,
+    REGISTERS_PER_THREAD,
+    RESULT,
+    SHARED_MEM_DYNAMIC,
+    SHARED_MEM_STATIC,
+    STREAM,
+    dims,
 )
+from nsightwrap.watch.locate import run_command
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas

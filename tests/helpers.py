@@ -1,0 +1,143 @@
+"""What the tests share: the fakes, run configs on the tests' fast clock, and checks that a tree is gone.
+
+Tests import from here (`from helpers import app, run_config`), not from
+conftest: a test that runs pytest inside pytest brings a conftest of its own.
+
+Time in tests: the fake ncu multiplies its delays by FAKE_NCU_SCALE
+(TIME_SCALE, set by the `fake_env` fixture), so a kernel takes milliseconds
+and the slow-launch warning comes after 0.3 s instead of 3 s; the stall
+timeouts of the runs are scaled alike (`scaled_ladder` for the built-in
+ladders). Pure logic is tested with injected time instead (rules, state).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from nsightwrap.fallback.ladder import Ladder, load_ladder
+from nsightwrap.ncu.allowance import AllowancePolicy
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, StopPolicy, processes_with
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+FAKE_DIR = HERE / "fake_ncu"
+FAKE_NCU = FAKE_DIR / "ncu"
+FAKE_APP = FAKE_DIR / "app.py"
+FAKE_NSYS = HERE / "fake_nsys" / "nsys"
+FAKE_SMI_DIR = HERE / "fake_nvidia_smi"
+DATA = HERE / "data"
+
+#: The tests' clock against the real tool's: the fakes' delays and the
+#: built-in ladders' stall timeouts are multiplied by this.
+TIME_SCALE = 0.1
+FAKE_SCALE = str(TIME_SCALE)
+#: A stall timeout that a fake kernel's progress never reaches: its marks come
+#: milliseconds apart, and the watch loop read them at most 0.12 s apart with
+#: four busy loops beside it on this 2-core machine.
+STALL_S = 0.4
+#: Calibrated allowances on the tests' clock: a fifth of the real floor (2.5 s), as the fakes' kernels take
+#: milliseconds, and a margin of 1 instead of 4: a fake program's calibrated time is mostly the interpreter's
+#: start (0.2 s), which a margin of 4 made a 4.7 s allowance for a 38-pass probe. Both stay above any silence
+#: of a fake kernel that does not hang.
+FAST_ALLOWANCE = AllowancePolicy(margin=1.0, floor_s=0.5)
+
+
+def fast_stop(**kw: float) -> StopPolicy:
+    """A StopPolicy for the fakes, which shut down within milliseconds of SIGINT."""
+    return StopPolicy(**{"grace": 2.0, "term_wait": 1.0, "kill_wait": 2.0, "drain": 1.0, **kw})
+
+
+def app(*steps: str) -> list[str]:
+    """The command line of a fake CUDA program (see tests/fake_ncu/app.py)."""
+    return [sys.executable, str(FAKE_APP), *steps]
+
+
+def run_config(tmp_path: Path, **kw: Any) -> RunConfig:
+    """A RunConfig for the fake ncu: reports under tmp_path, a short stall timeout (and floor of calibrated
+    allowances), a fast stop, no GPU checks."""
+    kw.setdefault("report_dir", str(tmp_path / "reports"))
+    kw.setdefault("stall_timeout", STALL_S)
+    kw.setdefault("allowance", FAST_ALLOWANCE)
+    kw.setdefault("stop", fast_stop())
+    kw.setdefault("check_gpu", False)
+    return RunConfig(**kw)
+
+
+def scaled_ladder(name: str, scale: float = TIME_SCALE) -> Ladder:
+    """A built-in ladder with its rungs' stall timeouts on the tests' clock (quick: 8, 6, 6 s -> 0.8, 0.6, 0.6)."""
+    ladder = load_ladder(name)
+    rungs = tuple(replace(r, stall_timeout=r.stall_timeout * scale) if r.stall_timeout else r for r in ladder.rungs)
+    return replace(ladder, rungs=rungs)
+
+
+def attempt_rows(attempt: Attempt) -> Any:
+    """Rows from the attempt's record: the fake's reports are copies of real ones, not this program's."""
+    import pandas as pd
+
+    return pd.DataFrame({"function": [k.name for k in attempt.kernels],
+                         "passes": [k.passes for k in attempt.kernels]})
+
+
+# --- processes ---------------------------------------------------------------------
+
+
+def assert_tree_gone(cookie: str) -> None:
+    """No process of the run with this cookie is left."""
+    assert cookie
+    assert processes_with(COOKIE_VAR, cookie) == []
+
+
+def assert_clean(attempt: Attempt) -> None:
+    """The attempt's tree is gone and its stop left no survivor."""
+    assert_tree_gone(attempt.cookie)
+    assert not (attempt.stop.survivors if attempt.stop else []), attempt.stop.survivors
+
+
+def no_leftovers() -> None:
+    """No process started by this test process (through the watchdog) is left."""
+    mine = [p for p, env in processes_with(COOKIE_VAR) if env.get(OWNER_VAR) == str(os.getpid())]
+    assert mine == []
+
+
+def run_cli(args: Sequence[str], env: Optional[dict] = None, timeout: float = 120,
+            cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """`python -m nsightwrap ARGS`, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "nsightwrap", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=cwd)
+
+
+def start_cli(args: Sequence[str], env: dict) -> subprocess.Popen:
+    """`python -m nsightwrap ARGS` in the background, stdout and stderr piped."""
+    return subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+
+
+def read_until(p: subprocess.Popen, stream: Any, needle: bytes, timeout: float = 30) -> bytes:
+    """What `stream` of `p` printed until `needle` (failing if p ends or the time is up first)."""
+    os.set_blocking(stream.fileno(), False)
+    buf, end = b"", time.monotonic() + timeout
+    while needle not in buf:
+        assert time.monotonic() < end and p.poll() is None, buf.decode(errors="replace")
+        time.sleep(0.02)
+        buf += stream.read() or b""
+    return buf
+
+
+def sigterm_once_hung(p: subprocess.Popen, stream: Any) -> tuple[bytes, bytes]:
+    """Read `stream` until the fake kernel hangs at `0%..`, SIGTERM `p`; return (what was read, its stdout)."""
+    try:
+        buf = read_until(p, stream, b"0%..")
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    return buf, out
