@@ -69,8 +69,9 @@ def test_ncu_report_floor_has_sections():
 def test_the_ladders_ship_in_the_wheel():
     # profiles/ lives at the top of the project; nsightwrap/profiles links to it, and the package data
     # names it, so a non-editable `pip install .` carries them (checked by hand: unzip -l of the wheel).
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     import nsightwrap.fallback.ladder as ladder
 
