@@ -39,6 +39,7 @@ from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
     USAGE_EXIT_CODE,
     ReplayMode,
 )
+from nsightwrap.watch.notes import stop_notes
 from nsightwrap.watch.process import RunOutcome, StopRecord
 
 _APP_RC = re.compile(r"The application returned an error code \((-?\d+)\)")
@@ -295,12 +296,7 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
         status, reason = ERROR, (f"ncu profiled {len(kernels)} kernel(s) but did not write the report {export}"
                                  + (f": {errors[0]}" if errors else "")
                                  + "; check that its folder is writable and the disk not full, then run again")
-    notes = list(notes)
-    if outcome.stop and outcome.stop.reason == "leftovers":
-        notes.append("the program ended but left processes behind; they were stopped: "
-                     + ", ".join(outcome.stop.killed or outcome.stop.steps))
-    if outcome.stop and outcome.stop.survivors:
-        notes.append("processes survived SIGKILL (uninterruptible?): " + ", ".join(outcome.stop.survivors))
+    notes = [*notes, *stop_notes(outcome, "the program")]
     return Attempt(
         status=status,
         reason=reason,

@@ -28,7 +28,8 @@ from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
-from nsightwrap.watch.process import OWNER_VAR, find_orphans, processes_with, watch
+from nsightwrap.watch.notes import orphans_note
+from nsightwrap.watch.process import OWNER_VAR, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
 
 __all__ = ["ProfileInterrupted", "RunConfig", "RunContext", "plan_report", "profile_command", "wanted_report"]
@@ -200,10 +201,9 @@ def profile_command(
         argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
     foreign_check = _ForeignCheck(config.check_gpu)
-    orphans = find_orphans()
+    orphans = orphans_note()
     if orphans:
-        _note(notes, "processes of an earlier nsightwrap run whose owner was killed are still alive: "
-              + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
+        _note(notes, orphans)
 
     rule = rules or config.rules(options)
     try:

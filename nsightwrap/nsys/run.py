@@ -42,7 +42,8 @@ from nsightwrap.nsys.options import (
     plan_nsys_report,
 )
 from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, OK
-from nsightwrap.watch.process import RunOutcome, StopRecord, find_orphans, watch
+from nsightwrap.watch.notes import orphans_note, stop_notes
+from nsightwrap.watch.process import RunOutcome, StopRecord, watch
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 
 FRONTEND_NAMES = ("nsys",)
@@ -229,12 +230,7 @@ def build_nsys_run(outcome: RunOutcome, *, command: Sequence[str], expected: Opt
     status, reason, warnings = classify_nsys(
         outcome.log, outcome.returncode, report, verdict=outcome.verdict, interrupted=outcome.interrupted,
         exception=outcome.exception, nsys=nsys)
-    notes = list(notes)
-    if outcome.stop and outcome.stop.reason == "leftovers":
-        notes.append("nsys ended but left processes behind; they were stopped: "
-                     + ", ".join(outcome.stop.killed or outcome.stop.steps))
-    if outcome.stop and outcome.stop.survivors:
-        notes.append("processes survived SIGKILL: " + ", ".join(outcome.stop.survivors))
+    notes = [*notes, *stop_notes(outcome, "nsys")]
     return NsysRun(status=status, reason=reason, command=tuple(command), argv=tuple(outcome.argv), report=report,
                    returncode=outcome.returncode, elapsed_s=outcome.elapsed_s, log=outcome.log, stop=outcome.stop,
                    cookie=outcome.cookie, nsys=nsys, notes=tuple(notes), warnings=tuple(warnings))
@@ -270,10 +266,9 @@ def profile_nsys(
         env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
     options, report, notes = plan_nsys_report(options, command, config)
     argv = build_nsys_argv(nsys, options, command)
-    orphans = find_orphans()
+    orphans = orphans_note()
     if orphans:
-        notes.append("processes of an earlier nsightwrap run whose owner was killed are still alive: "
-                     + ", ".join(str(p.pid) for p in orphans) + "; run `python -m nsightwrap cleanup` to stop them")
+        notes.append(orphans)
     outcome = watch(argv, rules if rules is not None else nsys_rules(config, silence_timeout), policy=config.stop,
                     env=env, cwd=config.cwd, clock=clock, on_output=on_output, frontend_names=FRONTEND_NAMES)
     run = build_nsys_run(outcome, command=command, expected=report, nsys=nsys, notes=notes)
