@@ -19,8 +19,8 @@ run: install
 	$(PYTHON) examples/make_run.py
 
 # Four workers on two cores: most tests wait on real processes (hangs on the fakes'
-# scaled clock), and four overlap those waits (~55 s idle, ~90 s beside four busy
-# loops; one at a time, `pytest -q`, takes ~135 s).
+# scaled clock), and four overlap those waits (~72 s for 636 tests on the 2-core CI
+# machine; one at a time, `pytest -q`, takes ~220 s).
 test: install-test
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q -n 4 --dist worksteal
