@@ -238,7 +238,8 @@ def check_nsys(f: Facts) -> Check:
     try:
         nsys = find_nsys(env=f.env)
     except NsightwrapError:
-        return Check("nsys", SKIP, "not found (needed only for `python -m nsightwrap nsys`)",
+        return Check("nsys", SKIP, "not found: `python -m nsightwrap nsys` cannot run, and calibration times "
+                                   "the whole program (a plain run) instead of each kernel",
                      "install Nsight Systems, or set NSIGHTWRAP_NSYS")
     importer = _importer(nsys)
     if importer is None:
