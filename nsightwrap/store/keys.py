@@ -8,13 +8,12 @@ of the same sections must give the same key.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES
+from nsightwrap.watch.gpu import gpus as list_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.options import ProfileOptions
@@ -175,15 +174,6 @@ class ProfileKey:
         return self.describe()
 
 
-def _run_nvidia_smi(exe: str, timeout: float) -> Optional[str]:
-    try:
-        done = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 @dataclass(frozen=True)
 class Environment:
     """Where a verdict was reached: host, GPU model, driver and ncu version,
@@ -215,14 +205,11 @@ class Environment:
         except OSError:  # pragma: no cover - gethostname does not fail in practice
             host = None
         gpu = driver = None
-        exe = nvidia_smi or shutil.which("nvidia-smi")
-        text = _run_nvidia_smi(exe, timeout) if exe else None
-        listed = [[p.strip() for p in line.split(",")] for line in (text or "").splitlines()]
-        listed = [parts for parts in listed if parts and parts[0]]
-        if listed:
-            gpu = listed[0][0]
-            driver = listed[0][1] if len(listed[0]) > 1 and listed[0][1] else None
-        gpus = job_gpus(local_processes or processes, len(listed) if text is not None else None, cuda_visible)
+        listed = list_gpus(nvidia_smi, timeout)
+        known = [g for g in listed or () if g.name]
+        if known:
+            gpu, driver = known[0].name, known[0].driver or None
+        gpus = job_gpus(local_processes or processes, len(known) if listed is not None else None, cuda_visible)
         return cls(host, gpu, driver, ncu_version, processes, gpus)
 
     def describe(self) -> str:

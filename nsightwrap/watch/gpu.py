@@ -20,20 +20,22 @@ class GpuProcess:
     used_memory: str
 
 
-def compute_processes(nvidia_smi: Optional[str] = None, timeout: float = 15.0) -> Optional[list[GpuProcess]]:
-    """Compute processes on the GPUs, or None when that cannot be known."""
+def _smi(args: Sequence[str], nvidia_smi: Optional[str], timeout: float) -> Optional[str]:
+    """nvidia-smi's output for `args`, or None when it is missing, fails or hangs."""
     exe = nvidia_smi or shutil.which("nvidia-smi")
     if not exe:
         return None
     try:
-        done = subprocess.run(
-            [exe, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
+        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
-    if done.returncode != 0:
-        return None
-    return parse_compute_apps(done.stdout)
+    return done.stdout if done.returncode == 0 else None
+
+
+def compute_processes(nvidia_smi: Optional[str] = None, timeout: float = 15.0) -> Optional[list[GpuProcess]]:
+    """Compute processes on the GPUs, or None when that cannot be known."""
+    text = _smi(["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"], nvidia_smi, timeout)
+    return None if text is None else parse_compute_apps(text)
 
 
 def parse_compute_apps(text: str) -> list[GpuProcess]:
@@ -54,14 +56,8 @@ def foreign(processes: Optional[Sequence[GpuProcess]], ours: Sequence[int]) -> l
 
 def gpu_count(nvidia_smi: Optional[str] = None) -> Optional[int]:
     """Number of GPUs nvidia-smi lists, or None when it cannot say."""
-    exe = nvidia_smi or shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        done = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")) if done.returncode == 0 else None
+    text = _smi(["-L"], nvidia_smi, 15.0)
+    return None if text is None else sum(1 for line in text.splitlines() if line.startswith("GPU "))
 
 
 @dataclass(frozen=True)
@@ -72,15 +68,8 @@ class GpuInfo:
 
 def gpus(nvidia_smi: Optional[str] = None, timeout: float = 15.0) -> Optional[list[GpuInfo]]:
     """Each GPU's name and the driver version, or None when nvidia-smi is missing or fails."""
-    exe = nvidia_smi or shutil.which("nvidia-smi")
-    if not exe:
+    text = _smi(["--query-gpu=name,driver_version", "--format=csv,noheader"], nvidia_smi, timeout)
+    if text is None:
         return None
-    try:
-        done = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    rows = [[p.strip() for p in line.rsplit(",", 1)] for line in done.stdout.splitlines() if "," in line]
+    rows = [[p.strip() for p in line.rsplit(",", 1)] for line in text.splitlines() if "," in line]
     return [GpuInfo(name, driver) for name, driver in rows]
