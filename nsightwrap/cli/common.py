@@ -1,12 +1,11 @@
-"""What the commands share: argument types, the command after `--`, echo, signals, JSON, logging."""
+"""What the commands share: argument types, the command after `--`, signals, JSON, logging."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import sys
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
@@ -71,13 +70,8 @@ def interrupted_doc(reason: str = "interrupted (Ctrl-C or a termination signal) 
     return {"status": INTERRUPTED, "exit_code": EXIT_CODES[INTERRUPTED], "reason": reason, **more}
 
 
-def echo(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
 
 
-def echo_unless(quiet: bool) -> Optional[Callable[[str], None]]:
-    return None if quiet else echo
 
 
 #: SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
@@ -120,6 +114,3 @@ def without_logged(text: str, log: Optional[LineLog]) -> str:
     return "\n".join(line for line in text.splitlines()
                      if not (line.startswith("note: ") and line[6:] in log.printed))
 
-
-def first_line(lines: Iterable[str]) -> str:
-    return next(iter(lines), "")

@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import psutil
+
 
 @dataclass(frozen=True)
 class GpuProcess:
@@ -48,10 +50,15 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
 
 
 def foreign(processes: Optional[Sequence[GpuProcess]], ours: Sequence[int]) -> list[GpuProcess]:
+    """Listed processes that are not `ours` and still alive.
+
+    `ours` is read after nvidia-smi answered, so a process of ours that was
+    listed and then ended is in neither: it is gone, and holds no GPU.
+    """
     if not processes:
         return []
     mine = set(ours)
-    return [p for p in processes if p.pid not in mine]
+    return [p for p in processes if p.pid not in mine and psutil.pid_exists(p.pid)]
 
 
 def gpu_count(nvidia_smi: Optional[str] = None) -> Optional[int]:

@@ -8,7 +8,6 @@ watch.orphans (run records, runs whose owner died).
 
 from nsightwrap.watch.orphans import find_orphans
 from nsightwrap.watch.run import ObserverFactory, PlainObserver, RunOutcome, watch
-from nsightwrap.watch.signals import terminate_as_interrupt
 from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, ProcessTree, StopPolicy, StopRecord, processes_with
 
 __all__ = [
@@ -22,6 +21,5 @@ __all__ = [
     "StopRecord",
     "find_orphans",
     "processes_with",
-    "terminate_as_interrupt",
     "watch",
 ]

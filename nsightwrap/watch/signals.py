@@ -28,7 +28,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 #: The signals that mean "stop what you are doing" to nsightwrap.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -121,13 +121,6 @@ def critical() -> Iterator[Interrupts]:
     if held.received and not already:
         raise KeyboardInterrupt(f"{signal.Signals(held.received[0]).name} received (held until a critical "
                                 "section ended)")
-
-
-def terminate_as_interrupt() -> Callable[[], None]:
-    """Enter `interruptible()` and return the function that leaves it (older callers)."""
-    scope = Interrupts(raise_first=True)
-    scope.__enter__()
-    return lambda: scope.__exit__(None, None, None)
 
 
 def ignore_stop_signals() -> None:
