@@ -83,7 +83,7 @@ _LAZY = {
     "ProfileResult": "call.api", "Profiler": "call.api", "profile": "call.api", "profiled": "call.api",
     "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
     "debug_log": "store.debuglog",
-    "LadderResult": "fallback.walk", "walk_ladder": "fallback.walk",
+    "LadderResult": "fallback.result", "walk_ladder": "fallback.walk",
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
 }

@@ -94,18 +94,20 @@ def test_an_explicit_stall_timeout_wins_over_every_rung(cfg):
 
 
 def test_after_an_application_replay_hang_the_next_rung_skips_nothing(cfg):
-    """The hung kernel's application-replay pass never finished: the duration rung must not skip it."""
+    """The hung kernel's application-replay pass never finished: the next rung must not skip it.
+
+    (A ladder without a single-pass floor, so that the rungs are tried in their order.)"""
     ladder = ladder_from_dict({"name": "t", "rungs": [
         {"name": "requested", "requested": True},
         {"name": "application-replay", "sections": ["SpeedOfLight"], "replay_mode": "application"},
-        {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
+        {"name": "occupancy", "sections": ["Occupancy"]}]})
     r = walk_ladder(app("vec_add", "k@hang-if=SpeedOfLight", "vec_add"), ProfileOptions(set="basic"), ladder,
                     cfg.replace(stall_timeout_given=True), reader=reader)
     assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps] == [
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "application-replay", "hang"),
-        ("k", "duration", "ok")]
+        ("k", "occupancy", "ok")]
     assert "--launch-skip" not in r.steps[3].attempt.command
-    assert ("k", "duration") in [(row.function, row.rung) for row in r.df.itertuples()]
+    assert ("k", "occupancy") in [(row.function, row.rung) for row in r.df.itertuples()]
 
 
 def test_a_program_that_hangs_by_itself_stops_the_walk(cfg, tmp_path):

@@ -19,8 +19,9 @@ from helpers import app, fast_stop, run_config
 
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS
 from nsightwrap.fallback.ladder import ladder_from_dict
+from nsightwrap.fallback.result import KNOWN_HANG
 from nsightwrap.fallback.sweep import sweep_sections
-from nsightwrap.fallback.walk import KNOWN_HANG, walk_ladder
+from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.debuglog import debug_log

@@ -42,13 +42,18 @@ PROGRAM = app("vec_add", "k@hang-if=SourceCounters", "vec_add", "block_reduce")
 
 def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
     r = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, reader=rows)
-    # One run context for the whole walk: ncu located and probed once for its four attempts.
-    assert len(r.attempts) == 4 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
+    # One run context for the whole walk: ncu located and probed once for its five attempts.
+    assert len(r.attempts) == 5 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
     assert {a.ncu for a in r.attempts} == {cfg.env["NSIGHTWRAP_NCU"]}
+    # k hung in its first pass, so the floor came first; it worked, so the rungs above it were tried
+    # in order, and basic, which worked too, took the floor's place.
+    assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps] == [
+        ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "ok"),
+        ("k", "detailed", "hang"), ("k", "basic", "ok")]
+    assert "give way to rung 'basic'" in r.steps[2].notes[-1]
     assert sorted(where(r)) == sorted([("vec_add", "requested"), ("vec_add", "requested"),
                                        ("block_reduce", "requested"), ("k", "basic")])
     assert r.hangs == [("k", "requested"), ("k", "detailed")]
-    assert [s.job for s in r.steps] == ["main", "main", "k", "k"]
     # The resumed main attempt skipped the finished kernel and excluded k.
     resumed = r.steps[1].attempt.command
     assert "--launch-skip" in resumed and resumed[resumed.index("--launch-skip") + 1] == "1"
@@ -60,14 +65,68 @@ def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
 def test_second_walk_skips_known_hangs(cfg, store):
     first = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     second = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
-    assert len(first.attempts) == 4
+    assert len(first.attempts) == 5
     assert len(second.attempts) == 2  # main (k excluded from the start) and k at basic
     skipped = [(s.job, s.rung.name) for s in second.steps if s.skipped]
     assert skipped == [("k", "requested"), ("k", "detailed")]
     assert sorted(where(second)) == sorted(where(first))
     again = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows,
                         retry_known_hangs=True)
-    assert len(again.attempts) == 4
+    assert len(again.attempts) == 5
+
+
+def test_a_kernel_that_hangs_in_its_first_pass_meets_the_floor_next(cfg, store):
+    """FACTS: a kernel that waits for the host hangs under any collection; one stalled run at the floor
+    spares the rungs above it that serialise it the same way (each would cost a stalled run)."""
+    program = app("vec_add", "k@hang", "vec_add")
+    r = walk_ladder(program, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
+    steps = [(s.job, s.rung.name, s.attempt.status if s.attempt else "skipped") for s in r.steps]
+    assert steps == [("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "hang"),
+                     ("k", "speed-of-light", "skipped"), ("k", "application-replay", "skipped"),
+                     ("k", "range-replay", "no-kernels")]
+    assert all("implied: it hung even at 'duration'" in s.skipped for s in r.steps if s.skipped)
+    assert r.unprofiled == ["k"] and r.hangs == [("k", "requested"), ("k", "duration")]
+    assert r.steps[2].attempt.stall.first_pass
+    # Only hangs seen are recorded: nothing for the implied rungs.
+    assert sorted(rec.rung for rec in store.records(kernel="k") if rec.hung) == ["duration", "requested"]
+    second = walk_ladder(program, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
+    assert [s.job for s in second.steps if s.attempt] == ["main"]
+    assert [s.skipped.split(" ")[0] for s in second.steps if s.skipped] == [
+        "known", "implied:", "implied:", "profiled", "known"]
+    assert second.unprofiled == ["k"]
+
+
+def test_the_floors_rows_stand_when_no_rung_above_it_works(cfg):
+    ladder = ladder_from_dict({"name": "t", "rungs": [
+        {"name": "requested", "requested": True}, {"name": "speed-of-light", "sections": ["SpeedOfLight"]},
+        {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
+    r = walk_ladder(app("k@hang-if=SpeedOfLight", "vec_add"), ProfileOptions(set="basic"), ladder, cfg, reader=rows)
+    assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps] == [
+        ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "ok"),
+        ("k", "speed-of-light", "hang")]
+    assert sorted(where(r)) == [("k", "duration"), ("vec_add", "requested")]
+    assert r.unprofiled == [] and r.steps[2].notes == ()
+
+
+def test_the_floor_of_a_ladder():
+    from nsightwrap.fallback.floor import floor_index, implied_by_floor
+
+    basic = ProfileOptions(set="basic")
+    default = load_ladder("default").for_processes(False)
+    assert [r.name for r in default.rungs] == ["requested", "detailed", "basic", "speed-of-light",
+                                               "application-replay", "range-replay", "duration"]
+    assert floor_index(default, basic) == 6
+    assert [implied_by_floor(r, basic) for r in default.rungs] == [True] * 5 + [False, True]
+    quick = load_ladder("quick")
+    assert floor_index(quick, basic) == 3  # one-rank-duration profiles one rank alone: not the floor
+    assert not implied_by_floor(quick[2], basic)
+    no_floor = ladder_from_dict({"name": "t", "rungs": [
+        {"name": "requested", "requested": True}, {"name": "occupancy", "sections": ["Occupancy"]},
+        {"name": "own", "metrics": ["gpu__time_duration.sum"], "extra_args": ["--cache-control", "none"]}]})
+    assert floor_index(no_floor, basic) is None
+    # Asked for one metric in application replay, a duration rung replays the application too: no floor.
+    app_replay = ProfileOptions(metrics=("gpu__time_duration.sum",), replay_mode="application")
+    assert floor_index(load_ladder("quick"), app_replay) is None
 
 
 def test_application_replay_hang_resumes_from_the_start(cfg):
@@ -107,7 +166,12 @@ def test_kernel_that_hangs_everywhere_is_reported(cfg):
     r = walk_ladder(app("vec_add", "k@hang"), ProfileOptions(set="basic"), scaled_ladder("quick"), cfg, reader=rows)
     assert r.unprofiled == ["k"]
     assert where(r) == [("vec_add", "requested")]
-    assert [h[1] for h in r.hangs] == ["requested", "speed-of-light", "duration"]
+    # k hung in its first pass: the floor (duration) came next and hung too, so speed-of-light, whose
+    # first pass serialises k the same way, was not run.
+    assert [h[1] for h in r.hangs] == ["requested", "duration"]
+    assert [(s.rung.name, s.skipped is not None) for s in r.steps if s.job == "k"] == [
+        ("duration", False), ("speed-of-light", True)]
+    assert "implied: it hung even at 'duration'" in r.steps[-1].skipped
 
 
 def test_range_replay_rung_rewrites_the_kernel_filter(cfg):
@@ -194,7 +258,7 @@ def test_units_survive_merging_the_rows_of_several_reports():
     import pandas as pd
 
     from nsightwrap.fallback.ladder import Ladder, Rung
-    from nsightwrap.fallback.walk import LadderResult
+    from nsightwrap.fallback.result import LadderResult
 
     a = pd.DataFrame({"function": ["k1"], "gpu__time_duration.sum": [5.0]})
     a.attrs = {"units": {"gpu__time_duration.sum": "ns"}, "report": "/r/a.ncu-rep"}

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.fallback.walk import LadderResult
+from nsightwrap.fallback.result import LadderResult
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 

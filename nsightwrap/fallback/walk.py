@@ -4,7 +4,9 @@ The program is profiled at the requested rung. When kernel K hangs, the
 kernels finished before it keep their results (the partial report); the
 program is profiled again at the same rung from the next launch on with K
 excluded; and K alone goes down the ladder until a rung works or the
-ladder ends. Rungs the hang store knows to hang for K here are skipped.
+ladder ends. Rungs the hang store knows to hang for K here are skipped. A
+kernel that hangs before its first pass finishes is tried at the ladder's
+floor first, which may spare the rungs above it (nsightwrap.fallback.floor).
 
 A multi-process job (torchrun, mpirun, srun, or a run where ncu connects to
 several processes at once) differs in three ways (see
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 import pandas as pd
@@ -35,7 +38,17 @@ from nsightwrap.fallback.collectives import (
     family_filter,
     unprofiled_reason,
 )
+from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
+from nsightwrap.fallback.result import (
+    ATTEMPT_COLUMN,
+    JOB_COLUMN,
+    KNOWN_EMPTY,
+    KNOWN_HANG,
+    RUNG_COLUMN,
+    LadderResult,
+    Step,
+)
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
@@ -53,95 +66,12 @@ TRANSIENT_ERRORS = (
     re.compile(r"nsight-compute-lock|profiling lock|lock is held", re.I),
     re.compile(r"resource (is )?(temporarily )?unavailable|device or resource busy", re.I),
 )
-#: Columns the walk adds to every row of the merged DataFrame.
-RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN = "rung", "attempt", "job"
-#: Why a step was skipped when the hang store knows the rung hangs for the kernel.
-KNOWN_HANG = "known to hang here (hang store)"
-KNOWN_EMPTY = "profiled nothing of it in this program before (hang store)"
+#: A rung index past the last rung: the job has no rung left.
+END = sys.maxsize
 
 
 def is_transient(attempt: Attempt) -> bool:
     return attempt.status == ERROR and any(p.search(e) for e in attempt.errors for p in TRANSIENT_ERRORS)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One rung tried (or skipped) for one job: the main program or one kernel."""
-
-    job: str  # "main" or the kernel's name
-    rung: Rung
-    rung_index: int
-    attempt: Optional[Attempt] = None
-    skipped: Optional[str] = None  # why it was not run
-    notes: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        what = f"[{self.job}] rung {self.rung_index} {self.rung.name!r} ({self.rung.describe()})"
-        if self.skipped:
-            return f"{what}: skipped, {self.skipped}"
-        a = self.attempt
-        return f"{what}: {a.status}, {len(a.kernels)} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
-
-
-@dataclass
-class LadderResult:
-    """The merged outcome of a walk: rows from every rung, and how they came."""
-
-    ladder: Ladder
-    steps: list[Step] = field(default_factory=list)
-    frames: list[pd.DataFrame] = field(default_factory=list)
-    unprofiled: list[str] = field(default_factory=list)  # hung at every rung
-    stopped: Optional[str] = None  # why the walk ended early, if it did
-    why_unprofiled: dict[str, str] = field(default_factory=dict)  # kernel -> why no rung profiled it
-    processes: int = 1  # the job's processes (ranks)
-    gpus: Optional[int] = None  # the GPUs they could use here, when known
-
-    @property
-    def attempts(self) -> list[Attempt]:
-        return [s.attempt for s in self.steps if s.attempt is not None]
-
-    @property
-    def hangs(self) -> list[tuple[str, str]]:
-        """(kernel, rung) for every hang met, skipped known hangs included."""
-        out = [(s.attempt.stalled_kernel, s.rung.name) for s in self.steps if s.attempt and s.attempt.status == HANG]
-        out += [(s.job, s.rung.name) for s in self.steps if s.skipped == KNOWN_HANG]
-        return out
-
-    @property
-    def report_paths(self) -> list[str]:
-        return [str(a.report) for a in self.attempts if a.report]
-
-    @property
-    def df(self) -> pd.DataFrame:
-        """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
-        frames = [f for f in self.frames if len(f)]
-        if not frames:
-            return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
-        merged = pd.concat(frames, ignore_index=True)
-        merged.attrs = merged_attrs(frames)
-        return merged
-
-    def summary(self) -> str:
-        job = "" if self.processes == 1 else f" on a job of {self.processes} processes ({self.gpus or '?'} GPU(s))"
-        lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s){job}"]
-        lines += ["  " + s.describe() for s in self.steps]
-        if self.unprofiled:
-            lines.append("hung at every rung: " + ", ".join(self.unprofiled))
-            lines += [f"  {k}: {self.why_unprofiled[k]}" for k in self.unprofiled if k in self.why_unprofiled]
-        if self.stopped:
-            lines.append("stopped early: " + self.stopped)
-        return "\n".join(lines)
-
-
-def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
-    """The attrs of frames read from several reports: units merged, and the reports listed."""
-    units: dict = {}
-    reports: list = []
-    for f in frames:
-        units.update(f.attrs.get("units", {}))
-        if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
-            reports.append(f.attrs["report"])
-    return {"units": units, "reports": reports}
 
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
@@ -171,15 +101,22 @@ class _Job:
     done: list[str] = field(default_factory=list)  # names of results kept, main job only
     family: Optional[str] = None  # a collective family (prefix) profiled together, multi-process jobs only
     tried_one_rank: bool = False
+    then: Optional[tuple[int, ...]] = None  # the rungs after this one, in order (None: the ladder's order)
+    floor_first: bool = False  # at the floor before the rungs above it (nsightwrap.fallback.floor)
+    provisional: Optional[int] = None  # the step whose rows (at the floor) stand unless a rung above works
 
     @property
     def name(self) -> str:
         return self.kernel or "main"
 
     def lower(self, skip: Optional[int] = None, one_rank: bool = False) -> "_Job":
-        """This kernel's job one rung down."""
-        return _Job(self.kernel, self.rung_index + 1, self.skip if skip is None else skip, family=self.family,
-                    tried_one_rank=self.tried_one_rank or one_rank)
+        """This kernel's job at its next rung."""
+        if self.then is None:
+            index, then = self.rung_index + 1, None
+        else:
+            index, then = (self.then[0], self.then[1:]) if self.then else (END, ())
+        return _Job(self.kernel, index, self.skip if skip is None else skip, family=self.family,
+                    tried_one_rank=self.tried_one_rank or one_rank, then=then, provisional=self.provisional)
 
 
 @dataclass(frozen=True)
@@ -256,6 +193,8 @@ class _Walk:
         self.result = LadderResult(ladder)
         self._note_shape()
         self.calibrator = settings.calibrator or Calibrator(command, store=settings.store, env=self.env)
+        self.floor = floor_index(ladder, options)
+        self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
         self.jobs = self._first_jobs()
 
     def run(self) -> LadderResult:
@@ -298,6 +237,8 @@ class _Walk:
     def _step(self, job: _Job) -> bool:
         """Try one job at its rung; False when the walk must stop."""
         if job.rung_index >= len(self.ladder):
+            if job.provisional is not None:  # profiled at the floor, and no rung above it worked
+                return True
             self.result.unprofiled.append(job.kernel)
             self.result.why_unprofiled[job.kernel] = unprofiled_reason(job.kernel, self.shape, self.ladder,
                                                                        job.tried_one_rank)
@@ -344,18 +285,64 @@ class _Walk:
 
     def _skip_reason(self, job: _Job, opts: ProfileOptions) -> Optional[str]:
         """Why this kernel's job need not run these options, if it need not."""
-        if job.kernel is None or self.s.retry_known_hangs:
+        if job.kernel is None:
             return None
         store = self.s.store
-        if store is not None:
+        if store is not None and not self.s.retry_known_hangs:
             key = ProfileKey.from_options(opts)
             if store.hangs_for(job.kernel, key, self.env):
                 return KNOWN_HANG
             if store.profiled_nothing(job.kernel, key, self.env, self.command):
                 return KNOWN_EMPTY
-        if job.family and self.shape.multi and opts.rank is None:
+        if self._implied(job):
+            return IMPLIED_HANG.format(floor=self.ladder[self.floor].name)
+        if job.family and self.shape.multi and opts.rank is None and not self.s.retry_known_hangs:
             return COLLECTIVE_ALL_RANKS
         return None
+
+    # --- the floor (nsightwrap.fallback.floor) --------------------------------------
+    def _implied(self, job: _Job) -> bool:
+        """A rung above the floor, which hangs for this kernel, that serialises the kernel as the floor does."""
+        return (self.floor is not None and job.family is None and job.rung_index < self.floor
+                and implied_by_floor(self.ladder[job.rung_index], self.options) and self._floor_hangs(job))
+
+    def _floor_hangs(self, job: _Job) -> bool:
+        """Seen in this walk, or known to the store (unless known hangs are retried)."""
+        if job.kernel in self.floor_hung:
+            return True
+        if self.s.store is None or self.s.retry_known_hangs or self.floor is None:
+            return False
+        planned = self._options(job, self.ladder[self.floor])
+        return planned is not None and self.s.store.hangs_for(job.kernel, ProfileKey.from_options(planned[0]),
+                                                              self.env)
+
+    def _floor_first(self, job: _Job, attempt: Attempt) -> _Job:
+        """The next job of a kernel that hung: at the floor first when that may spare rungs, else `job`."""
+        f, stall = self.floor, attempt.stall
+        if (f is None or job.then is not None or job.family is not None or stall is None or not stall.first_pass
+                or job.rung_index >= f or self._floor_hangs(job)):
+            return job
+        if not any(implied_by_floor(self.ladder[r], self.options) for r in range(job.rung_index, f)):
+            return job
+        order = tuple(r for r in range(job.rung_index, len(self.ladder)) if r != f)
+        log.info(f"{job.name} hung before its first pass finished: trying it at the floor "
+                 f"({self.ladder[f].name!r}) before the rungs above it")
+        return replace(job, rung_index=f, then=order, floor_first=True)
+
+    def _after_floor_worked(self, job: _Job) -> None:
+        """The floor profiled the kernel: its rows stand unless a rung above it works, tried next in order."""
+        above = tuple(r for r in job.then or () if r < (self.floor or 0))
+        if above:
+            step = len(self.result.steps) - 1
+            self.jobs.insert(0, _Job(job.kernel, above[0], job.skip, then=above[1:], provisional=step))
+
+    def _supersede(self, job: _Job, rung: Rung) -> None:
+        """A rung above the floor worked: the floor's rows, tried first, give way."""
+        i = job.provisional
+        self.result.frames[i] = pd.DataFrame()
+        step = self.result.steps[i]
+        self.result.steps[i] = replace(step, notes=step.notes + (
+            f"its rows give way to rung {rung.name!r}, above it, which worked too",))
 
     def _attempt(self, opts: ProfileOptions, rung: Rung) -> Attempt:
         """One watched run, retried after a pause when ncu's error is transient, confirmed by calibration."""
@@ -411,6 +398,12 @@ class _Walk:
         if attempt.program_fault:
             self.result.stopped = f"the program hangs or fails by itself, without ncu ({status}): {attempt.reason}"
             return False
+        if status == OK and job.floor_first:
+            self._after_floor_worked(job)
+            return True
+        if status == OK and job.provisional is not None:
+            self._supersede(job, rung)
+            return True
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
         if status == HANG and attempt.stall is not None:
@@ -436,7 +429,10 @@ class _Walk:
         multi = self.shape.multi
         finished = [] if multi else [k.name for k in attempt.finished_kernels]
         if job.kernel is not None:
-            self.jobs.insert(0, job.lower(skip=job.skip + len(finished), one_rank=one_rank))
+            if job.rung_index == self.floor:
+                self.floor_hung.add(job.kernel)
+            lower = job.lower(skip=job.skip + len(finished), one_rank=one_rank)
+            self.jobs.insert(0, self._floor_first(lower, attempt))
             return
         hung = attempt.stalled_kernel
         excluded = tuple(sorted(set(job.excluded) | {hung}))
@@ -446,7 +442,7 @@ class _Walk:
         self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept))
         family = collective_family(hung) if multi else None
         if family is None or not any(j.family == family for j in self.jobs):
-            self.jobs.append(_Job(hung, job.rung_index + 1, family=family))
+            self.jobs.append(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))
 
 
 def _known_hanging_kernels(store: HangStore, env: Environment, key: ProfileKey, command: Sequence[str]) -> list[str]:

@@ -171,7 +171,7 @@ class Attempt:
                 "kernel": self.stall.kernel, "id": self.stall.kernel_id, "where": self.stall.where,
                 "silent_s": round(self.stall.silent_s, 3), "allowance_s": round(self.stall.allowance_s, 3),
                 "detected_at_s": round(self.stall.detected_at_s, 3),
-                "before_first_progress": self.stall.before_first_progress,
+                "before_first_progress": self.stall.before_first_progress, "first_pass": self.stall.first_pass,
                 "slow_launch_warning_seen": self.stall.slow_warning_seen,
                 "allowance_basis": self.stall.basis, "calibrated": self.stall.calibrated},
             "report": None if self.report is None else str(self.report),

@@ -125,6 +125,9 @@ class Stall:
     basis: str = NOT_CALIBRATED  # e.g. "from calibration (k ran 0.02 ms without ncu, nsys)"
     calibrated: bool = False
     pace_s: float = 0.0  # growth x the longest gap seen: the least allowance, calibrated or not
+    #: No pass of the kernel had finished: silent since its first burst of marks, or in application
+    #: replay pass 1. What any collection would meet if the kernel waits for the host or another kernel.
+    first_pass: bool = False
 
     def evidence(self) -> str:
         """`silent 3.1 s; allowance 3.0 s from calibration (...)`: the verdict's grounds in one line."""
@@ -201,12 +204,12 @@ class StallRule(WatchRule):
             return None
         basis = judged.basis if judged.seconds >= pace else (
             f"{self.growth:g} x the longest gap between marks ({state.longest_gap:.1f} s); {judged.basis}")
+        before = cur.replay_pass is None and cur.last_mark_at - cur.started_at <= FIRST_BURST_S
         stall = Stall(
             kernel=cur.name, kernel_id=cur.kernel_id, where=cur.where(), silent_s=silent,
-            allowance_s=allowance, detected_at_s=now - state.started_at,
-            before_first_progress=cur.replay_pass is None and cur.last_mark_at - cur.started_at <= FIRST_BURST_S,
+            allowance_s=allowance, detected_at_s=now - state.started_at, before_first_progress=before,
             slow_warning_seen=any(t >= cur.started_at for t in state.slow_warnings),
-            basis=basis, calibrated=judged.calibrated, pace_s=pace,
+            basis=basis, calibrated=judged.calibrated, pace_s=pace, first_pass=before or cur.replay_pass == 1,
         )
         return Verdict("hang", stall.message(), stall)
 

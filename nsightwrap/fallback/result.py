@@ -1,0 +1,101 @@
+"""What a ladder walk gives back: its steps, and the rows of every rung merged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from nsightwrap.fallback.ladder import Ladder, Rung
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.status import HANG
+
+__all__ = ["ATTEMPT_COLUMN", "JOB_COLUMN", "KNOWN_EMPTY", "KNOWN_HANG", "LadderResult", "RUNG_COLUMN", "Step",
+           "merged_attrs"]
+
+#: Columns the walk adds to every row of the merged DataFrame.
+RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN = "rung", "attempt", "job"
+#: Why a step was skipped when the hang store knows the rung hangs for the kernel.
+KNOWN_HANG = "known to hang here (hang store)"
+KNOWN_EMPTY = "profiled nothing of it in this program before (hang store)"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung tried (or skipped) for one job: the main program or one kernel."""
+
+    job: str  # "main" or the kernel's name
+    rung: Rung
+    rung_index: int
+    attempt: Optional[Attempt] = None
+    skipped: Optional[str] = None  # why it was not run
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        what = f"[{self.job}] rung {self.rung_index} {self.rung.name!r} ({self.rung.describe()})"
+        if self.skipped:
+            return f"{what}: skipped, {self.skipped}"
+        a = self.attempt
+        return f"{what}: {a.status}, {len(a.kernels)} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
+
+
+@dataclass
+class LadderResult:
+    """The merged outcome of a walk: rows from every rung, and how they came."""
+
+    ladder: Ladder
+    steps: list[Step] = field(default_factory=list)
+    frames: list[pd.DataFrame] = field(default_factory=list)
+    unprofiled: list[str] = field(default_factory=list)  # hung at every rung
+    stopped: Optional[str] = None  # why the walk ended early, if it did
+    why_unprofiled: dict[str, str] = field(default_factory=dict)  # kernel -> why no rung profiled it
+    processes: int = 1  # the job's processes (ranks)
+    gpus: Optional[int] = None  # the GPUs they could use here, when known
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        return [s.attempt for s in self.steps if s.attempt is not None]
+
+    @property
+    def hangs(self) -> list[tuple[str, str]]:
+        """(kernel, rung) for every hang met, skipped known hangs included."""
+        out = [(s.attempt.stalled_kernel, s.rung.name) for s in self.steps if s.attempt and s.attempt.status == HANG]
+        out += [(s.job, s.rung.name) for s in self.steps if s.skipped == KNOWN_HANG]
+        return out
+
+    @property
+    def report_paths(self) -> list[str]:
+        return [str(a.report) for a in self.attempts if a.report]
+
+    @property
+    def df(self) -> pd.DataFrame:
+        """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
+        frames = [f for f in self.frames if len(f)]
+        if not frames:
+            return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])
+        merged = pd.concat(frames, ignore_index=True)
+        merged.attrs = merged_attrs(frames)
+        return merged
+
+    def summary(self) -> str:
+        job = "" if self.processes == 1 else f" on a job of {self.processes} processes ({self.gpus or '?'} GPU(s))"
+        lines = [f"ladder {self.ladder.name}: {len(self.attempts)} attempt(s){job}"]
+        lines += ["  " + s.describe() for s in self.steps]
+        if self.unprofiled:
+            lines.append("hung at every rung: " + ", ".join(self.unprofiled))
+            lines += [f"  {k}: {self.why_unprofiled[k]}" for k in self.unprofiled if k in self.why_unprofiled]
+        if self.stopped:
+            lines.append("stopped early: " + self.stopped)
+        return "\n".join(lines)
+
+
+def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
+    """The attrs of frames read from several reports: units merged, and the reports listed."""
+    units: dict = {}
+    reports: list = []
+    for f in frames:
+        units.update(f.attrs.get("units", {}))
+        if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
+            reports.append(f.attrs["report"])
+    return {"units": units, "reports": reports}
