@@ -62,6 +62,13 @@ SPINS = ((8.0, ONE_METRIC), (14.0, ONE_METRIC), (30.0, ONE_METRIC), (2.0, ["--se
 STEPS = ("hang", "spin", "walk", "sweep", "overhead")
 
 
+def _step_text(step: dict) -> str:
+    """`job@rung:status 4.3s` (the attempt's own seconds), or `job@rung:skipped`."""
+    a = step["attempt"]
+    head = f"{step['job']}@{step['rung']}"
+    return f"{head}:skipped" if a is None else f"{head}:{a['status']} {a['elapsed_s']:.1f}s"
+
+
 @dataclass
 class Row:
     measure: str
@@ -132,12 +139,12 @@ class Bench:
         self.stores += 1
         return str(self.work / f"store-{self.stores}.db")
 
-    def cli(self, *argv: str, timeout: float) -> Done:
+    def cli(self, *argv: str, timeout: float, env: Optional[dict] = None) -> Done:
         """python -m nsightwrap ARGV in its own session; stopped (tree included) at `timeout`."""
         timeout = max(1.0, min(timeout, self.left()))
         cmd = [sys.executable, "-m", "nsightwrap", *argv]
         t = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or self.env,
                                 cwd=self.work, start_new_session=True, stdin=subprocess.DEVNULL)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -208,16 +215,20 @@ class Bench:
                      met(a.get("status") == "ok"))
 
     def step_walk(self) -> None:
+        """The first walk knows nothing: a fresh hang store, and a fresh tool cache (ncu is probed inside it)."""
         store = self.store()
+        env = dict(self.env, NSIGHTWRAP_CACHE_DIR=str(self.work / "tool-cache-walk"))
         for label, goal in (("first", 20.0), ("second", 6.0)):
             d = self.cli("run", "-q", "--json", "--store", store, *self.tools, "--profile", "default", "--set",
-                         "basic", "--", *self.app("mixed", "60"), timeout=240 if label == "first" else 60)
+                         "basic", "--", *self.app("mixed", "60"), timeout=240 if label == "first" else 60, env=env)
             w = d.json()
             steps = w.get("steps", [])
-            summary = ", ".join(f"{s['job']}@{s['rung']}:{(s['attempt'] or {}).get('status', 'skipped')}"
-                                for s in steps)
+            summary = ", ".join(_step_text(s) for s in steps)
+            attempts = sum(s["attempt"] is not None for s in steps)
             self.add(f"walk on mixed, {label} time (s)", f"{d.seconds:.1f}", f"<= {goal:g} s",
                      met(d.rc is not None and d.seconds <= goal))
+            self.add(f"walk on mixed, {label} time: attempts", str(attempts),
+                     "; ".join(_step_text(s) for s in steps if s["attempt"] is not None))
             self.details.append({"walk": label, "steps": summary, "hangs": w.get("hangs")})
 
     def step_sweep(self) -> None:
