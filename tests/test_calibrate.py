@@ -298,6 +298,49 @@ def test_calibrated_allowance_follows_the_stall_rule():
     assert calibrated_allowance(paced, cal, SOL, RunConfig()).seconds == 100.0
 
 
+# --- profile(fn)'s call time: a calibration like any other -----------------------------------------
+
+def _judged(config, options, silent, name="softmax"):
+    """The attempt that `config`'s rules make of a kernel silent `silent` s since its marks (time injected)."""
+    state = WatchState(0.0, 0.0)
+    _started(state, 100.0 - silent, name)
+    verdict = config.rules(options)(state, 100.0)
+    return _attempt(status=OK) if verdict is None else replace(_attempt(kernel=name), stall=verdict.stall)
+
+
+def test_a_stall_after_fn_reports_its_call_time_is_calibrated_and_not_calibrated_again(tmp_path):
+    from nsightwrap.ncu.calltime import write_call_time
+
+    full = ProfileOptions(set="full")
+    config = RunConfig(call_time_file=str(tmp_path / "call-time.json"))  # profile(fn) with warm-up calls
+    cal, calls = _calibrator(Calibration.from_wall(9.0))
+    assert cal.run(lambda ctx: _judged(ctx.config, full, 9.0), FakeContext(config), full).status == OK
+    write_call_time(config.call_time_file, [1.2e-3, 1.2e-3])
+    allowance = kernel_allowance(1.2e-3, passes=38)
+    assert _judged(config, full, 9.9).status == OK  # the base rule's 10 s still stands
+    hung = cal.run(lambda ctx: _judged(ctx.config, full, 10.0), FakeContext(config), full)
+    assert hung.status == HANG and hung.stall.calibrated and calls == []  # no second calibration run
+    assert hung.stall.basis == (f"from calibration (fn's calls ran 1.20 ms without ncu, bounding softmax, profile(fn) "
+                                f"warm-up calls): {allowance:.1f} s, raised to the rule's (default (not calibrated))")
+    write_call_time(config.call_time_file, [1.0])  # a longer call: its own allowance, over the base rule's
+    hung = cal.run(lambda ctx: _judged(ctx.config, full, 23.0), FakeContext(config), full)
+    assert hung.stall.allowance_s == pytest.approx(kernel_allowance(1.0, passes=38)) and calls == []
+    assert hung.stall.basis == "from calibration (fn's calls ran 1.00 s without ncu, bounding softmax, " \
+                               "profile(fn) warm-up calls)"
+
+
+def test_a_stall_before_fn_reports_its_call_time_is_confirmed_as_before(tmp_path):
+    full = ProfileOptions(set="full")
+    config = RunConfig(call_time_file=str(tmp_path / "call-time.json"))  # no file: the child has not written it
+    cal, calls = _calibrator(Calibration.from_wall(0.1))
+    seen = []
+    a = cal.run(lambda ctx: seen.append(ctx.config.stall_timeout) or _judged(ctx.config, full, 10.0),
+                FakeContext(config), full)
+    assert seen == [10.0]  # not suspected early: the call time may yet come
+    assert len(calls) == 1 and a.status == HANG and a.stall.calibrated  # one calibration run confirms it
+    assert a.stall.basis.startswith("from calibration (the program ran 100 ms without ncu")
+
+
 # --- the hang store -------------------------------------------------------------------------------
 
 def test_calibrations_are_kept_per_command_gpu_and_driver(tmp_path):

@@ -16,21 +16,31 @@ import time
 from pathlib import Path
 
 import pytest
-from callees import other_step, quick_step, slow_step
-from helpers import FAKE_DIR, run_config
+from callees import other_step, quick_step, slow_step, step_with_hang
+from helpers import FAKE_DIR, FAST_ALLOWANCE, run_config
 
+from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call import child
 from nsightwrap.call.api import Profiler, profile
 from nsightwrap.call.spec import CallFiles, make_spec, subject
 from nsightwrap.fallback.ladder import Ladder, Rung
+from nsightwrap.ncu.allowance import (
+    NOT_CALIBRATED,
+    AllowancePolicy,
+    Calibration,
+    KernelAllowances,
+    kernel_allowance,
+)
 from nsightwrap.ncu.calltime import (
+    REPORTED,
     ReportedCallTime,
-    allowance_for_call,
     read_call_time,
+    reported_calibration,
     typical_call,
     write_call_time,
 )
 from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import KernelInProgress, StallRule, WatchState
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
@@ -92,28 +102,58 @@ def plain_runs(monkeypatch):
 # --- the side channel: pure, time injected ----------------------------------------------
 
 
-def _stalled(silent_s: float) -> WatchState:
+FULL = ProfileOptions(set="full")  # 38 passes: four between two progress marks
+ONE_PASS = ProfileOptions(metrics=("gpu__time_duration.sum",))
+
+
+def _stalled(silent_s: float, replay_pass=None) -> WatchState:
     """A kernel in progress whose last progress mark was `silent_s` ago (now = 100)."""
     state = WatchState(started_at=0.0, last_output_at=0.0)
-    state.current = KernelInProgress("softmax", 0, 100.0 - silent_s, 100.0 - silent_s, marks=1)
+    state.current = KernelInProgress("softmax", 0, 100.0 - silent_s, 100.0 - silent_s, marks=1,
+                                     replay_pass=replay_pass)
     return state
 
 
-def test_reported_call_time_raises_the_allowance_once_written(tmp_path):
-    path = tmp_path / "call-time.json"
-    rule = ReportedCallTime(StallRule(1.0), str(path))
-    assert rule(_stalled(5.0), 100.0).status == "hang"  # nothing reported: the base rule
-    write_call_time(path, [2.0])
-    assert allowance_for_call(2.0) == 8.0
-    assert rule(_stalled(5.0), 100.0) is None and rule.call_s == 2.0
-    assert rule.deadline(_stalled(5.0)) == 95.0 + 8.0
-    assert rule(_stalled(8.5), 100.0).stall.allowance_s == 8.0
+def test_before_the_call_time_is_reported_the_base_rule_judges(tmp_path):
+    rule = ReportedCallTime(StallRule(1.0), str(tmp_path / "call-time.json"), FULL)
+    stall = rule(_stalled(5.0), 100.0).stall
+    assert (stall.allowance_s, stall.basis, stall.calibrated) == (1.0, NOT_CALIBRATED, False)
+    assert rule.call_s is None and reported_calibration(rule) is None
 
 
-def test_reported_call_time_never_lowers_the_timeout(tmp_path):
+def test_a_reported_call_time_calibrates_each_kernel_for_the_passes_collected(tmp_path):
     path = tmp_path / "call-time.json"
-    write_call_time(path, [0.01])
-    assert ReportedCallTime(StallRule(20.0), str(path)).current().timeout == 20.0
+    rule = ReportedCallTime(StallRule(1.0), str(path), FULL)
+    write_call_time(path, [1.0])
+    allowance = kernel_allowance(1.0, passes=38)  # 2.5 s + 4 x 1.245 x 1 s x 4 passes between two marks
+    assert allowance == pytest.approx(22.42)
+    assert rule(_stalled(6.0), 100.0) is None and rule.call_s == 1.0  # the old 3 x call + 2 s called it hung
+    assert rule.deadline(_stalled(6.0)) == pytest.approx(94.0 + allowance)
+    assert rule.allowance(_stalled(6.0)) == pytest.approx(allowance)  # what the live status line shows
+    stall = rule(_stalled(allowance + 0.1), 100.0).stall
+    assert stall.calibrated and stall.allowance_s == pytest.approx(allowance)
+    assert stall.basis == ("from calibration (fn's calls ran 1.00 s without ncu, bounding softmax, "
+                           "profile(fn) warm-up calls)")
+    assert reported_calibration(rule) == Calibration.from_call(1.0, REPORTED)
+    one_pass = ReportedCallTime(StallRule(1.0), str(path), ONE_PASS, AllowancePolicy(margin=1.0, floor_s=0.5))
+    assert one_pass.allowance(_stalled(0.0)) == pytest.approx(
+        kernel_allowance(1.0, passes=1, margin=1.0, floor_s=0.5))
+
+
+def test_a_reported_call_time_never_makes_the_rule_less_patient(tmp_path):
+    path = tmp_path / "call-time.json"
+    write_call_time(path, [1e-3])  # 2.5 s allowed: the base rule's 20 s stands, calibrated
+    judged = ReportedCallTime(StallRule(20.0), str(path), FULL).current().judge(_stalled(5.0))
+    assert judged.seconds == 20.0 and judged.calibrated
+    assert judged.basis == ("from calibration (fn's calls ran 1.00 ms without ncu, bounding softmax, profile(fn) "
+                            "warm-up calls): 2.5 s, raised to the rule's (default (not calibrated))")
+    # A rule already calibrated by a longer call time (an earlier call, the store) keeps its allowance.
+    known = KernelAllowances.for_options(Calibration.from_call(2.0, "profile(fn) hang store"), FULL)
+    judged = ReportedCallTime(StallRule(1.0, allowances=known), str(path), FULL).current().judge(_stalled(5.0))
+    assert judged.seconds == pytest.approx(kernel_allowance(2.0, passes=38)) and "hang store)" in judged.basis
+    # Silence after an application-replay pass may be the program's own work, which one call does not bound.
+    quiet = ReportedCallTime(StallRule(1.0), str(path), FULL).current().judge(_stalled(5.0, replay_pass=1))
+    assert quiet.seconds == 3.0 and not quiet.calibrated
 
 
 def test_call_time_file_format(tmp_path):
@@ -130,8 +170,15 @@ def test_call_time_file_format(tmp_path):
 
 def test_run_config_watches_the_file_only_when_told(tmp_path):
     assert not isinstance(RunConfig().rules(), ReportedCallTime)
-    rules = RunConfig(call_time_file=str(tmp_path / "t.json"), timeout=60).rules()
-    assert isinstance(rules.rules[0], ReportedCallTime) and rules.rules[0].rule.timeout == 10.0
+    path = tmp_path / "t.json"
+    rules = RunConfig(call_time_file=str(path), timeout=600, allowance=FAST_ALLOWANCE).rules(FULL)
+    reported = rules.rules[0]
+    assert isinstance(reported, ReportedCallTime) and reported.rule.timeout == 10.0
+    assert (reported.options, reported.policy) == (FULL, FAST_ALLOWANCE)  # the passes and the policy
+    write_call_time(path, [0.5])
+    assert rules(_stalled(1.0), 100.0) is None and reported_calibration(rules).bound_s == 0.5
+    given = RunConfig(call_time_file=str(path), stall_timeout=3.0, stall_timeout_given=True).rules(FULL)
+    assert not isinstance(given, ReportedCallTime)  # an explicit stall timeout wins
 
 
 def test_child_reports_warmup_time_before_it_opens_the_range(tmp_path, monkeypatch):
@@ -155,14 +202,30 @@ def test_child_reports_warmup_time_before_it_opens_the_range(tmp_path, monkeypat
 
 
 def test_warmup_time_sets_the_allowance_without_a_plain_run(cfg, plain_runs):
-    # Silent 0.6 s between progress marks, with a stall timeout of 0.4 s: hung, unless the
-    # allowance covers the call (0.3 s warm-up -> 3 x 0.3 + 2 = 2.9 s).
+    # Silent 0.6 s between progress marks, with a stall timeout of 0.4 s: hung, unless the call's
+    # calibration covers it (0.3 s warm-up, basic's 10 passes, the tests' policy: 0.5 + 1.245 x 0.3 = 0.87 s).
     r = profile(slow_step, 0.3, 0.6, profile=ONE_RUNG, config=cfg)
     assert [a.status for a in r.attempts] == ["ok"] and list(r.df["function"]) == ["slow_kernel"]
     assert plain_runs == []
     assert r.calibration_source == "warm-up" and 0.3 <= r.calibration_s < 2.0
-    assert r.stall_timeout == pytest.approx(allowance_for_call(r.calibration_s))
+    assert r.stall_timeout == pytest.approx(kernel_allowance(r.calibration_s, passes=10, margin=FAST_ALLOWANCE.margin,
+                                                             floor_s=FAST_ALLOWANCE.floor_s))
     assert r.value == "done"  # from the measured call under ncu
+
+
+@pytest.mark.parametrize("warmup, basis", [(1, "profile(fn) warm-up calls)"), (0, "profile(fn) plain run)")])
+def test_a_hang_judged_against_fns_call_time_is_calibrated_once_only(cfg, plain_runs, monkeypatch, warmup, basis):
+    # The call time (warm-up calls reported to the watchdog, or a plain run) calibrates the kernels: the
+    # verdict stands, with no second timing of fn (nsys or a plain run) to confirm it.
+    calibrations = []
+    monkeypatch.setattr(Calibrator, "calibrate", lambda self, *a, **k: calibrations.append(a))
+    r = profile(step_with_hang, 1, warmup=warmup, profile=ONE_RUNG, config=cfg)
+    hung = r.attempts[0]
+    assert hung.status == "hang" and hung.stall.kernel == "wait_for_host" and hung.stall.calibrated
+    assert hung.stall.basis.startswith("from calibration (fn's calls ran") and hung.stall.basis.endswith(basis)
+    assert hung.calibration is not None and hung.calibration.bound_s is not None  # in the attempt's record
+    assert calibrations == [] and len(plain_runs) == (warmup == 0)
+    assert ("wait_for_host", "requested") in r.hangs and r.value == 1
 
 
 def test_without_the_warmup_time_the_stall_costs_a_calibration_and_a_second_run(cfg, plain_runs):

@@ -50,8 +50,10 @@ def profile(
     kernel: a regex on the kernel's function name (`regex:` prefix optional;
     `exact:NAME` for an exact name). profile: a ladder name (default, quick,
     deep), a YAML path or a Ladder. store: a HangStore, a path, or None.
-    Warm-up calls run outside the profiled range, timed: their time sets
-    the stall allowance of the `repeat` measured calls inside the range.
+    Warm-up calls run outside the profiled range, timed: their time
+    calibrates the kernels of the `repeat` measured calls inside the range
+    (Calibration.from_call; each kernel's allowance then grows with the
+    call's time and the passes of the collection).
     With warmup=0 one plain call without ncu is timed instead, unless the
     time is known (an earlier call of the profiler, or the store);
     calibrate=False skips both. profiler: a Profiler shared with other

@@ -1,4 +1,8 @@
-"""How long one call of fn takes, so the stall allowance covers it: found once, where it is cheapest.
+"""How long one call of fn takes, found once, where it is cheapest: a calibration of its kernels.
+
+The time bounds each kernel of the call (Calibration.from_call), and each
+kernel's stall allowance follows from it by the one rule of
+nsightwrap.ncu.allowance, scaled for the passes of the collection.
 
 In order:
 1. an earlier call of the same Profiler measured it (memory);

@@ -24,7 +24,8 @@ from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.walk import LadderResult, walk_ladder
-from nsightwrap.ncu.calltime import allowance_for_call, read_call_time
+from nsightwrap.ncu.allowance import Calibration, KernelAllowances
+from nsightwrap.ncu.calltime import read_call_time
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.store.hangstore import HangStore
@@ -33,6 +34,8 @@ from nsightwrap.store.keys import Environment
 __all__ = ["Profiler"]
 
 StoreArg = "HangStore | str | os.PathLike[str] | None"
+#: How ProfileResult's allowance names the kernels it is for: a call's time bounds each of them alike.
+EACH_KERNEL = "each kernel of fn"
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,10 @@ class _Plan:
     plain: Optional[CallResult]  # the plain run, when one was needed
     timed: bool  # the allowance follows fn's time (no explicit stall_timeout, calibrate=True)
 
-    @property
-    def floor(self) -> Optional[float]:
-        return allowance_for_call(self.known.seconds) if self.known else None
+
+def _call_calibration(time: CallTime) -> Calibration:
+    """A call time as the calibration it is: one call bounds each of its kernels."""
+    return Calibration.from_call(time.seconds, f"profile(fn) {time.source}")
 
 
 class Profiler:
@@ -124,9 +128,9 @@ class Profiler:
             walk = _walk(files, lambda: walk_ladder(
                 files.command(files.walk_result), options, profile, context=plan.context, store=self.store,
                 environment=self.environment if self.store is not None else None, on_output=on_output,
-                stall_timeout_floor=plan.floor, stall_timeout=stall_timeout))
+                stall_timeout=stall_timeout))
             return self._result(walk, plan, read_result(files.walk_result), read_call_time(files.call_time),
-                                stall_timeout)
+                                stall_timeout, options)
         finally:
             files.remove()
 
@@ -143,19 +147,31 @@ class Profiler:
             plain = plain_run(files, self.context.env, timeout)
             known = CallTime(max(plain.call_s), PLAIN)
             self.calibrations.remember(name, known)
-        context = self.context.replace(timeout=timeout, call_time_file=spec.call_time_path)
+        # A known time calibrates the walk from its first attempt; the child's reported one raises it (calltime).
+        calibration = _call_calibration(known) if known else self.context.config.calibration
+        context = self.context.replace(timeout=timeout, call_time_file=spec.call_time_path, calibration=calibration)
         return _Plan(name, context, known, plain, timed)
 
+    def _allowance(self, options: ProfileOptions, known: Optional[CallTime], measured: Optional[CallTime]) -> float:
+        """Each kernel's stall allowance under the requested options, as the walk's stall rule gave it: the
+        known time's calibrated one (else the stall timeout), raised by the warm-up's where that is larger."""
+        config = self.context.config
+
+        def of(time: CallTime) -> float:
+            found = KernelAllowances.for_options(_call_calibration(time), options, config.allowance).kernel(EACH_KERNEL)
+            return found.seconds if found is not None else config.stall_timeout  # a call bounds every kernel
+
+        least = of(known) if known else config.stall_timeout
+        return max(least, of(measured)) if measured else least
+
     def _result(self, walk: LadderResult, plan: _Plan, child: Optional[CallResult], warmup_s: Optional[float],
-                stall_timeout: Optional[float]) -> ProfileResult:
+                stall_timeout: Optional[float], options: ProfileOptions) -> ProfileResult:
         """The result; a call time measured by the warm-up calls is remembered for the next calls."""
         measured = CallTime(warmup_s, WARMUP) if plan.timed and warmup_s is not None else None
         if measured is not None and plan.known is None:
             self.calibrations.remember(plan.subject, measured)
         used = measured or plan.known
-        base = self.context.config.stall_timeout
-        allowance = stall_timeout if stall_timeout is not None else max(
-            [base] + [allowance_for_call(t.seconds) for t in (measured, plan.known) if t is not None])
+        allowance = stall_timeout if stall_timeout is not None else self._allowance(options, plan.known, measured)
         result = ProfileResult(walk, used.seconds if used else None, allowance,
                                calibration_source=used.source if used else "")
         reporting = child or plan.plain

@@ -9,6 +9,10 @@ the program, and nothing parsed out of its output (which interleaves with
 ncu's, FACTS.md). The file is the only channel: it needs no pipe, no
 protocol in the output, and works the same under every replay mode.
 
+The call time is a calibration like any other (`Calibration.from_call`: one
+call bounds each of its kernels), and each kernel's allowance follows the
+one rule of nsightwrap.ncu.allowance, scaled for the passes of the collection.
+
 Formats are versioned; an unreadable or half-written file counts as absent
 (the writer replaces the file atomically, so a reader never sees half of one).
 """
@@ -17,29 +21,22 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
-from nsightwrap.ncu.progress import StallRule
+from nsightwrap.ncu.allowance import Allowance, AllowancePolicy, Calibration, KernelAllowances
+from nsightwrap.ncu.progress import StallRule, WatchState
 from nsightwrap.watch.rules import WatchRule
 
-__all__ = ["CALL_TIME_FORMAT", "ReportedCallTime", "allowance_for_call", "read_call_time", "typical_call",
-           "write_call_time"]
+__all__ = ["CALL_TIME_FORMAT", "REPORTED", "AtLeastStallRule", "ReportedCallTime", "read_call_time",
+           "reported_calibration", "typical_call", "write_call_time"]
 
 CALL_TIME_FORMAT = 1
-
-#: A single replay pass replays at most one whole call: allow three of them,
-#: plus ncu's own start-up of a pass (its gaps on small kernels reach ~1.1 s, FACTS.md).
-CALLS_PER_ALLOWANCE = 3.0
-ALLOWANCE_MARGIN_S = 2.0
+#: The source of the calibration that a reported call time makes (in each verdict's basis).
+REPORTED = "profile(fn) warm-up calls"
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def allowance_for_call(call_s: float) -> float:
-    """The least stall allowance for the kernels of a call that takes `call_s` seconds without profiling."""
-    return CALLS_PER_ALLOWANCE * call_s + ALLOWANCE_MARGIN_S
 
 
 def typical_call(call_s: Sequence[float]) -> float:
@@ -71,19 +68,52 @@ def read_call_time(path: PathLike) -> Optional[float]:
     return typical_call(calls)
 
 
+@dataclass(frozen=True)
+class AtLeastStallRule(StallRule):
+    """A StallRule whose kernels also get the allowances of `more`; the more patient of the two wins.
+
+    Where `more` gives a kernel the larger allowance, that one judges it
+    (calibrated, with its basis). Where the rule alone is more patient, its
+    allowance stands, still calibrated: a silence that outlasts it outlasts
+    the calibrated one too. Where `more` bounds nothing, the rule is unchanged.
+    """
+
+    more: Optional[KernelAllowances] = None
+
+    @classmethod
+    def of(cls, rule: StallRule, more: KernelAllowances) -> "AtLeastStallRule":
+        """`rule` as it is (timeout, growth, its own allowances, basis), with `more` beside it."""
+        return cls(**{f.name: getattr(rule, f.name) for f in fields(StallRule)}, more=more)
+
+    def judge(self, state: WatchState) -> Allowance:
+        base = super().judge(state)
+        own = StallRule.judge(replace(self, allowances=self.more), state) if self.more is not None else base
+        if not own.calibrated:  # `more` bounds nothing here (quiet application replay for a call): the rule's
+            return base
+        if own.seconds >= base.seconds:
+            return own
+        return Allowance(base.seconds, f"{own.basis}: {own.seconds:.1f} s, raised to the rule's ({base.basis})",
+                         True)
+
+
 @dataclass
 class ReportedCallTime(WatchRule):
-    """`rule` with its timeout raised to cover one call, once the program reports its call time.
+    """`rule`, made more patient once the program reports its call time, by the calibration that time is.
 
     The program writes the file before its profiled range opens, and this
     rule looks for it every time it judges (before any verdict), so no
-    kernel of the range is judged without it. It only ever raises the
-    timeout; until the file appears, `rule` applies unchanged.
+    kernel of the range is judged without it. Once reported, each kernel
+    gets `Calibration.from_call(call time)`'s allowance under `options`
+    (their passes, the clock control) and `policy`, unless `rule` gives it
+    more (AtLeastStallRule); until the file appears, `rule` applies unchanged.
     """
 
     rule: StallRule
     path: str
+    options: Any = None  # ProfileOptions: the passes a kernel needs and the clock control
+    policy: AllowancePolicy = field(default_factory=AllowancePolicy)
     call_s: Optional[float] = field(default=None, init=False, compare=False)  # once reported
+    calibration: Optional[Calibration] = field(default=None, init=False, compare=False)  # from call_s
     _reported: Optional[StallRule] = field(default=None, init=False, repr=False, compare=False)
 
     def current(self) -> StallRule:
@@ -91,12 +121,25 @@ class ReportedCallTime(WatchRule):
         if self._reported is None:
             self.call_s = read_call_time(self.path)
             if self.call_s is not None:
-                timeout = max(self.rule.timeout, allowance_for_call(self.call_s))
-                self._reported = replace(self.rule, timeout=timeout)
+                self.calibration = Calibration.from_call(self.call_s, REPORTED)
+                more = KernelAllowances.for_options(self.calibration, self.options, self.policy)
+                self._reported = AtLeastStallRule.of(self.rule, more)
         return self._reported or self.rule
+
+    def allowance(self, state: WatchState) -> float:
+        """The current kernel's allowance now (the live status line shows it)."""
+        return self.current().allowance(state)
 
     def deadline(self, state):
         return self.current().deadline(state)
 
     def __call__(self, state, now):
         return self.current()(state, now)
+
+
+def reported_calibration(rule: WatchRule) -> Optional[Calibration]:
+    """The calibration that a reported call time made, in `rule` or the rules combined in it; None before."""
+    for r in getattr(rule, "rules", (rule,)):
+        if isinstance(r, ReportedCallTime) and r.calibration is not None:
+            return r.calibration
+    return None

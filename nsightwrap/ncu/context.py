@@ -49,7 +49,8 @@ class RunConfig:
     env: Optional[Mapping[str, str]] = None
     cwd: Optional[str] = None
     #: A file in which the program reports the time of one call of its work
-    #: (nsightwrap.ncu.calltime); the stall timeout grows to cover it once written.
+    #: (nsightwrap.ncu.calltime); once written, that time calibrates each kernel
+    #: (Calibration.from_call), where it allows more than the rule without it.
     call_time_file: Optional[str] = None
     #: Read ncu's own output from `--log-file` (its own channel) and pass the
     #: program's output through unparsed; False parses the merged stdout
@@ -74,7 +75,7 @@ class RunConfig:
         rule: WatchRule = StallRule(self.stall_timeout, self.stall_growth, allowances=allowances,
                                     basis=GIVEN if self.stall_timeout_given else NOT_CALIBRATED)
         if self.call_time_file is not None and not self.stall_timeout_given:
-            rule = ReportedCallTime(rule, self.call_time_file)
+            rule = ReportedCallTime(rule, self.call_time_file, options, self.allowance)
         if self.timeout is not None:
             rule = rule | TotalTimeout(self.timeout)
         return rule

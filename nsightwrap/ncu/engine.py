@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
+from nsightwrap.ncu.calltime import reported_calibration
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.events import Connected, Event
 from nsightwrap.ncu.listen import RunListener
@@ -222,7 +223,7 @@ def profile_command(
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
-    calibration = None if config.stall_timeout_given else config.calibration
+    calibration = None if config.stall_timeout_given else reported_calibration(rule) or config.calibration
     attempt = build_attempt(outcome, export=report, notes=notes, ncu=context.ncu, calibration=calibration,
                             gpu_foreign_before=foreign_before, gpu_left_after=left_after)
     context.listener.finished(attempt)
