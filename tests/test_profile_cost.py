@@ -140,17 +140,18 @@ def test_a_reported_call_time_calibrates_each_kernel_for_the_passes_collected(tm
         kernel_allowance(1.0, passes=1, margin=1.0, floor_s=0.5))
 
 
-def test_a_reported_call_time_never_makes_the_rule_less_patient(tmp_path):
+def test_a_reported_call_time_replaces_the_uncalibrated_default(tmp_path):
+    """Like any calibration: a real hang in a 1 ms call is called at 2.5 s, not at the default 20 s."""
     path = tmp_path / "call-time.json"
-    write_call_time(path, [1e-3])  # 2.5 s allowed: the base rule's 20 s stands, calibrated
+    write_call_time(path, [1e-3])
     judged = ReportedCallTime(StallRule(20.0), str(path), FULL).current().judge(_stalled(5.0))
-    assert judged.seconds == 20.0 and judged.calibrated
+    assert judged.seconds == pytest.approx(kernel_allowance(1e-3, passes=38)) and judged.calibrated
     assert judged.basis == ("from calibration (fn's calls ran 1.00 ms without ncu, bounding softmax, profile(fn) "
-                            "warm-up calls): 2.5 s, raised to the rule's (default (not calibrated))")
-    # A rule already calibrated by a longer call time (an earlier call, the store) keeps its allowance.
+                            "warm-up calls)")
+    # The call just timed wins over a call time known before (an earlier call, the store).
     known = KernelAllowances.for_options(Calibration.from_call(2.0, "profile(fn) hang store"), FULL)
     judged = ReportedCallTime(StallRule(1.0, allowances=known), str(path), FULL).current().judge(_stalled(5.0))
-    assert judged.seconds == pytest.approx(kernel_allowance(2.0, passes=38)) and "hang store)" in judged.basis
+    assert judged.seconds == pytest.approx(kernel_allowance(1e-3, passes=38)) and "warm-up calls)" in judged.basis
     # Silence after an application-replay pass may be the program's own work, which one call does not bound.
     quiet = ReportedCallTime(StallRule(1.0), str(path), FULL).current().judge(_stalled(5.0, replay_pass=1))
     assert quiet.seconds == 3.0 and not quiet.calibrated

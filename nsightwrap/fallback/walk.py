@@ -129,7 +129,6 @@ class _Settings:
     max_attempts: int
     retry_wait: tuple[float, float]
     reader: Callable[[Attempt], pd.DataFrame]
-    stall_timeout_floor: Optional[float]
     stall_timeout: Optional[float]
     rank: int = 0
     calibrator: Optional[Calibrator] = None
@@ -149,7 +148,6 @@ def walk_ladder(
     max_attempts: int = 64,
     retry_wait: tuple[float, float] = (1.0, 8.0),
     reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
-    stall_timeout_floor: Optional[float] = None,
     stall_timeout: Optional[float] = None,
     environment: Optional[Environment] = None,
     rank: int = 0,
@@ -159,8 +157,7 @@ def walk_ladder(
 
     ncu is located and probed once (`context`, else one made from `config`)
     and used by every attempt. reader turns an attempt into rows (default:
-    its report, through load_report); stall_timeout_floor is the least stall
-    timeout any rung may use. An explicit stall timeout (stall_timeout, or
+    its report, through load_report). An explicit stall timeout (stall_timeout, or
     config.stall_timeout_given) is used at every rung, over the rungs' own.
     Otherwise kernels get calibrated allowances: the calibration is taken
     from the store, else measured at the first stall (calibrator: the
@@ -176,7 +173,7 @@ def walk_ladder(
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout_floor, stall_timeout, rank, calibrator, environment)
+                         stall_timeout, rank, calibrator, environment)
     shape = JobShape.of(command)
     ladder = ladder.for_request(options, context.info).for_processes(shape.one_rank_possible)
     return _Walk(list(command), options, ladder, context, settings, shape).run()
@@ -366,10 +363,8 @@ class _Walk:
         if s.stall_timeout is not None or config.stall_timeout_given:
             return self.context.replace(stall_timeout=s.stall_timeout or config.stall_timeout,
                                         stall_timeout_given=True)
-        # A rung's own stall timeout (for kernels not calibrated) never goes below the floor
-        # (profile(fn) sets it from a timed plain call, so a long single pass is not called hung).
-        stall = max(rung.stall_timeout or config.stall_timeout, s.stall_timeout_floor or 0.0)
-        return self.context.replace(stall_timeout=stall)
+        # A rung's own stall timeout applies to kernels not calibrated.
+        return self.context.replace(stall_timeout=rung.stall_timeout or config.stall_timeout)
 
     def _record(self, job: _Job, rung: Rung, opts: ProfileOptions, notes: list[str], attempt: Attempt) -> None:
         self._learn_shape(attempt)

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from nsightwrap.ncu.allowance import Allowance, AllowancePolicy, Calibration, KernelAllowances
+from nsightwrap.ncu.allowance import AllowancePolicy, Calibration, KernelAllowances
 from nsightwrap.ncu.progress import StallRule, WatchState
 from nsightwrap.watch.rules import WatchRule
 
-__all__ = ["CALL_TIME_FORMAT", "REPORTED", "AtLeastStallRule", "ReportedCallTime", "read_call_time",
+__all__ = ["CALL_TIME_FORMAT", "REPORTED", "ReportedCallTime", "read_call_time",
            "reported_calibration", "typical_call", "write_call_time"]
 
 CALL_TIME_FORMAT = 1
@@ -68,44 +68,18 @@ def read_call_time(path: PathLike) -> Optional[float]:
     return typical_call(calls)
 
 
-@dataclass(frozen=True)
-class AtLeastStallRule(StallRule):
-    """A StallRule whose kernels also get the allowances of `more`; the more patient of the two wins.
-
-    Where `more` gives a kernel the larger allowance, that one judges it
-    (calibrated, with its basis). Where the rule alone is more patient, its
-    allowance stands, still calibrated: a silence that outlasts it outlasts
-    the calibrated one too. Where `more` bounds nothing, the rule is unchanged.
-    """
-
-    more: Optional[KernelAllowances] = None
-
-    @classmethod
-    def of(cls, rule: StallRule, more: KernelAllowances) -> "AtLeastStallRule":
-        """`rule` as it is (timeout, growth, its own allowances, basis), with `more` beside it."""
-        return cls(**{f.name: getattr(rule, f.name) for f in fields(StallRule)}, more=more)
-
-    def judge(self, state: WatchState) -> Allowance:
-        base = super().judge(state)
-        own = StallRule.judge(replace(self, allowances=self.more), state) if self.more is not None else base
-        if not own.calibrated:  # `more` bounds nothing here (quiet application replay for a call): the rule's
-            return base
-        if own.seconds >= base.seconds:
-            return own
-        return Allowance(base.seconds, f"{own.basis}: {own.seconds:.1f} s, raised to the rule's ({base.basis})",
-                         True)
-
-
 @dataclass
 class ReportedCallTime(WatchRule):
-    """`rule`, made more patient once the program reports its call time, by the calibration that time is.
+    """`rule`, calibrated once the program reports its call time.
 
     The program writes the file before its profiled range opens, and this
     rule looks for it every time it judges (before any verdict), so no
-    kernel of the range is judged without it. Once reported, each kernel
-    gets `Calibration.from_call(call time)`'s allowance under `options`
-    (their passes, the clock control) and `policy`, unless `rule` gives it
-    more (AtLeastStallRule); until the file appears, `rule` applies unchanged.
+    kernel of the range is judged without it. Once reported, the call time
+    is a calibration like any other (`Calibration.from_call`: one call
+    bounds each of its kernels) and each kernel gets its allowance under
+    `options` (their passes, the clock control) and `policy`, in place of
+    the uncalibrated default, as a calibration measured beforehand would;
+    until the file appears, `rule` applies unchanged.
     """
 
     rule: StallRule
@@ -122,8 +96,8 @@ class ReportedCallTime(WatchRule):
             self.call_s = read_call_time(self.path)
             if self.call_s is not None:
                 self.calibration = Calibration.from_call(self.call_s, REPORTED)
-                more = KernelAllowances.for_options(self.calibration, self.options, self.policy)
-                self._reported = AtLeastStallRule.of(self.rule, more)
+                allowances = KernelAllowances.for_options(self.calibration, self.options, self.policy)
+                self._reported = replace(self.rule, allowances=allowances)
         return self._reported or self.rule
 
     def allowance(self, state: WatchState) -> float:

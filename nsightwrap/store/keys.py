@@ -70,8 +70,10 @@ def normalize_kernel(name: str) -> str:
     words = core.split()
     core = words[-1] if words else ""
     core = core.rsplit("::", 1)[-1] if "::" in core and not core.endswith("::") else core
-    if not core:
-        core = " ".join(text.split())
+    while core.endswith("..."):  # dropping brackets may leave a cut-off mark at the end ("k<...>..." -> "k...")
+        core = core[:-3].rstrip()
+    if not core:  # nothing but brackets or dots: the text as given ("..." stays "...", so this is idempotent)
+        core = " ".join(text.split()) or " ".join(name.split())
     out: list[str] = []
     for ch in core:
         if ch.isdigit() and ch.isascii():
