@@ -27,6 +27,7 @@ from nsightwrap.cli.preflight import (
     driver_floor,
 )
 from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.store.hangstore import HangStore
 
 HERE = Path(__file__).parent
 FAKE_SMI = HERE / "fake_nvidia_smi"
@@ -149,20 +150,15 @@ def test_nsys_checks(gpu_box, monkeypatch, tmp_path):
     assert check_nsys(facts()).status == OK
 
 
-def test_a_walk_is_refused_before_it_starts_when_counters_are_refused(gpu_box, monkeypatch, capsys):
+def test_a_walk_stops_at_its_first_attempt_when_counters_are_refused(gpu_box, monkeypatch, capsys):
+    """The preflight does not run the counter probe: the walk's first run of ncu is that probe."""
     monkeypatch.setenv("FAKE_NCU_CTRPERM", "1")
-    import nsightwrap.cli.preflight as preflight
-
-    # The probe program of the preflight: the fake app stands in for the driver-API kernel.
-    monkeypatch.setattr(preflight, "PREFLIGHT_CHECKS", (preflight.CounterProbe(program=app("vec_add")),))
-    from nsightwrap.cli import outcome
-
-    monkeypatch.setattr(outcome, "PREFLIGHT_CHECKS", preflight.PREFLIGHT_CHECKS)
     from nsightwrap.cli.main import main
 
     rc = main(["run", "--json", "-q", "--profile", "quick", "--store", str(gpu_box / "s.db"), "--",
                *app("vec_add")])
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 2 and doc["status"] == "error" and "ERR_NVGPUCTRPERM" in doc["error"]
-    assert [c["status"] for c in doc["preflight"]] == [FAIL]
-    assert not (gpu_box / "s.db").exists()  # nothing was walked, nothing recorded
+    assert rc == 5 and doc["status"] == "error" and "ERR_NVGPUCTRPERM" in doc["reason"]
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in doc["reason"]
+    assert "preflight" not in doc and doc["attempt"]["status"] == "error"
+    assert not any(r.hung for r in HangStore(gpu_box / "s.db").records())  # nothing recorded as a hang

@@ -553,3 +553,31 @@ def test_doctor_names_the_ncu_found(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(tmp_path / "missing"))
     assert main(["doctor"]) == 2
     assert "FAIL  ncu" in capsys.readouterr().out
+
+
+def test_the_probe_runs_in_the_background_once(tmp_path):
+    """run --profile probes ncu while the walk's modules load; `info` waits for that one probe."""
+    import threading
+    import time
+
+    from nsightwrap.errors import ToolError
+    from nsightwrap.ncu.context import RunConfig, RunContext
+
+    calls, started = [], threading.Event()
+
+    def probe(path, cache, *, env):
+        calls.append(threading.current_thread().name)
+        started.set()
+        time.sleep(0.05)
+        if len(calls) == 1 and path.endswith("broken"):
+            raise ToolError("ncu --list-sections failed")
+        return ("info", path)
+
+    ctx = RunContext.create(RunConfig(ncu="/x/ncu"), locate=lambda ncu, env: ncu, probe=probe)
+    assert ctx.prefetch() is ctx and started.wait(5)
+    assert ctx.info == ("info", "/x/ncu") and ctx.replace(stall_timeout=1.0).info == ctx.info
+    assert calls == ["nsightwrap-probe"]
+    # A probe that failed in the background is asked again where its error can be raised.
+    calls.clear()
+    broken = RunContext.create(RunConfig(ncu="/x/broken"), locate=lambda ncu, env: ncu, probe=probe).prefetch()
+    assert broken.info == ("info", "/x/broken") and len(calls) == 2
