@@ -82,6 +82,31 @@ def test_a_real_hang_is_confirmed_and_the_next_attempts_are_calibrated(cfg, tmp_
     assert calibrator.measured == 0 and len(second.attempts) == 1 and second.attempts[0].calibration is not None
 
 
+RANGE_THEN_DURATION = ladder_from_dict({"name": "t", "rungs": [
+    {"name": "requested", "requested": True},
+    {"name": "range-replay", "sections": ["SpeedOfLight"], "replay_mode": "range"},
+    {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
+
+
+def test_range_replay_is_skipped_for_a_program_that_marks_no_range(cfg):
+    """nsys saw the program's API calls while calibrating: no cudaProfilerStart, so range replay would
+    profile nothing (FACTS: "No ranges were profiled"), and that rung is not run."""
+    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg,
+                    reader=reader)
+    assert [(s.job, s.rung.name, s.attempt.status if s.attempt else "skipped") for s in r.steps] == [
+        ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "range-replay", "skipped"),
+        ("k", "duration", "hang")]
+    assert "nsys saw no cudaProfilerStart call" in r.steps[2].skipped
+    assert r.attempts[0].calibration.marks_ranges is False and r.unprofiled == ["k"]
+
+
+def test_range_replay_runs_for_a_program_that_marks_ranges(cfg):
+    r = walk_ladder(app("vec_add", "start", "k@hang", "stop"), ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg,
+                    reader=reader)
+    assert r.attempts[0].calibration.marks_ranges is True
+    assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps][2:] == [("k", "range-replay", "ok")]
+
+
 def test_an_explicit_stall_timeout_wins_over_every_rung(cfg):
     ladder = ladder_from_dict({"name": "slow-rungs", "rungs": [
         {"name": "requested", "requested": True, "stall_timeout": 30},

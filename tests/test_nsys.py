@@ -465,3 +465,19 @@ def test_real_existing_output_message_names_where_nsys_wrote_instead(tmp_path):
            f"Generating '/tmp/nsys-report-7141.qdstrm'\nGenerated:\n\t{elsewhere}\n")
     status, reason, _ = classify_nsys(log, 0, tmp_path / "exists_probe.nsys-rep")
     assert status == "error" and "would not overwrite" in reason and str(elsewhere) in reason
+
+
+def test_api_calls_of_a_real_export_say_whether_the_program_marks_ranges(tmp_path):
+    from nsightwrap.calibrate.measure import marks_ranges
+    from nsightwrap.reports.nsys.sqlite import api_calls
+
+    calls = api_calls(REAL / "torch.sqlite")  # nsys 2025 on the GPU machine: runtime and driver calls
+    assert {"cudaLaunchKernel_v7000", "cuLaunchKernel", "cudaMalloc_v3020"} <= calls
+    assert marks_ranges(calls) is False
+    assert marks_ranges(calls | {"cudaProfilerStart_v4000"}) is True
+    assert marks_ranges(frozenset({"cuProfilerStart"})) is True and marks_ranges(None) is None
+    import sqlite3
+
+    bare = tmp_path / "bare.sqlite"
+    sqlite3.connect(bare).execute("CREATE TABLE StringIds (id INTEGER, value TEXT)").connection.commit()
+    assert api_calls(bare) is None  # CUDA not traced: not known

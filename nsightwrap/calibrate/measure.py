@@ -23,12 +23,12 @@ from nsightwrap.ncu.context import RunConfig
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import NsysOptions
 from nsightwrap.nsys.run import profile_nsys
-from nsightwrap.reports.nsys.sqlite import kernel_records, nsys_export_sqlite
+from nsightwrap.reports.nsys.sqlite import api_calls, kernel_records, nsys_export_sqlite
 from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
 from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import TotalTimeout
 
-__all__ = ["NSYS", "PLAIN", "durations_by_kernel", "measure", "measure_plain", "measure_with_nsys",
+__all__ = ["NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain", "measure_with_nsys",
            "program_verdict"]
 
 NSYS, PLAIN = "nsys", "plain run"
@@ -83,6 +83,13 @@ def durations_by_kernel(rows: Sequence[Sequence], columns: Sequence[str]) -> dic
     return out
 
 
+def marks_ranges(calls: Optional[frozenset[str]]) -> Optional[bool]:
+    """Whether the program called cudaProfilerStart or cuProfilerStart (None: its API calls not known)."""
+    if calls is None:
+        return None
+    return any(c.split("_v")[0] in ("cudaProfilerStart", "cuProfilerStart") for c in calls)
+
+
 def measure_with_nsys(command: Sequence[str], config: RunConfig, nsys: str, limit_s: float,
                       on_output: Optional[Callable[[str], None]] = None) -> tuple[Optional[Calibration], str]:
     """(calibration, "") from `nsys profile --trace cuda`; (None, why) when nsys could not say.
@@ -102,9 +109,10 @@ def measure_with_nsys(command: Sequence[str], config: RunConfig, nsys: str, limi
         if run.status != OK or run.report_kind != "nsys-rep":
             return None, run.reason
         env = dict(os.environ if config.env is None else config.env)
-        columns, rows, _, _ = kernel_records(nsys_export_sqlite(run.report, nsys, env=env, timeout=limit_s))
-        return Calibration.from_kernels(durations_by_kernel(rows, columns), program_s=run.elapsed_s,
-                                        source=NSYS), ""
+        sqlite = nsys_export_sqlite(run.report, nsys, env=env, timeout=limit_s)
+        columns, rows, _, _ = kernel_records(sqlite)
+        return Calibration.from_kernels(durations_by_kernel(rows, columns), program_s=run.elapsed_s, source=NSYS,
+                                        marks_ranges=marks_ranges(api_calls(sqlite))), ""
     except NsightwrapError as e:
         return None, str(e).splitlines()[0]
     finally:

@@ -54,7 +54,7 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
-from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, TIMEOUT
+from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
 
 log = logging.getLogger("nsightwrap")
@@ -66,6 +66,10 @@ TRANSIENT_ERRORS = (
     re.compile(r"nsight-compute-lock|profiling lock|lock is held", re.I),
     re.compile(r"resource (is )?(temporarily )?unavailable|device or resource busy", re.I),
 )
+#: Why a range-replay rung is skipped for a kernel of a program that marks no range (FACTS.md: range replay
+#: then profiles nothing, "No ranges were profiled").
+NO_RANGES = ("the program marks no range to replay: calibrating it, nsys saw no cudaProfilerStart call, "
+             "so range replay would profile nothing")
 #: A rung index past the last rung: the job has no rung left.
 END = sys.maxsize
 
@@ -293,9 +297,16 @@ class _Walk:
                 return KNOWN_EMPTY
         if self._implied(job):
             return IMPLIED_HANG.format(floor=self.ladder[self.floor].name)
+        if opts.replay_mode in RANGE_MODES and not (opts.nvtx or opts.nvtx_include) and self._no_ranges():
+            return NO_RANGES
         if job.family and self.shape.multi and opts.rank is None and not self.s.retry_known_hangs:
             return COLLECTIVE_ALL_RANKS
         return None
+
+    def _no_ranges(self) -> bool:
+        """The calibration at hand saw the program call no cu(da)ProfilerStart."""
+        known = self.calibrator.known()
+        return known is not None and known.marks_ranges is False
 
     # --- the floor (nsightwrap.fallback.floor) --------------------------------------
     def _implied(self, job: _Job) -> bool:

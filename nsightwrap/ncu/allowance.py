@@ -111,6 +111,9 @@ class Calibration:
     reason: str = ""
     measured_at: Optional[str] = None  # when it came from the hang store: when it was measured
     notes: tuple[str, ...] = ()
+    #: Whether the program called cu(da)ProfilerStart, which range replay needs (nsys saw its API calls);
+    #: None when not known (a plain run, a stored calibration).
+    marks_ranges: Optional[bool] = None
 
     @classmethod
     def from_call(cls, seconds: float, source: str = "profile(fn) calibration call") -> "Calibration":
@@ -124,10 +127,10 @@ class Calibration:
 
     @classmethod
     def from_kernels(cls, durations: Mapping[str, float], *, program_s: Optional[float] = None,
-                     source: str = "nsys") -> "Calibration":
+                     source: str = "nsys", marks_ranges: Optional[bool] = None) -> "Calibration":
         """Per-kernel times (the longest launch of each name); program_s bounds kernels not listed."""
         kernels = tuple(sorted((str(k), float(v)) for k, v in durations.items()))
-        return cls(source, kernels, bound_s=program_s, program_s=program_s)
+        return cls(source, kernels, bound_s=program_s, program_s=program_s, marks_ranges=marks_ranges)
 
     @classmethod
     def failed(cls, status: str, reason: str, source: str) -> "Calibration":
@@ -168,7 +171,7 @@ class Calibration:
         return {"source": self.source, "status": self.status, "reason": self.reason,
                 "kernels": {k: round(v, 6) for k, v in self.kernels},
                 "bound_s": self.bound_s, "program_s": self.program_s, "measured_at": self.measured_at,
-                "notes": list(self.notes)}
+                "marks_ranges": self.marks_ranges, "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,22 @@ def kernel_records(
     return KERNEL_COLUMNS, rows, missing, notes
 
 
+def api_calls(sqlite_path: str | os.PathLike) -> Optional[frozenset[str]]:
+    """The names of the CUDA API functions the traced program called (`cudaProfilerStart_v4000`...);
+    None when the export has no such table (CUDA not traced). stdlib only."""
+    con = sqlite3.connect(f"{Path(sqlite_path).absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        table, strings = _table(con, "CUPTI_ACTIVITY_KIND_RUNTIME"), _table(con, "StringIds")
+        if table is None or strings is None:
+            return None
+        return frozenset(v for (v,) in con.execute(
+            f'SELECT DISTINCT s.value FROM "{table}" r JOIN "{strings}" s ON r.nameId = s.id'))
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
 def kernel_rows(sqlite_path: str | os.PathLike) -> "DataFrame":
     """One row per kernel launch from an nsys SQLite export (KERNEL_COLUMNS; see the module docstring)."""
     import pandas as pd
