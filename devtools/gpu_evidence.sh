@@ -69,6 +69,8 @@ want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
 want calib    && step 560 calib    bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_calibration.txt" --ncu /usr/local/cuda/bin/ncu --nsys /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys --budget ${CALIB_BUDGET:-470} --steps ${CALIB_STEPS:-walk,hang,spin,sweep,overhead}' "$W"
+want ranges   && step 90  ranges   env LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu bash devtools/gpu_range_calls.sh "$W/ranges"
+want phases   && step 150 phases   bash devtools/gpu_walk_phases.sh
 want probe    && step 60  probe    bash -c 'set -x; timeout 50 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum -c 1 python3 nsightwrap/watch/cudaprobe.py; echo rc=$?'
 want doctor   && step 120 doctor   bash -c 'python3 -m nsightwrap doctor; echo "rc=$?"; python3 -m nsightwrap doctor --json | python3 -c "import json,sys; print([(c[\"name\"], c[\"status\"]) for c in json.load(sys.stdin)[\"checks\"]])"'
 want fixtures && step 230 fixtures bash devtools/make_fixtures.sh "$W/fx"
