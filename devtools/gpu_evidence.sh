@@ -12,6 +12,7 @@
 #          torchfx (the PyTorch NVTX fixture and its CSV)   examples (examples/profile_*.py)
 #          gputests (every gpu-marked test)   sigkill chatty (issue 11)   fncost (issue 15's benchmark)
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
+#          ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
 #
 # Writes $OUT/evidence.tgz (logs, small fixtures, nsys output; reports over 3 MB stay
