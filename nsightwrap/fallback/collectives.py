@@ -97,9 +97,9 @@ class JobShape:
 def unprofiled_reason(kernel: str, shape: JobShape, ladder: Ladder, tried_one_rank: bool) -> str:
     """Plain words on why no rung of `ladder` profiled `kernel` in a job of this shape."""
     if not shape.multi:
-        return (f"every rung of ladder {ladder.name!r} hung or profiled nothing: the kernel probably waits for "
-                "the host or for another kernel, which kernel replay never lets happen; profile a range that "
-                "holds it (range replay, the program marking it), or leave it out")
+        return (f"every rung of ladder {ladder.name!r} hung, profiled nothing, or was skipped as sure to: the kernel "
+                "probably waits for the host or for another kernel, which kernel replay never lets happen; profile "
+                "a range that holds it (range replay, the program marking it), or leave it out")
     head = f"in this {shape.describe()}, {SERIALISED}"
     if not shape.one_rank_possible:
         return f"{head}; and {shape.why_not_one_rank()}; leave it out, or time it with nsys"
