@@ -350,6 +350,7 @@ def test_calibrations_are_kept_per_command_gpu_and_driver(tmp_path):
         store.record_calibration(Calibration.from_kernels({"k": 0.5, "v": 1e-5}, program_s=1.0), ["app"], H100)
         found = store.calibration_for(["app"], H100)
         assert dict(found.kernels) == {"k": 0.5, "v": 1e-5} and found.program_s == 1.0 and found.measured_at
+        assert found.marks_ranges is None  # not known: none recorded
         assert store.calibration_for(["app", "2"], H100) is None
         assert store.calibration_for(["app"], replace(H100, driver="581.0")) is None
         store.record_calibration(Calibration.from_wall(2.0), ["app"], H100)  # the newest wins
@@ -357,6 +358,10 @@ def test_calibrations_are_kept_per_command_gpu_and_driver(tmp_path):
         assert newest.kernels == () and newest.bound_s == 2.0
         assert store.record_calibration(Calibration.failed(TIMEOUT, "hangs", "plain run"), ["app"], H100) == 0
         assert store.record_calibration(Calibration.from_call(0.1), ["app"], H100) == 0
+        for marks in (False, True):  # whether the program marks profiler ranges, as nsys saw
+            store.record_calibration(Calibration.from_kernels({"k": 0.5}, program_s=1.0, marks_ranges=marks),
+                                     ["app"], H100)
+            assert store.calibration_for(["app"], H100).marks_ranges is marks
 
 
 def test_a_stored_calibration_is_not_measured_again(tmp_path):
@@ -402,10 +407,11 @@ def test_a_version_1_store_is_migrated(tmp_path):
     con.commit()
     con.close()
     with HangStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 3  # through 2 (calibration) and 3 (job size)
+        assert store.schema_version == SCHEMA_VERSION == 4  # through 2 (calibration), 3 (job size), 4 (ranges)
         [rec] = store.records()
         assert rec.basis is None and not rec.calibrated and store.uncalibrated_hangs() == {"k": 1}
         assert rec.processes == 1 and rec.ranks == "all"
+        assert store.calibration_for(["app"], H100) is None  # the calibrations table is there, empty
 
 
 def test_calibration_json_is_plain():

@@ -88,16 +88,19 @@ RANGE_THEN_DURATION = ladder_from_dict({"name": "t", "rungs": [
     {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
 
 
-def test_range_replay_is_skipped_for_a_program_that_marks_no_range(cfg):
+def test_range_replay_is_skipped_for_a_program_that_marks_no_range(cfg, tmp_path):
     """nsys saw the program's API calls while calibrating: no cudaProfilerStart, so range replay would
-    profile nothing (FACTS: "No ranges were profiled"), and that rung is not run."""
-    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg,
-                    reader=reader)
+    profile nothing (FACTS: "No ranges were profiled"), and that rung is not run, now or next time."""
+    program, store = app("vec_add", "k@hang", "vec_add"), HangStore(tmp_path / "h.db")
+    r = walk_ladder(program, ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg, store=store, reader=reader)
     assert [(s.job, s.rung.name, s.attempt.status if s.attempt else "skipped") for s in r.steps] == [
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "range-replay", "skipped"),
         ("k", "duration", "hang")]
     assert "nsys saw no cudaProfilerStart call" in r.steps[2].skipped
     assert r.attempts[0].calibration.marks_ranges is False and r.unprofiled == ["k"]
+    second = walk_ladder(program, ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg, store=store, reader=reader)
+    assert [s.job for s in second.steps if s.attempt] == ["main"]  # the stored calibration knows it too
+    assert "nsys saw no cudaProfilerStart call" in second.steps[2].skipped
 
 
 def test_range_replay_runs_for_a_program_that_marks_ranges(cfg):

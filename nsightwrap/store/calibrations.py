@@ -1,14 +1,15 @@
-"""Calibrations in the hang store: SQL for the ``calibrations`` table (schema version 2).
+"""Calibrations in the hang store: SQL for the ``calibrations`` table (schema versions 2 and 4).
 
 A program's calibration is kept per command (the row's subject, a JSON list), GPU model and driver, one row per
 kernel (its longest launch without ncu) and one row ``*`` for the whole
-program's wall time, so that it is paid once. Only successful calibrations
+program's wall time (and whether it marks profiler ranges), so that it is paid once. Only successful calibrations
 are kept: a program that hangs by itself may be fixed before the next run.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from nsightwrap.ncu.allowance import Calibration
@@ -18,8 +19,8 @@ __all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "match_sql"]
 
 #: The kernel name of the row holding the program's wall time.
 PROGRAM = "*"
-_INSERT = ("INSERT INTO calibrations (time, host, gpu, driver, subject, kernel, seconds, source, run_id) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT = ("INSERT INTO calibrations (time, host, gpu, driver, subject, kernel, seconds, source, run_id, "
+           "marks_ranges) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def _command(command: Sequence[str]) -> str:
@@ -34,25 +35,29 @@ def calibration_rows(calibration: Calibration, command: Sequence[str], env: Envi
     if not calibration.ok or calibration.program_s is None:
         return []
     head = (time, env.host, env.gpu, env.driver, _command(command))
-    items = list(calibration.kernels) + [(PROGRAM, calibration.program_s)]
-    return [(_INSERT, (*head, name, float(seconds), calibration.source, run_id)) for name, seconds in items]
+    ranges = None if calibration.marks_ranges is None else int(calibration.marks_ranges)
+    rows = [(_INSERT, (*head, name, float(seconds), calibration.source, run_id, None))
+            for name, seconds in calibration.kernels]
+    return rows + [(_INSERT, (*head, PROGRAM, float(calibration.program_s), calibration.source, run_id, ranges))]
 
 
 def match_sql(command: Sequence[str], env: Environment) -> tuple[str, list[Any]]:
     """The rows of the newest calibration of `command` on this GPU model and driver."""
     where = "subject = ? AND gpu IS ? AND driver IS ?"
-    sql = (f"SELECT kernel, seconds, source, time FROM calibrations WHERE {where} AND run_id = "
+    sql = (f"SELECT kernel, seconds, source, time, marks_ranges FROM calibrations WHERE {where} AND run_id = "
            f"(SELECT run_id FROM calibrations WHERE {where} ORDER BY id DESC LIMIT 1)")
     params = [_command(command), env.gpu, env.driver]
     return sql, params + params
 
 
 def calibration_from_rows(rows: Sequence[Sequence[Any]]) -> Optional[Calibration]:
-    """A Calibration from (kernel, seconds, source, time) rows of one run; None without rows."""
+    """A Calibration from (kernel, seconds, source, time, marks_ranges) rows of one run; None without rows."""
     if not rows:
         return None
-    kernels = {k: float(s) for k, s, _, _ in rows if k != PROGRAM}
-    program = next((float(s) for k, s, _, _ in rows if k == PROGRAM), None)
+    kernels = {k: float(s) for k, s, *_ in rows if k != PROGRAM}
+    program = next((r for r in rows if r[0] == PROGRAM), None)
+    ranges = None if program is None or program[4] is None else bool(program[4])
     source, time = rows[0][2], rows[0][3]
-    cal = Calibration.from_kernels(kernels, program_s=program, source=source)
-    return Calibration(cal.source, cal.kernels, cal.bound_s, cal.program_s, measured_at=time)
+    cal = Calibration.from_kernels(kernels, program_s=None if program is None else float(program[1]), source=source,
+                                   marks_ranges=ranges)
+    return replace(cal, measured_at=time)

@@ -452,7 +452,7 @@ class HangStore:
             raise ValueError(f"a calibration needs a subject and seconds >= 0, not {subject!r}, {seconds!r}")
         row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
                "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source,
-               "run_id": uuid.uuid4().hex, "note": note}
+               "run_id": uuid.uuid4().hex, "note": note, "marks_ranges": None}
         cols = CALIBRATION_COLUMNS[1:]
         sql = f"INSERT INTO calibrations ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         rid = self._write([(sql, [row[c] for c in cols])])[0].lastrowid

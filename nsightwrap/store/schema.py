@@ -174,6 +174,9 @@ class CalibrationRow:
     source: str
     run_id: str
     note: str
+    #: On the program's row (``*``): whether the program called cu(da)ProfilerStart, which range replay
+    #: needs (1 or 0, as nsys saw its API calls); None when not known (schema version 4).
+    marks_ranges: Optional[int] = None
 
 
 #: Field names of CalibrationRow, in order (also its SQL columns).
@@ -232,6 +235,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE records ADD COLUMN processes INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE records ADD COLUMN gpus INTEGER;
     ALTER TABLE records ADD COLUMN ranks TEXT NOT NULL DEFAULT 'all';
+    """,
+    """
+    ALTER TABLE calibrations ADD COLUMN marks_ranges INTEGER;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
