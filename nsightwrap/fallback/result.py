@@ -33,7 +33,8 @@ class Step:
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        what = f"[{self.job}] rung {self.rung_index} {self.rung.name!r} ({self.rung.describe()})"
+        # Counted from 1, as the live progress line counts ("rung 5/5").
+        what = f"[{self.job}] rung {self.rung_index + 1} {self.rung.name!r} ({self.rung.describe()})"
         if self.skipped:
             return f"{what}: skipped, {self.skipped}"
         a = self.attempt

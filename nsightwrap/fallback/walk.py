@@ -258,7 +258,8 @@ class _Walk:
             self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=skipped))
             self.jobs.insert(0, job.lower())
             return True
-        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}")
+        why = ", the floor first: it hung before its first pass finished" if job.floor_first else ""
+        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
         attempt = self._attempt(opts, rung)
         self._record(job, rung, opts, notes, attempt)
         if attempt.gpu_left_after:
