@@ -19,7 +19,7 @@ run: install
 	$(PYTHON) examples/make_run.py
 
 # Four workers on two cores: most tests wait on real processes (hangs on the fakes'
-# scaled clock), and four overlap those waits (~72 s for 636 tests on the 2-core CI
+# scaled clock), and four overlap those waits (~78 s for 648 tests on the 2-core CI
 # machine; one at a time, `pytest -q`, takes ~220 s).
 test: install-test
 	$(PYTHON) -m ruff check .
