@@ -141,3 +141,46 @@ def sigterm_once_hung(p: subprocess.Popen, stream: Any) -> tuple[bytes, bytes]:
     finally:
         p.kill()
     return buf, out
+
+
+# --- files this user cannot write, and stores of older schema versions ---------------------------------------------
+
+def run_read_only(target: Path, argv: Sequence[str], env: dict) -> subprocess.CompletedProcess:
+    """Run argv with `target` (a file or a folder) read-only: chmod for a user, a read-only bind mount for
+    root (skipped where neither works)."""
+    import pytest
+
+    if os.geteuid() != 0:
+        before = target.stat().st_mode & 0o777
+        target.chmod(before & ~0o222)
+        try:
+            return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=120)
+        finally:
+            target.chmod(before)
+    import shutil
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("root, and no unshare to make a read-only mount")
+    mount = 'mount --bind -o ro "$1" "$1" || exit 97; shift; exec "$@"'
+    done = subprocess.run([unshare, "--mount", "--", "sh", "-c", mount, "sh", str(target), *argv],
+                          capture_output=True, text=True, env=env, timeout=120)
+    if done.returncode in (97, 1) and not done.stdout:
+        pytest.skip(f"root, and a read-only bind mount is not allowed here: {done.stderr.strip()}")
+    return done
+
+
+def version_1_store(path: Path, insert_sql: str, params: Sequence[Any] = ()) -> Path:
+    """A hang store as nsightwrap's first schema made it, with one row written by `insert_sql`."""
+    import sqlite3
+
+    from nsightwrap.store.schema import MIGRATIONS
+
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0] + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                       "INSERT INTO schema_version VALUES (1);")
+    conn.execute(insert_sql, tuple(params))
+    conn.commit()
+    conn.close()
+    return path
+

@@ -7,10 +7,10 @@ calibration run are injected).
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import replace
 
 import pytest
+from helpers import version_1_store
 
 from nsightwrap.calibrate import Calibrator, calibrated_allowance, program_verdict
 from nsightwrap.ncu.allowance import (
@@ -396,16 +396,10 @@ def test_hang_records_keep_their_allowance_and_basis(tmp_path):
 
 
 def test_a_version_1_store_is_migrated(tmp_path):
-    from nsightwrap.store.schema import MIGRATIONS, SCHEMA_VERSION
+    from nsightwrap.store.schema import SCHEMA_VERSION
 
-    path = tmp_path / "old.db"
-    con = sqlite3.connect(path)
-    con.executescript(MIGRATIONS[0] + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
-                      "INSERT INTO schema_version VALUES (1);")
-    con.execute("INSERT INTO records (time, kernel, kernel_pattern, replay_mode, key, outcome) "
-                "VALUES ('t', 'k', 'k', 'kernel', '{}', 'hang')")
-    con.commit()
-    con.close()
+    path = version_1_store(tmp_path / "old.db", "INSERT INTO records (time, kernel, kernel_pattern, replay_mode, "
+                                                "key, outcome) VALUES ('t', 'k', 'k', 'kernel', '{}', 'hang')")
     with HangStore(path) as store:
         assert store.schema_version == SCHEMA_VERSION == 4  # through 2 (calibration), 3 (job size), 4 (ranges)
         [rec] = store.records()

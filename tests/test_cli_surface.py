@@ -10,7 +10,6 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import struct
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import app
+from helpers import run_read_only
 
 from nsightwrap import __version__
 from nsightwrap.watch.process import COOKIE_VAR, processes_with
@@ -90,31 +90,11 @@ def test_report_folder_that_cannot_be_created_is_refused_before_launching(fake_e
     assert "==PROF==" not in done.stderr and "Traceback" not in done.stderr
 
 
-def _read_only(folder: Path, argv: list[str], env: dict) -> subprocess.CompletedProcess:
-    """Run argv with `folder` read-only: chmod for a user, a read-only bind mount for root."""
-    env = dict(env, PYTHONPATH=str(ROOT))
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
-        finally:
-            folder.chmod(0o755)
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        pytest.skip("root, and no unshare to make a read-only mount")
-    mount = 'mount --bind -o ro "$1" "$1" || exit 97; shift; exec "$@"'
-    done = subprocess.run([unshare, "--mount", "--", "sh", "-c", mount, "sh", str(folder), *argv],
-                          capture_output=True, text=True, env=env, timeout=120)
-    if done.returncode == 97:
-        pytest.skip(f"root, and a read-only bind mount is not allowed here: {done.stderr.strip()}")
-    return done
-
-
 def test_unwritable_report_folder_is_refused_before_launching(fake_env, tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()
-    done = _read_only(folder, [sys.executable, "-m", "nsightwrap", "run", "--json", "-o", str(folder / "r"), "--",
-                               *app("vec_add")], fake_env)
+    done = run_read_only(folder, [sys.executable, "-m", "nsightwrap", "run", "--json", "-o", str(folder / "r"), "--",
+                                  *app("vec_add")], dict(fake_env, PYTHONPATH=str(ROOT)))
     doc = one_json(done.stdout)
     assert done.returncode == 2 and "cannot write the report" in doc["error"], done.stderr
     assert "==PROF==" not in done.stderr and "Traceback" not in done.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers import version_1_store
 
 from nsightwrap.errors import LadderError, OptionsError
 from nsightwrap.fallback.collectives import JobShape, collective_family, family_filter, unprofiled_reason
@@ -221,19 +222,13 @@ def test_profile_key_ranks_keep_old_keys_equal():
 # --- the store knows the job's size ---------------------------------------------------------------------
 
 def test_an_older_store_is_migrated_and_its_records_count_as_single_process(tmp_path):
-    import sqlite3
-
     from nsightwrap.store.hangstore import HangStore
-    from nsightwrap.store.schema import MIGRATIONS, SCHEMA_VERSION
+    from nsightwrap.store.schema import SCHEMA_VERSION
 
-    path = tmp_path / "old.db"
-    conn = sqlite3.connect(path)
-    conn.executescript(MIGRATIONS[0] + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
-                       "INSERT INTO schema_version VALUES (1);")
-    conn.execute("INSERT INTO records (time, gpu, ncu_version, kernel, kernel_pattern, replay_mode, key, outcome) "
-                 "VALUES ('t', 'H100', '2025.3.1', 'k', 'k', 'kernel', ?, 'hang')", (ProfileKey("basic").canonical(),))
-    conn.commit()
-    conn.close()
+    path = version_1_store(tmp_path / "old.db",
+                           "INSERT INTO records (time, gpu, ncu_version, kernel, kernel_pattern, replay_mode, key, "
+                           "outcome) VALUES ('t', 'H100', '2025.3.1', 'k', 'k', 'kernel', ?, 'hang')",
+                           (ProfileKey("basic").canonical(),))
     single = Environment(gpu="H100", ncu_version="2025.3.1")
     two = Environment(gpu="H100", ncu_version="2025.3.1", processes=2, gpus=2)
     with HangStore(path) as store:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_read_only
 
 from nsightwrap.store import (
     ENV_STORE,
@@ -150,23 +149,7 @@ READ_ONLY_CHECKS = textwrap.dedent("""
 
 def _run_read_only(target: Path, store: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    argv = [sys.executable, "-c", READ_ONLY_CHECKS, str(store)]
-    if os.geteuid() != 0:
-        before = mode(target)
-        target.chmod(before & ~0o222)
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
-        finally:
-            target.chmod(before)
-    else:
-        unshare = shutil.which("unshare")
-        if unshare is None:
-            pytest.skip("root, and no unshare to make a read-only mount")
-        mount = 'mount --bind -o ro "$1" "$1" || exit 97; shift; exec "$@"'
-        done = subprocess.run([unshare, "--mount", "--", "sh", "-c", mount, "sh", str(target), *argv],
-                              capture_output=True, text=True, env=env, timeout=120)
-        if done.returncode in (97, 1) and not done.stdout:
-            pytest.skip(f"root, and a read-only bind mount is not allowed here: {done.stderr.strip()}")
+    done = run_read_only(target, [sys.executable, "-c", READ_ONLY_CHECKS, str(store)], env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
