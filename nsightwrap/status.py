@@ -16,7 +16,7 @@ STATUSES = (OK, HANG, TIMEOUT, ERROR, NO_KERNELS, INTERRUPTED, CRASHED)
 #: A store record's outcome may also be "skipped": settings not run because
 #: they were known to hang.
 SKIPPED = "skipped"
-OUTCOMES = (OK, HANG, TIMEOUT, ERROR, CRASHED, NO_KERNELS, INTERRUPTED, SKIPPED)
+OUTCOMES = STATUSES + (SKIPPED,)
 #: Outcomes that count as "hung" when deciding what to skip.
 HANG_OUTCOMES = (HANG, TIMEOUT)
 

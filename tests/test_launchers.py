@@ -113,6 +113,16 @@ def test_launcher_python_reads_the_shebang(tmp_path):
     assert launcher_python(parse_launch([str(tmp_path / "missing" / "torchrun"), "p.py"]), "dflt") == "dflt"
 
 
+def test_launcher_python_finds_a_bare_launcher_on_path(tmp_path, monkeypatch):
+    script = tmp_path / "torchrun"
+    script.write_text("#!/opt/venv/bin/python3.11\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert launcher_python(parse_launch(["torchrun", "p.py"]), "dflt") == "/opt/venv/bin/python3.11"
+    monkeypatch.setenv("PATH", str(tmp_path / "missing"))
+    assert launcher_python(parse_launch(["torchrun", "p.py"]), "dflt") == "dflt"
+
+
 # --- the rank wrapper ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("env", [{"RANK": "1", "LOCAL_RANK": "1"}, {"OMPI_COMM_WORLD_RANK": "1"}, {"PMI_RANK": "1"},

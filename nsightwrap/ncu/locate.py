@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, search_tool
+from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, DEFAULT_NSIGHT_COMPUTE_ROOT, search_tool
 
-__all__ = ["DEFAULT_NSIGHT_ROOT", "ENV_NCU", "find_ncu"]
+__all__ = ["ENV_NCU", "find_ncu"]
 
 ENV_NCU = "NSIGHTWRAP_NCU"
-
-DEFAULT_NSIGHT_ROOT = "/opt/nvidia/nsight-compute"
 
 _HINT = (
     "Install NVIDIA Nsight Compute (it ships with the CUDA toolkit), "
@@ -24,7 +22,7 @@ def find_ncu(
     env: Mapping[str, str] | None = None,
     *,
     cuda_root: str = DEFAULT_CUDA_ROOT,
-    nsight_root: str = DEFAULT_NSIGHT_ROOT,
+    nsight_root: str = DEFAULT_NSIGHT_COMPUTE_ROOT,
 ) -> str:
     """Absolute path of ncu, tried in the order a user would expect to win.
 

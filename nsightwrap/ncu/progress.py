@@ -24,6 +24,7 @@ from nsightwrap.ncu.events import (
     ReportCreation,
 )
 from nsightwrap.ncu.output import OutputParser
+from nsightwrap.status import HANG
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
 #: Used by the CLI and profile(): catches the real hang (output stops at
@@ -211,7 +212,7 @@ class StallRule(WatchRule):
             slow_warning_seen=any(t >= cur.started_at for t in state.slow_warnings),
             basis=basis, calibrated=judged.calibrated, pace_s=pace, first_pass=before or cur.replay_pass == 1,
         )
-        return Verdict("hang", stall.message(), stall)
+        return Verdict(HANG, stall.message(), stall)
 
 
 class NcuObserver:

@@ -6,13 +6,11 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional
 
-from nsightwrap.watch.locate import search_tool
+from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, DEFAULT_NSIGHT_COMPUTE_ROOT, search_tool
 
 ENV_NSYS = "NSIGHTWRAP_NSYS"
 
-DEFAULT_CUDA_ROOT = "/usr/local/cuda"
 DEFAULT_SYSTEMS_ROOT = "/opt/nvidia/nsight-systems"
-DEFAULT_COMPUTE_ROOT = "/opt/nvidia/nsight-compute"
 
 _HINT = (
     "Install NVIDIA Nsight Systems (https://developer.nvidia.com/nsight-systems; the CUDA toolkit's "
@@ -27,7 +25,7 @@ def find_nsys(
     *,
     cuda_root: str = DEFAULT_CUDA_ROOT,
     systems_root: str = DEFAULT_SYSTEMS_ROOT,
-    compute_root: str = DEFAULT_COMPUTE_ROOT,
+    compute_root: str = DEFAULT_NSIGHT_COMPUTE_ROOT,
 ) -> str:
     """Absolute path of nsys.
 

@@ -55,9 +55,9 @@ class Guard:
     """The owner's end: start the guard, tell it the root, release it when the run ends."""
 
     def __init__(self, cookie: str, policy: StopPolicy, frontend_names: Sequence[str],
-                 record: Optional[Path] = None, tool_log: Optional[str] = None):
+                 tool_log: Optional[str] = None):
         spec = {"cookie": cookie, "policy": asdict(policy), "frontend_names": list(frontend_names),
-                "record": None if record is None else str(record), "tool_log": tool_log}
+                "tool_log": tool_log}
         read_end, self._write_end = os.pipe()
         try:
             self.proc: Optional[subprocess.Popen] = subprocess.Popen(
@@ -116,5 +116,4 @@ def owner_died(spec_json: str, messages: str) -> None:
     tree = ProcessTree(root_pid, spec["cookie"], spec["frontend_names"],
                        root_running=lambda: same_process(root_pid, root_start), uid=os.getuid())
     stop_tree(tree, StopPolicy(**spec["policy"]), "owner died", sleeping_wait(tree))
-    record = record or spec["record"]
     forget_run(Path(record) if record else None, spec.get("tool_log"))

@@ -14,6 +14,7 @@ the prefix is any argv.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -236,8 +237,7 @@ def launcher_python(launch: Launch, default: str) -> str:
         return default
     path = launch.launcher[0]
     if os.sep not in path:
-        path = next((os.path.join(d, path) for d in os.environ.get("PATH", "").split(os.pathsep)
-                     if os.access(os.path.join(d, path), os.X_OK)), path)
+        path = shutil.which(path) or path
     try:
         with open(path, "rb") as f:
             first = f.readline(512).decode(errors="replace").strip()

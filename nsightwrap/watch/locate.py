@@ -1,7 +1,9 @@
 """Find a command-line tool and run it briefly: shared by ncu and nsys.
 
 Knows no profiler: each tool passes its own name, variable, install
-patterns and hint to :func:`search_tool`.
+patterns and hint to :func:`search_tool`. The install roots more than one
+tool searches are defined here, once: CUDA's, and Nsight Compute's (ncu
+lives there, and a copy of nsys).
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from typing import Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError, ToolNotFound
 
-__all__ = ["DEFAULT_CUDA_ROOT", "PROBE_TIMEOUT_S", "Runner", "run_command", "search_tool"]
+__all__ = ["DEFAULT_CUDA_ROOT", "DEFAULT_NSIGHT_COMPUTE_ROOT", "PROBE_TIMEOUT_S", "Runner", "run_command",
+           "search_tool"]
 
 DEFAULT_CUDA_ROOT = "/usr/local/cuda"
+#: Where Nsight Compute installs its versions (<root>/<version>/ncu, and nsys under host/target-linux-x64).
+DEFAULT_NSIGHT_COMPUTE_ROOT = "/opt/nvidia/nsight-compute"
 
 PROBE_TIMEOUT_S = 60.0
 

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from nsightwrap.status import INTERRUPTED, TIMEOUT
+
 
 @dataclass
 class RunState:
@@ -22,14 +24,10 @@ class RunState:
     started_at: float
     last_output_at: float
 
-    def observe(self, event: Any, now: float) -> None:
-        """Fold one event into the state; a plain run has none to fold."""
-        self.last_output_at = now
-
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why the run must stop: status is 'hang' or 'timeout'."""
+    """Why the run must stop: status is HANG, TIMEOUT or INTERRUPTED (nsightwrap.status)."""
 
     status: str
     reason: str
@@ -86,8 +84,8 @@ class TotalTimeout(WatchRule):
 
     def __call__(self, state: RunState, now: float) -> Optional[Verdict]:
         if now - state.started_at >= self.seconds:
-            return Verdict("timeout", f"the run exceeded its total timeout of {self.seconds:g} s "
-                                      "(raise it with --timeout SEC, or timeout=SEC in Python)")
+            return Verdict(TIMEOUT, f"the run exceeded its total timeout of {self.seconds:g} s "
+                                    "(raise it with --timeout SEC, or timeout=SEC in Python)")
         return None
 
 
@@ -99,5 +97,5 @@ class Cancelled(WatchRule):
 
     def __call__(self, state, now):
         if self.event.is_set():
-            return Verdict("interrupted", "interrupted (Ctrl-C or a termination signal); the tree was stopped")
+            return Verdict(INTERRUPTED, "interrupted (Ctrl-C or a termination signal); the tree was stopped")
         return None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.status import INTERRUPTED
 from nsightwrap.watch.channels import CHUNK, BoundedText, EventLog, FollowedFile, PipeReader
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, runtime_dir, write_record
@@ -77,15 +78,13 @@ class RunOutcome:
     exception: Optional[BaseException] = None
     stop: Optional[StopRecord] = None
     pids: list[int] = field(default_factory=list)
-    event_counts: dict[str, int] = field(default_factory=dict)
-    signals: list[int] = field(default_factory=list)
 
 
 class _Watch:
     """One watched process tree: its channels, observer, rules, guard and stop."""
 
     def __init__(self, argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer,
-                 tool_log, signals: Interrupts, guard: bool, log_limit: int):
+                 tool_log, signals: Interrupts, guard: bool):
         self.argv, self.rules, self.policy, self.clock = list(argv), rules, policy, clock
         self.on_output, self.on_event = on_output, on_event
         self.env, self.cwd, self.frontend_names = env, cwd, tuple(frontend_names)
@@ -96,7 +95,7 @@ class _Watch:
         self.observer = observer(self.t0)
         self.state = self.observer.state
         self.events = EventLog(getattr(self.observer, "keep", lambda ev: True))
-        self.log = BoundedText(tail=log_limit)
+        self.log = BoundedText()
         self.tool = FollowedFile(tool_log) if tool_log else None
         self.proc: Optional[subprocess.Popen] = None
         self.out: Optional[PipeReader] = None
@@ -158,13 +157,14 @@ class _Watch:
                 self._take(text, parse=True)
                 if time.monotonic() >= end:
                     break
+        tool_channel = self._tool_channel  # once per call: until ncu creates its log, each try is a failed open
         got = 0
         while got < READ_BUDGET:
             text = self.out.read(CHUNK)
             if not text and not self.out.eof:
                 break
             got += len(text)
-            self._take(text, parse=not self._tool_channel, final=self.out.eof and not self._tool_channel)
+            self._take(text, parse=not tool_channel, final=self.out.eof and not tool_channel)
             if self.out.eof or time.monotonic() >= end:
                 break
 
@@ -271,7 +271,7 @@ class _Watch:
             return None
         if self.signals.count:
             self.interrupted = True
-        reason = (self.verdict.status if self.verdict else "interrupted" if self.interrupted
+        reason = (self.verdict.status if self.verdict else INTERRUPTED if self.interrupted
                   else "exception" if self.exception else None)
         if reason:
             return self.stop(reason)
@@ -295,8 +295,7 @@ class _Watch:
             events=self.events.events, log=self.log.text(), state=self.state, elapsed_s=self.clock() - self.t0,
             started_wall=self.started_wall, verdict=self.verdict,
             interrupted=self.interrupted or bool(self.signals.count), exception=self.exception, stop=stop,
-            pids=self.tree.seen_pids if self.tree else [], event_counts=dict(self.events.counts),
-            signals=list(self.signals.received))
+            pids=self.tree.seen_pids if self.tree else [])
 
 
 def watch(
@@ -313,7 +312,6 @@ def watch(
     observer: ObserverFactory = PlainObserver,
     tool_log: Optional[str] = None,
     guard: bool = True,
-    log_limit: int = 4 << 20,
 ) -> RunOutcome:
     """Run argv in a new session under `rules`; whatever happens, stop the whole tree.
 
@@ -322,12 +320,12 @@ def watch(
     says interrupted / carries the exception, and the caller decides whether
     to raise. tool_log: a file the tool writes its own output to (parsed
     instead of stdout once it exists). guard: a guard process stops the tree
-    if this process is killed. log_limit: characters of the end of the output
-    kept in the outcome's log (its first 64 KiB are kept too).
+    if this process is killed. The outcome's log keeps the first 64 Ki
+    characters of the output and about its last 4 Mi (BoundedText's defaults).
     """
     with Interrupts(raise_first=False) as signals:
         w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer,
-                   tool_log, signals, guard, log_limit)
+                   tool_log, signals, guard)
         stop = None
         try:
             try:
