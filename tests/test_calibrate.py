@@ -26,11 +26,12 @@ from nsightwrap.ncu.allowance import (
 from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuWarning, Progress, ReplayPass
+from nsightwrap.ncu.names import function_core
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall, StallRule, WatchState
 from nsightwrap.status import CRASHED, HANG, OK, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment
+from nsightwrap.store.keys import Environment, normalize_kernel
 
 ONE_METRIC = ProfileOptions(metrics=("gpu__time_duration.sum",))
 SOL = ProfileOptions(sections=("SpeedOfLight",))
@@ -82,6 +83,37 @@ def test_kernel_names_as_ncu_and_nsys_spell_them():
     seconds, what = cal.kernel_time("other")  # not timed: the program's wall time bounds it
     assert seconds == 1.5 and "bounding other" in what
     assert Calibration.from_kernels({"a": 1.0}).kernel_time("b") is None
+
+
+def test_a_kernel_in_an_anonymous_namespace_as_ncu_and_nsys_spell_it():
+    # PyTorch's softmax lives in at::native::(anonymous namespace), whose brackets are no parameter list:
+    # nsys times it under its full name, ncu prints it demangled (other spellings of the template
+    # arguments), as its function name, or cut short.
+    nsys = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<(int)4, float, float, float, "
+            "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(T4 *, const T2 *, int)")
+    cal = Calibration.from_kernels({nsys: 0.25, "(anonymous namespace)::k(int)": 0.125}, program_s=9.0)
+    for ncu in ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+                "at::native::<unnamed>::SoftMaxForwardEpilogue>(float *, const float *, int)",
+                "cunn_SoftMaxForward", "void at::native::(anonymous namespace)::cunn_SoftMax..."):
+        seconds, what = cal.kernel_time(ncu)
+        assert seconds == 0.25 and "bounding" not in what, ncu
+    assert cal.kernel_time("k")[0] == 0.125 and cal.kernel_time("(anonymous namespace)::k(float)")[0] == 0.125
+    assert function_core("(anonymous namespace)::k(int)") == normalize_kernel("(anonymous namespace)::k(int)") == "k"
+    assert function_core("void at::native::(anonymous namespace)::softmax_warp<float,4>(float*)") == "softmax_warp"
+
+
+def test_kernel_time_builds_its_lookups_once(monkeypatch):
+    import nsightwrap.ncu.allowance as allowance
+
+    cal = Calibration.from_kernels({f"void ns::k{i}<4>(float*)": i * 1e-3 for i in range(50)}, program_s=1.0)
+    cores = []
+    monkeypatch.setattr(allowance, "function_core", lambda name: cores.append(name) or function_core(name))
+    for _ in range(3):
+        assert cal.kernel_time("void ns::k3<4>(float*)")[0] == pytest.approx(3e-3)  # by name: no core
+        assert cal.kernel_time("void ns::k7<4>(float *)")[0] == pytest.approx(7e-3)
+        assert cal.kernel_time("ns::k4...")[0] == pytest.approx(49e-3)  # cut short: k4, k40..k49
+    assert len(cores) == 50 + 3 * 2  # each calibrated name once; then each name asked that is not one
+    assert replace(cal, program_s=2.0).kernel_time("k7")[0] == pytest.approx(7e-3)  # a copy has its own
 
 
 def test_calibration_from_a_call_for_profile_fn():
@@ -158,9 +190,10 @@ def test_config_rules_explicit_stall_timeout_wins_over_calibration():
 # --- confirm before recording -------------------------------------------------------------------
 
 def _attempt(status=HANG, silent=10.0, kernel="k", calibrated=False, kernels=(), where="0%..", warned=True):
+    quiet = where.startswith("application replay") and not warned  # as StallRule sets it
     stall = None if status != HANG else Stall(kernel, 1, where, silent, silent, silent + 1.0, True, warned,
                                               basis="x" if calibrated else "default (not calibrated)",
-                                              calibrated=calibrated)
+                                              calibrated=calibrated, quiet_replay=quiet)
     return Attempt(status=status, reason="r", command=("ncu", "app"), returncode=None, kernels=tuple(kernels),
                    stall=stall, report=None, report_complete=False, elapsed_s=silent + 2.0, stop=None, warnings=(),
                    errors=(), notes=(), log="", started_at="2026-11-27T00:00:00+00:00", cookie="c")
@@ -296,6 +329,42 @@ def test_calibrated_allowance_follows_the_stall_rule():
         kernel_allowance(3.0, passes=1))
     paced = replace(a, stall=replace(a.stall, pace_s=100.0))
     assert calibrated_allowance(paced, cal, SOL, RunConfig()).seconds == 100.0
+
+
+def test_the_confirmation_and_the_stall_rule_make_one_choice():
+    """In quiet application replay both take the program's time, else the kernel's: KernelAllowances.for_stall."""
+    cal = Calibration.from_kernels({"k": 1e-5}, program_s=1.0)
+    allowances = KernelAllowances.for_options(cal, SOL)
+    rule = StallRule(10.0, allowances=allowances)
+    s = WatchState(0.0, 0.0)
+    s.observe(ReplayPass("k", 0, 1), 1.0)
+    quiet = rule(s, 100.0).stall
+    assert quiet.quiet_replay and quiet.where == "application replay pass 1"
+    assert rule.judge(s) == allowances.for_stall("k", None, True) == allowances.program()
+    a = replace(_attempt(), stall=quiet)
+    assert calibrated_allowance(a, cal, SOL, RunConfig()) == replace(allowances.program(), seconds=max(
+        allowances.program().seconds, quiet.pace_s))
+    s.observe(NcuWarning("Launching the workload is taking more time than expected."), 2.0)
+    warned = rule(s, 100.0).stall
+    assert not warned.quiet_replay and warned.slow_warning_seen
+    assert rule.judge(s) == allowances.for_stall("k", None, False) == allowances.kernel("k")
+    assert calibrated_allowance(replace(a, stall=warned), cal, SOL, RunConfig()) == allowances.kernel("k")
+    _started(s, 101.0, "k")
+    assert not rule(s, 200.0).stall.quiet_replay
+
+
+def test_use_environment_keeps_an_environment_already_given(monkeypatch):
+    def detect(*args, **kwargs):
+        raise AssertionError("Environment.detect is not called when the environment is set")
+
+    monkeypatch.setattr(Environment, "detect", detect)
+    given, _ = _calibrator(Calibration.from_wall(1.0))
+    given.use_environment(replace(H100, gpu="other"))
+    assert given._environment() == H100  # the one given to the Calibrator stays
+    handed = Calibrator(["app"])
+    handed.use_environment(H100)
+    handed.use_environment(replace(H100, gpu="other"))  # the first one handed over stays too
+    assert handed._environment() == H100
 
 
 # --- profile(fn)'s call time: a calibration like any other -----------------------------------------

@@ -75,11 +75,8 @@ def calibrated_allowance(attempt: Attempt, calibration: Calibration, options: An
     if stall is None:
         return None
     allowances = KernelAllowances.for_options(calibration, options, config.allowance)
-    if stall.where.startswith("application replay") and not stall.slow_warning_seen:
-        found = allowances.program()
-    else:
-        seen = max((k.passes for k in attempt.kernels if k.replay == "kernel"), default=0)
-        found = allowances.kernel(stall.kernel, seen or None)
+    seen = max((k.passes for k in attempt.kernels if k.replay == "kernel"), default=0)
+    found = allowances.for_stall(stall.kernel, seen or None, stall.quiet_replay)
     if found is None:
         return None
     return replace(found, seconds=max(found.seconds, stall.pace_s))
@@ -122,6 +119,13 @@ class Calibrator:
             self._tell(f"the hang store cannot be used ({e}); the calibration is not kept")
             self._store_source = None
             return None
+
+    def use_environment(self, env: Environment) -> None:
+        """Use `env` for the store, unless this Calibrator was given one or has detected its own
+        (a walk or sweep that detected the job's environment hands it over, so it is detected once)."""
+        with self._lock:
+            if self._env is None:
+                self._env = env
 
     def _environment(self) -> Environment:
         if self._env is None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Optional
 
+from nsightwrap.ncu.names import function_core
 from nsightwrap.status import OK
 
 __all__ = ["Allowance", "AllowancePolicy", "BASE_CLOCK_FACTOR", "Calibration", "FLOOR_S", "KernelAllowances",
@@ -81,16 +83,6 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
-def _name_key(name: str) -> str:
-    """ncu's and nsys's spellings of one function: no parameters, template arguments or namespaces."""
-    text = name.strip()
-    while text.endswith("..."):
-        text = text[:-3].rstrip()
-    for stop in ("(", "<"):
-        text = text.split(stop, 1)[0]
-    return text.split()[-1].rsplit("::", 1)[-1] if text.split() else text
-
-
 @dataclass(frozen=True)
 class Calibration:
     """How long a program's kernels run without ncu; what the allowances are based on.
@@ -141,19 +133,40 @@ class Calibration:
     def ok(self) -> bool:
         return self.status == OK
 
+    @cached_property
+    def _times(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The kernels' times by name, and by function_core (the longest of the names sharing one):
+        built once, as the stall rule asks at every turn of the watch loop."""
+        by_core: dict[str, float] = {}
+        for k, t in self.kernels:
+            core = function_core(k)
+            if core:
+                by_core[core] = max(t, by_core.get(core, t))
+        return dict(self.kernels), by_core
+
+    @cached_property
+    def _cut_names(self) -> dict[str, Optional[float]]:
+        """What kernel_time found for names ncu cut short (a prefix matches several cores): asked once each."""
+        return {}
+
     def kernel_time(self, name: str) -> Optional[tuple[float, str]]:
-        """(seconds, what they are) for a kernel as ncu names it; None when nothing bounds it."""
-        times = dict(self.kernels)
+        """(seconds, what they are) for a kernel as ncu names it; None when nothing bounds it.
+
+        Matched by name, else by function_core (ncu's and nsys's spellings of one function)."""
+        times, by_core = self._times
         if name in times:
             return times[name], f"{name} ran {_fmt(times[name])} without ncu"
-        key = _name_key(name)
+        key = function_core(name)
+        found = by_core.get(key)  # never "": a name with no core matches no other
         # ncu cuts long names with "...": "ncclDevKernel_AllReduce_Sum_f..." (2x H200, 2026-11-26) is
         # nsys's ncclDevKernel_AllReduce_Sum_f32_RING_LL(...).
-        cut = name.strip().endswith("...")
-        found = [t for k, t in self.kernels
-                 if key and (_name_key(k) == key or (cut and _name_key(k).startswith(key)))]
-        if found:
-            return max(found), f"{name} ran {_fmt(max(found))} without ncu"
+        if key and name.strip().endswith("..."):
+            cut = self._cut_names
+            if name not in cut:
+                cut[name] = max((t for k, t in by_core.items() if k.startswith(key)), default=None)
+            found = cut[name]
+        if found is not None:
+            return found, f"{name} ran {_fmt(found)} without ncu"
         if self.bound_s is not None:
             return self.bound_s, f"{self.bound_label} ran {_fmt(self.bound_s)} without ncu, bounding {name}"
         return None
@@ -199,9 +212,9 @@ class AllowancePolicy:
 class KernelAllowances:
     """Per-kernel allowances from one calibration under one set of profiling settings.
 
-    The stall rule asks `kernel(name)` (None: not calibrated, the rule's
-    default applies) and, in application replay before ncu's slow-launch
-    warning, `program()`.
+    The stall rule asks `for_stall`: `kernel(name)` (None: not calibrated,
+    the rule's default applies) and, in application replay before ncu's
+    slow-launch warning, `program()`.
     """
 
     calibration: Calibration
@@ -225,6 +238,13 @@ class KernelAllowances:
         seconds = kernel_allowance(timed[0], passes=passes_seen or self.passes, clock_factor=self.clock_factor,
                                    margin=self.policy.margin, floor_s=self.policy.floor_s)
         return Allowance(seconds, self._basis(timed[1]), True)
+
+    def for_stall(self, name: str, passes_seen: Optional[int] = None,
+                  quiet_replay: bool = False) -> Optional[Allowance]:
+        """The allowance of a silence in kernel `name`: in quiet application replay (a pass line and no
+        slow-launch warning since), the program's own time (`program`), else the kernel's (`kernel`).
+        The one choice of the stall rule, and of the confirmation that re-judges its stall."""
+        return self.program() if quiet_replay else self.kernel(name, passes_seen)
 
     def program(self) -> Optional[Allowance]:
         """For silence that may be the program's own work: its whole time, scaled."""

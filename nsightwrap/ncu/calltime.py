@@ -86,16 +86,20 @@ class ReportedCallTime(WatchRule):
     path: str
     options: Any = None  # ProfileOptions: the passes a kernel needs and the clock control
     policy: AllowancePolicy = field(default_factory=AllowancePolicy)
-    call_s: Optional[float] = field(default=None, init=False, compare=False)  # once reported
-    calibration: Optional[Calibration] = field(default=None, init=False, compare=False)  # from call_s
+    calibration: Optional[Calibration] = field(default=None, init=False, compare=False)  # once reported
     _reported: Optional[StallRule] = field(default=None, init=False, repr=False, compare=False)
 
+    @property
+    def call_s(self) -> Optional[float]:
+        """The call time the program reported (s); None before."""
+        return None if self.calibration is None else self.calibration.bound_s
+
     def current(self) -> StallRule:
-        """The stall rule in force now."""
+        """The stall rule in force now (the file is read until it reports)."""
         if self._reported is None:
-            self.call_s = read_call_time(self.path)
-            if self.call_s is not None:
-                self.calibration = Calibration.from_call(self.call_s, REPORTED)
+            call_s = read_call_time(self.path)
+            if call_s is not None:
+                self.calibration = Calibration.from_call(call_s, REPORTED)
                 allowances = KernelAllowances.for_options(self.calibration, self.options, self.policy)
                 self._reported = replace(self.rule, allowances=allowances)
         return self._reported or self.rule
@@ -105,7 +109,8 @@ class ReportedCallTime(WatchRule):
         return self.current().allowance(state)
 
     def deadline(self, state):
-        return self.current().deadline(state)
+        # The watch loop asks just after __call__, which has read the file: the rule in force stands.
+        return (self._reported or self.rule).deadline(state)
 
     def __call__(self, state, now):
         return self.current()(state, now)

@@ -129,6 +129,9 @@ class Stall:
     #: No pass of the kernel had finished: silent since its first burst of marks, or in application
     #: replay pass 1. What any collection would meet if the kernel waits for the host or another kernel.
     first_pass: bool = False
+    #: Silent after an application-replay pass line with no slow-launch warning since: the silence may
+    #: be the program's own work (StallRule.quiet_replay_factor, KernelAllowances.for_stall).
+    quiet_replay: bool = False
 
     def evidence(self) -> str:
         """`silent 3.1 s; allowance 3.0 s from calibration (...)`: the verdict's grounds in one line."""
@@ -143,6 +146,17 @@ class Stall:
                      "kernel is merely slow, raise the timeout (--stall-timeout SEC, or "
                      "stall_timeout=SEC in Python)")
         return text
+
+
+def _warned(state: WatchState) -> bool:
+    """ncu's slow-launch warning came since the current kernel (or replay pass) started."""
+    cur = state.current
+    return cur is not None and any(t >= cur.started_at for t in state.slow_warnings)
+
+
+def _quiet_replay(state: WatchState, warned: bool) -> bool:
+    """Silent after an application-replay pass line, with no slow-launch warning since."""
+    return state.current is not None and state.current.replay_pass is not None and not warned
 
 
 @dataclass(frozen=True)
@@ -172,13 +186,13 @@ class StallRule(WatchRule):
 
     def judge(self, state: WatchState) -> Allowance:
         """The current kernel's allowance and its basis (before the pace rule)."""
+        return self._judge(state, _quiet_replay(state, _warned(state)))
+
+    def _judge(self, state: WatchState, quiet_replay: bool) -> Allowance:
         cur = state.current
         found = None
-        warned = cur is not None and any(t >= cur.started_at for t in state.slow_warnings)
-        quiet_replay = cur is not None and cur.replay_pass is not None and not warned
         if cur is not None and self.allowances is not None:
-            found = (self.allowances.program() if quiet_replay
-                     else self.allowances.kernel(cur.name, state.max_passes or None))
+            found = self.allowances.for_stall(cur.name, state.max_passes or None, quiet_replay)
         if found is not None:
             return found
         factor = self.quiet_replay_factor if quiet_replay else 1.0
@@ -198,7 +212,9 @@ class StallRule(WatchRule):
         if cur is None:
             return None
         silent = now - cur.last_mark_at
-        judged = self.judge(state)
+        warned = _warned(state)
+        quiet_replay = _quiet_replay(state, warned)
+        judged = self._judge(state, quiet_replay)
         pace = self.growth * state.longest_gap
         allowance = max(judged.seconds, pace)
         if silent < allowance:
@@ -209,7 +225,7 @@ class StallRule(WatchRule):
         stall = Stall(
             kernel=cur.name, kernel_id=cur.kernel_id, where=cur.where(), silent_s=silent,
             allowance_s=allowance, detected_at_s=now - state.started_at, before_first_progress=before,
-            slow_warning_seen=any(t >= cur.started_at for t in state.slow_warnings),
+            slow_warning_seen=warned, quiet_replay=quiet_replay,
             basis=basis, calibrated=judged.calibrated, pace_s=pace, first_pass=before or cur.replay_pass == 1,
         )
         return Verdict(HANG, stall.message(), stall)

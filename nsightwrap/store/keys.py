@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from nsightwrap.ncu.names import function_core, trim
 from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES
 from nsightwrap.watch.gpu import gpus as list_gpus
 
@@ -19,9 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.options import ProfileOptions
 
 __all__ = ["Environment", "ProfileKey", "as_key", "job_gpus", "normalize_kernel"]
-
-_OPEN = {"<": ">", "(": ")", "[": "]"}
-_CLOSE = {v: k for k, v in _OPEN.items()}
 
 
 def normalize_kernel(name: str) -> str:
@@ -40,6 +38,9 @@ def normalize_kernel(name: str) -> str:
        (``void at::native::foo<4>(int)`` and ``foo``) agree;
     5. replace each run of digits with ``#``.
 
+    Steps 1-4 are nsightwrap.ncu.names.function_core, on which a calibration
+    matches the kernels ncu names to those nsys timed.
+
     So ``nvjet_sm90_tst_256x128_64x4_1...`` and ``nvjet_sm90_tst_128x128_64x4_2...``
     both give ``nvjet_sm#_tst_#x#_#x#_#``: the same GEMM kernel family with
     other tile sizes. ``vec_add`` and ``vec_add2`` also match (``vec_add#`` is
@@ -49,31 +50,9 @@ def normalize_kernel(name: str) -> str:
     """
     if not isinstance(name, str):
         raise TypeError(f"kernel name must be a string, not {type(name).__name__}")
-    text = name.strip()
-    while text.endswith("..."):
-        text = text[:-3].rstrip()
-    text = text.replace("(anonymous namespace)", "{anon}")
-    kept: list[str] = []
-    stack: list[str] = []
-    for ch in text:
-        if ch in _OPEN:
-            stack.append(_OPEN[ch])
-            continue
-        if stack:
-            if ch == stack[-1]:
-                stack.pop()
-            continue
-        if ch in _CLOSE:
-            continue
-        kept.append(ch)
-    core = "".join(kept).strip()
-    words = core.split()
-    core = words[-1] if words else ""
-    core = core.rsplit("::", 1)[-1] if "::" in core and not core.endswith("::") else core
-    while core.endswith("..."):  # dropping brackets may leave a cut-off mark at the end ("k<...>..." -> "k...")
-        core = core[:-3].rstrip()
+    core = function_core(name)  # steps 1-4
     if not core:  # nothing but brackets or dots: the text as given ("..." stays "...", so this is idempotent)
-        core = " ".join(text.split()) or " ".join(name.split())
+        core = " ".join(trim(name).split()) or " ".join(name.split())
     out: list[str] = []
     for ch in core:
         if ch.isdigit() and ch.isascii():
