@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.attempt import COUNTERS_REMEDY
 from nsightwrap.ncu.catalog import default_cache_dir
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.engine import profile_command
@@ -50,12 +51,6 @@ NCU_DRIVERS: tuple[tuple[str, str, str], ...] = (
     ("2025.3", "13.0", "580.65.06"),
     ("2025.4", "13.1", "590.44.01"),
 )
-
-COUNTERS_REMEDY = ("run as root (sudo), or let every user read the counters: as root, write "
-                   "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to /etc/modprobe.d/nsight.conf and "
-                   "reboot (or reload the nvidia modules); in a container, start it with --cap-add=SYS_ADMIN. "
-                   "See https://developer.nvidia.com/ERR_NVGPUCTRPERM")
-
 
 @dataclass(frozen=True)
 class Check:
