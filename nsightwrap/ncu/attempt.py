@@ -48,6 +48,11 @@ COUNTERS_REMEDY = ("run as root (sudo), or let every user read the counters: as 
                    "reboot (or reload the nvidia modules); in a container, start it with --cap-add=SYS_ADMIN. "
                    "See https://developer.nvidia.com/ERR_NVGPUCTRPERM")
 
+#: Why a collective hangs whenever every rank of a multi-process job is profiled (FACTS, "Multi-process
+#: programs"): said by the walk (fallback.collectives) and by the debug log (store.debuglog).
+SERIALISED = ("ncu serialises kernel launches across the profiled processes, so a collective's other half "
+              "never starts")
+
 #: What to do next about errors ncu is known to print.
 _ERROR_HINTS = (
     ("ERR_NVGPUCTRPERM", f"this user may not read the GPU performance counters: {COUNTERS_REMEDY}"),

@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, Calibration
-from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES
+from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, match_sql
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
@@ -341,11 +341,11 @@ class HangStore:
         stall = attempt.stall
         extra = "; ".join(attempt.notes)
         reached = [k.passes for k in attempt.kernels
-                   if k.replay != "kernel" and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
+                   if k.replay != ReplayMode.KERNEL and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
         note = f"stalled at {stall.where!r}" + (f" in application replay pass {max(reached)}" if reached else "")
         note += f": {attempt.reason}" + (f"; {extra}" if extra else "")
         subject = stall.kernel
-        if kernel is not None and as_key(key).replay_mode in ("range", "app-range"):
+        if kernel is not None and as_key(key).replay_mode in RANGE_MODES:
             subject = kernel
             note = f"the range holding it stalled ({stall.kernel!r}); " + note
         # Last, so that it is the newest row of this kernel (see hangs_for).
