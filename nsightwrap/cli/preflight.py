@@ -27,7 +27,7 @@ from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.listen import SILENT
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
-from nsightwrap.store.paths import default_store_path, unwritable_reason
+from nsightwrap.store.paths import store_path, unwritable_reason
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.process import find_orphans
@@ -84,7 +84,7 @@ class Facts:
         except NsightwrapError as e:
             context, problem = None, str(e)
         env = dict(context.env) if context else dict(os.environ)
-        path = Path(store).expanduser() if store else default_store_path(env)
+        path = store_path(store, env)
         return cls(context, problem, gpu.gpus(), path, env)
 
 

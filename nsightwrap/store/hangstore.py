@@ -4,7 +4,7 @@ nsightwrap remembers every verdict about a kernel and the settings it was
 profiled with, so that it never waits on the same hang twice. The store is
 one SQLite file (stdlib ``sqlite3``; its schema in :mod:`nsightwrap.store.schema`):
 
-- path: the ``path`` argument, else :func:`default_store_path` (read when a
+- path: the ``path`` argument, else :func:`~nsightwrap.store.paths.default_store_path` (read when a
   store is opened, never at import). A file created here is private (0600,
   in folders created 0700): it holds command lines and host names.
 - WAL journal and a 10 s busy timeout, one transaction per record (or per
@@ -40,7 +40,7 @@ from nsightwrap.store.calibrations import (
 )
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
-from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
+from nsightwrap.store.paths import ENV_STORE, create_private, store_path, unwritable_reason
 from nsightwrap.store.schema import (
     COLUMNS,
     SCHEMA_VERSION,
@@ -158,7 +158,7 @@ class HangStore:
 
     def __init__(self, path: Union[str, Path, None] = None, *, now: Callable[[], str] = _now,
                  busy_timeout: float = BUSY_TIMEOUT_S, readonly: bool = False):
-        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self.path = store_path(path)
         self.readonly = readonly
         self._now = now
         self._conn: Optional[sqlite3.Connection] = None
