@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -30,6 +29,7 @@ from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.store.paths import store_path, unwritable_reason
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.locate import version_key
 from nsightwrap.watch.process import find_orphans
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
@@ -88,10 +88,6 @@ class Facts:
         return cls(context, problem, gpu.gpus(), path, env)
 
 
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
-
-
 def check_ncu(f: Facts) -> Check:
     if f.context is None:
         lines = f.ncu_problem.splitlines() or ["not usable"]
@@ -129,7 +125,7 @@ def check_ncu_driver(f: Facts) -> Check:
         return Check("ncu/driver", SKIP, f"ncu {version} is not in nsightwrap's table (2022.4 to 2025.4); "
                                          "cannot say which driver it needs")
     cuda, least = floor
-    if _version_key(driver) < _version_key(least):
+    if version_key(driver) < version_key(least):
         return Check("ncu/driver", WARN, f"driver {driver} is older than {least}, the least driver of CUDA {cuda}, "
                                          f"with which ncu {version} ships",
                      f"update the driver to >= {least}, or use the ncu of a CUDA toolkit as old as the driver "
