@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError, ToolNotFound
 
-__all__ = ["DEFAULT_CUDA_ROOT", "PROBE_TIMEOUT_S", "Runner", "run_command", "search_tool", "version_key"]
+__all__ = ["DEFAULT_CUDA_ROOT", "PROBE_TIMEOUT_S", "Runner", "run_command", "search_tool"]
 
 DEFAULT_CUDA_ROOT = "/usr/local/cuda"
 
