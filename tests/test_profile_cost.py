@@ -44,6 +44,7 @@ from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import KernelInProgress, StallRule, WatchState
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
+from nsightwrap.watch.files import write_atomic
 
 FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
@@ -138,6 +139,29 @@ def test_a_reported_call_time_calibrates_each_kernel_for_the_passes_collected(tm
     one_pass = ReportedCallTime(StallRule(1.0), str(path), ONE_PASS, AllowancePolicy(margin=1.0, floor_s=0.5))
     assert one_pass.allowance(_stalled(0.0)) == pytest.approx(
         kernel_allowance(1.0, passes=1, margin=1.0, floor_s=0.5))
+
+
+def test_a_call_time_is_replaced_at_once_and_a_failed_write_leaves_nothing(tmp_path):
+    """Bug: a failed write left its temporary file beside the call-time file."""
+    path = tmp_path / "call-time.json"
+    write_call_time(path, [0.5])
+    write_call_time(path, [0.25])
+    assert json.loads(path.read_text())["call_s"] == [0.25] and os.listdir(tmp_path) == ["call-time.json"]
+    blocked = tmp_path / "blocked.json"
+    (blocked / "inside").mkdir(parents=True)  # a folder where the file should go: the final rename fails
+    with pytest.raises(OSError):
+        write_call_time(blocked, [0.5])
+    assert sorted(os.listdir(tmp_path)) == ["blocked.json", "call-time.json"]
+
+
+def test_write_atomic_writes_text_and_bytes_with_the_mode_asked(tmp_path):
+    write_atomic(tmp_path / "t.txt", "héllo")
+    write_atomic(tmp_path / "b.bin", b"\x00\x01")
+    write_atomic(tmp_path / "p.json", "{}", mode=0o600)
+    assert (tmp_path / "t.txt").read_text(encoding="utf-8") == "héllo"
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["b.bin", "p.json", "t.txt"]
 
 
 def test_a_reported_call_time_replaces_the_uncalibrated_default(tmp_path):

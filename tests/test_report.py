@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,6 +46,7 @@ from nsightwrap.reports.ncu import (
     scan,
     schema,
 )
+from nsightwrap.reports.ncu.load import run_ncu
 
 REPORTS = DATA / "reports"
 CSV = DATA / "csv"
@@ -615,6 +617,22 @@ def test_an_attempt_is_read_with_the_ncu_of_its_run(tmp_path, monkeypatch):
     assert searched == []  # an ncu was given every time: no search
     gone = attempt_dataframe(ran_with(tmp_path / "uninstalled" / "ncu"))  # the run's ncu is no more: search
     assert gone.attrs["reader_origin"] == str(found) and searched == [1]
+
+
+def test_a_one_rank_attempt_is_read_with_its_ncu_not_its_launcher(tmp_path, monkeypatch):
+    """Bug: a one-rank attempt's argv starts with its launcher (torchrun), and that was taken for the ncu."""
+    monkeypatch.setattr(module, "_import_wheel", lambda: (_ for _ in ()).throw(ImportError("none")))
+    monkeypatch.setattr(module, "_loaded_builds", dict)
+    monkeypatch.setattr(module, "find_ncu", lambda: pytest.fail("the attempt's ncu exists: no search"))
+    launcher = tmp_path / "torchrun"  # exists, and is not the ncu
+    launcher.write_text("#!/bin/sh\nexit 3\n")
+    launcher.chmod(0o755)
+    run = fake_ncu(tmp_path / "run", CSV / "raw_basic.csv")
+    one_rank = replace(ran_with(launcher), command=(str(launcher), "--nproc-per-node=1", str(run), "--export",
+                                                     str(BASIC), "./app"), ncu=str(run))
+    assert run_ncu(one_rank) == str(run)
+    df = attempt_dataframe(one_rank)
+    assert (df.attrs["reader"], df.attrs["reader_origin"]) == ("csv", str(run))
 
 
 @needs_wheel

@@ -22,6 +22,7 @@ from nsightwrap.store import (
     ProfileKey,
     StoreError,
     default_store_path,
+    store_path,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +48,16 @@ def test_default_path_follows_xdg_and_the_override_wins(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_XDG_CACHE, str(tmp_path / "xdg"))
     with HangStore() as s:                           # read when a store is opened, never at import
         assert s.path == tmp_path / "xdg" / "nsightwrap" / "hangs.db" and s.path.exists()
+
+
+def test_a_given_store_path_wins_else_the_default_of_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    env = {ENV_STORE: str(tmp_path / "env.db")}
+    assert store_path("~/given.db", env) == tmp_path / "home" / "given.db"
+    assert store_path(tmp_path / "p.db", env) == tmp_path / "p.db"
+    assert store_path(None, env) == store_path("", env) == tmp_path / "env.db"
+    monkeypatch.setenv(ENV_STORE, str(tmp_path / "os.db"))
+    assert store_path() == tmp_path / "os.db"  # env=None: os.environ
 
 
 def test_path_from_environment_and_setup(tmp_path, monkeypatch):

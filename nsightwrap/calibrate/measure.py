@@ -54,10 +54,16 @@ def program_verdict(*, timed_out: bool, returncode: Optional[int], elapsed_s: fl
     return Calibration.from_wall(elapsed_s, source)
 
 
+def _run_env(config: RunConfig) -> dict[str, str]:
+    """The environment the program runs in: config.env, else this process's."""
+    return dict(os.environ if config.env is None else config.env)
+
+
 def measure_plain(command: Sequence[str], config: RunConfig, limit_s: float,
-                  on_output: Optional[Callable[[str], None]] = None) -> Calibration:
-    """One plain watched run: its wall time bounds every kernel in it."""
-    env = dict(os.environ if config.env is None else config.env)
+                  on_output: Optional[Callable[[str], None]] = None, *,
+                  env: Optional[Mapping[str, str]] = None) -> Calibration:
+    """One plain watched run: its wall time bounds every kernel in it (run in `env`, else config's)."""
+    env = _run_env(config) if env is None else dict(env)
     try:
         outcome = watch(list(command), TotalTimeout(limit_s), policy=config.stop, env=env, cwd=config.cwd,
                         on_output=on_output, frontend_names=())
@@ -91,7 +97,8 @@ def marks_ranges(calls: Optional[frozenset[str]]) -> Optional[bool]:
 
 
 def measure_with_nsys(command: Sequence[str], config: RunConfig, nsys: str, limit_s: float,
-                      on_output: Optional[Callable[[str], None]] = None) -> tuple[Optional[Calibration], str]:
+                      on_output: Optional[Callable[[str], None]] = None, *,
+                      env: Optional[Mapping[str, str]] = None) -> tuple[Optional[Calibration], str]:
     """(calibration, "") from `nsys profile --trace cuda`; (None, why) when nsys could not say.
 
     A timed-out nsys run is not taken as the program's hang (nsys may be the
@@ -108,8 +115,8 @@ def measure_with_nsys(command: Sequence[str], config: RunConfig, nsys: str, limi
             return None, f"nsys did not finish within {limit_s:g} s"
         if run.status != OK or run.report_kind != "nsys-rep":
             return None, run.reason
-        env = dict(os.environ if config.env is None else config.env)
-        sqlite = nsys_export_sqlite(run.report, nsys, env=env, timeout=limit_s)
+        sqlite = nsys_export_sqlite(run.report, nsys, env=_run_env(config) if env is None else dict(env),
+                                    timeout=limit_s)
         columns, rows, _, _ = kernel_records(sqlite)
         return Calibration.from_kernels(durations_by_kernel(rows, columns), program_s=run.elapsed_s, source=NSYS,
                                         marks_ranges=marks_ranges(api_calls(sqlite))), ""
@@ -130,14 +137,14 @@ def measure(command: Sequence[str], config: RunConfig, *, limit_s: float, nsys: 
             use_nsys: bool = True, on_output: Optional[Callable[[str], None]] = None) -> Calibration:
     """How long `command`'s kernels run without ncu: with nsys when it works, else a plain run."""
     notes: list[str] = []
-    env = dict(os.environ if config.env is None else config.env)
+    env = _run_env(config)  # once for the whole calibration
     path = _nsys_path(nsys, env) if use_nsys else None
     if path is not None:
-        cal, why = measure_with_nsys(command, config, path, limit_s, on_output)
+        cal, why = measure_with_nsys(command, config, path, limit_s, on_output, env=env)
         if cal is not None:
             return cal
         notes.append(f"nsys could not time the kernels ({why}); a plain run's wall time bounds them instead")
     elif use_nsys:
         notes.append("nsys was not found; a plain run's wall time bounds the kernels")
-    cal = measure_plain(command, config, limit_s, on_output)
+    cal = measure_plain(command, config, limit_s, on_output, env=env)
     return replace(cal, notes=tuple(notes) + cal.notes)

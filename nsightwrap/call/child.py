@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import pickle
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.call.ranges import find_range_api
 from nsightwrap.ncu.calltime import write_call_time
+from nsightwrap.watch.files import write_atomic
 
 RANGE_NAME = "nsightwrap"
 
@@ -148,10 +148,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BaseException:  # noqa: BLE001 - everything goes back to the caller
         result = CallResult(ok=False, error=traceback.format_exc())
         code = 1
-    tmp = spec.result_path + f".{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump(result, f)
-    os.replace(tmp, spec.result_path)
+    write_atomic(spec.result_path, pickle.dumps(result))
     sys.stdout.flush()
     return code
 

@@ -23,7 +23,7 @@ from nsightwrap.status import USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import normalize_kernel
-from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path
+from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, store_path
 
 __all__ = ["BROKEN_PIPE_EXIT", "add_hangs_parser", "cmd_hangs"]
 
@@ -72,7 +72,7 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
         (parser.print_help(err) if parser else print("nsightwrap hangs: give a sub-command: list, show, "
                                                      "export or forget", file=err))
         return USAGE_EXIT_CODE
-    path = Path(args.store).expanduser() if getattr(args, "store", None) else default_store_path()
+    path = store_path(getattr(args, "store", None))
     try:
         try:
             code = _COMMANDS[cmd](args, path, out, err)

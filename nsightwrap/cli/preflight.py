@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -20,15 +19,17 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.attempt import COUNTERS_REMEDY
 from nsightwrap.ncu.catalog import default_cache_dir
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.listen import SILENT
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
-from nsightwrap.store.paths import default_store_path, unwritable_reason
+from nsightwrap.store.paths import store_path, unwritable_reason
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.locate import version_key
 from nsightwrap.watch.process import find_orphans
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
@@ -50,12 +51,6 @@ NCU_DRIVERS: tuple[tuple[str, str, str], ...] = (
     ("2025.3", "13.0", "580.65.06"),
     ("2025.4", "13.1", "590.44.01"),
 )
-
-COUNTERS_REMEDY = ("run as root (sudo), or let every user read the counters: as root, write "
-                   "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to /etc/modprobe.d/nsight.conf and "
-                   "reboot (or reload the nvidia modules); in a container, start it with --cap-add=SYS_ADMIN. "
-                   "See https://developer.nvidia.com/ERR_NVGPUCTRPERM")
-
 
 @dataclass(frozen=True)
 class Check:
@@ -89,12 +84,8 @@ class Facts:
         except NsightwrapError as e:
             context, problem = None, str(e)
         env = dict(context.env) if context else dict(os.environ)
-        path = Path(store).expanduser() if store else default_store_path(env)
+        path = store_path(store, env)
         return cls(context, problem, gpu.gpus(), path, env)
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
 def check_ncu(f: Facts) -> Check:
@@ -134,7 +125,7 @@ def check_ncu_driver(f: Facts) -> Check:
         return Check("ncu/driver", SKIP, f"ncu {version} is not in nsightwrap's table (2022.4 to 2025.4); "
                                          "cannot say which driver it needs")
     cuda, least = floor
-    if _version_key(driver) < _version_key(least):
+    if version_key(driver) < version_key(least):
         return Check("ncu/driver", WARN, f"driver {driver} is older than {least}, the least driver of CUDA {cuda}, "
                                          f"with which ncu {version} ships",
                      f"update the driver to >= {least}, or use the ncu of a CUDA toolkit as old as the driver "

@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import functools
 import sys
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nsightwrap.calibrate.confirm import Calibrator
@@ -32,7 +31,7 @@ from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.paths import default_store_path
+from nsightwrap.store.paths import store_path
 from nsightwrap.watch.process import StopPolicy
 
 
@@ -141,7 +140,7 @@ def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScree
     from the start), else opened on a stall.
     """
     store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
-    known = Path(args.store).expanduser() if args.store else default_store_path()
+    known = store_path(args.store)
     calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say,
                             lazy=not (args.profile or known.exists()))
     return calibrator, store

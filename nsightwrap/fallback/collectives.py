@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder
+from nsightwrap.ncu.attempt import SERIALISED
 from nsightwrap.ncu.options import KernelFilter
 from nsightwrap.watch.launchers import Launch, parse_launch
 
@@ -25,9 +26,6 @@ __all__ = ["COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "collective_family",
 #: Kernel families that are collectives: every rank's kernel waits for the others' (NCCL, NVSHMEM).
 #: One member hanging in a multi-process job excludes the whole family from the main run.
 COLLECTIVE_PREFIXES = ("nccl", "nvshmem")
-#: Why a collective hangs whenever every rank is profiled.
-SERIALISED = ("ncu serialises kernel launches across the profiled processes, so a collective's other half "
-              "never starts")
 #: Why a kernel of a collective family was not tried with every rank profiled.
 COLLECTIVE_ALL_RANKS = f"a collective with every rank profiled: {SERIALISED}"
 

@@ -26,7 +26,7 @@ from nsightwrap.ncu.events import (
     ReportWritten,
 )
 from nsightwrap.ncu.progress import Stall
-from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
+from nsightwrap.status import (
     CRASHED,
     ERROR,
     EXIT_CODES,
@@ -34,9 +34,6 @@ from nsightwrap.status import (  # noqa: F401 - re-exported for the layers above
     INTERRUPTED,
     NO_KERNELS,
     OK,
-    STATUSES,
-    TIMEOUT,
-    USAGE_EXIT_CODE,
     ReplayMode,
 )
 from nsightwrap.watch.notes import stop_notes
@@ -44,10 +41,21 @@ from nsightwrap.watch.process import RunOutcome, StopRecord
 
 _APP_RC = re.compile(r"The application returned an error code \((-?\d+)\)")
 
+#: What to do about ERR_NVGPUCTRPERM (this user may not read the GPU performance counters): one text,
+#: given by a failed attempt and by doctor's counter probe alike.
+COUNTERS_REMEDY = ("run as root (sudo), or let every user read the counters: as root, write "
+                   "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` to /etc/modprobe.d/nsight.conf and "
+                   "reboot (or reload the nvidia modules); in a container, start it with --cap-add=SYS_ADMIN. "
+                   "See https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+
+#: Why a collective hangs whenever every rank of a multi-process job is profiled (FACTS, "Multi-process
+#: programs"): said by the walk (fallback.collectives) and by the debug log (store.debuglog).
+SERIALISED = ("ncu serialises kernel launches across the profiled processes, so a collective's other half "
+              "never starts")
+
 #: What to do next about errors ncu is known to print.
 _ERROR_HINTS = (
-    ("ERR_NVGPUCTRPERM", "this user may not read the GPU performance counters: run as root, or load the "
-                         "driver with NVreg_RestrictProfilingToAdminUsers=0"),
+    ("ERR_NVGPUCTRPERM", f"this user may not read the GPU performance counters: {COUNTERS_REMEDY}"),
     ("not supported during range replay", "drop that option, or use kernel replay"),
     ("did not match any section", "run `ncu --list-sections` (or `--list-sets`) for the valid ids"),
     ("already exists", "choose another report path, or pass force_overwrite / -f"),

@@ -48,12 +48,11 @@ def typical_call(call_s: Sequence[float]) -> float:
 
 
 def write_call_time(path: PathLike, call_s: Sequence[float]) -> None:
-    """Write the timed calls to `path`, replacing it atomically."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"format": CALL_TIME_FORMAT, "call_s": [float(s) for s in call_s],
-                               "pid": os.getpid()}))
-    os.replace(tmp, path)
+    """Write the timed calls to `path`, replacing it atomically (no temporary file is left on failure)."""
+    from nsightwrap.watch.files import write_atomic  # here, not at the top: this function alone is edited
+
+    write_atomic(path, json.dumps({"format": CALL_TIME_FORMAT, "call_s": [float(s) for s in call_s],
+                                   "pid": os.getpid()}))
 
 
 def read_call_time(path: PathLike) -> Optional[float]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError
+from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.locate import Runner, run_command
 
 __all__ = [
@@ -280,16 +281,11 @@ def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None
 def _store_cache(file: Path, key: Mapping[str, Any], info: NcuInfo) -> None:
     """Write atomically; caching is an optimisation, so failures are ignored."""
     payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_json()}, indent=1)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(payload, encoding="utf-8")
-        os.replace(tmp, file)
+        write_atomic(file, payload)
     except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        pass
 
 
 def _ask(runner: Runner, argv: list[str], parse: Callable[[str], Any]) -> Any:

@@ -11,7 +11,7 @@ nothing in the store imports it). The ``hangs`` command is in
 from nsightwrap.errors import StoreError
 from nsightwrap.store.hangstore import BUSY_TIMEOUT_S, HangStore
 from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
-from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path
+from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path, store_path
 from nsightwrap.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, CalibrationRow, KernelSummary, Record
 
 __all__ = [
@@ -31,4 +31,5 @@ __all__ = [
     "StoreError",
     "default_store_path",
     "normalize_kernel",
+    "store_path",
 ]

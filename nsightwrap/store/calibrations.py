@@ -8,25 +8,32 @@ are kept: a program that hangs by itself may be fixed before the next run.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.store.keys import Environment
+from nsightwrap.store.schema import CALIBRATION_COLUMNS, command_json
 
-__all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "match_sql"]
+__all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "insert_row", "match_sql", "newest_row_sql"]
 
 #: The kernel name of the row holding the program's wall time.
 PROGRAM = "*"
-_INSERT = ("INSERT INTO calibrations (time, host, gpu, driver, subject, kernel, seconds, source, run_id, "
-           "marks_ranges) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+#: The columns an INSERT fills: every one of CalibrationRow but the id, in its order.
+_INSERTED = CALIBRATION_COLUMNS[1:]
+_INSERT = f"INSERT INTO calibrations ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))})"
 
 
-def _command(command: Sequence[str]) -> str:
-    if isinstance(command, str):
-        raise TypeError(f"command must be a list of arguments, not the string {command!r}")
-    return json.dumps([str(c) for c in command])
+def insert_row(row: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The INSERT statement of one row given by column (every column of CalibrationRow but the id)."""
+    return _INSERT, [row[c] for c in _INSERTED]
+
+
+def newest_row_sql(subject: str, kernel: str, env: Environment) -> tuple[str, tuple[Any, ...]]:
+    """All columns of the newest row of `subject`'s `kernel` on this GPU model and driver."""
+    sql = (f"SELECT {', '.join(CALIBRATION_COLUMNS)} FROM calibrations WHERE subject = ? AND kernel = ? "
+           "AND gpu IS ? AND driver IS ? ORDER BY id DESC LIMIT 1")
+    return sql, (subject, kernel, env.gpu, env.driver)
 
 
 def calibration_rows(calibration: Calibration, command: Sequence[str], env: Environment, time: str,
@@ -34,11 +41,11 @@ def calibration_rows(calibration: Calibration, command: Sequence[str], env: Envi
     """INSERT statements for one calibration; none when it failed or is a bare bound (profile(fn))."""
     if not calibration.ok or calibration.program_s is None:
         return []
-    head = (time, env.host, env.gpu, env.driver, _command(command))
+    head = (time, env.host, env.gpu, env.driver, command_json(command))
     ranges = None if calibration.marks_ranges is None else int(calibration.marks_ranges)
-    rows = [(_INSERT, (*head, name, float(seconds), calibration.source, run_id, None))
+    rows = [(_INSERT, (*head, name, float(seconds), calibration.source, run_id, "", None))
             for name, seconds in calibration.kernels]
-    return rows + [(_INSERT, (*head, PROGRAM, float(calibration.program_s), calibration.source, run_id, ranges))]
+    return rows + [(_INSERT, (*head, PROGRAM, float(calibration.program_s), calibration.source, run_id, "", ranges))]
 
 
 def match_sql(command: Sequence[str], env: Environment) -> tuple[str, list[Any]]:
@@ -46,7 +53,7 @@ def match_sql(command: Sequence[str], env: Environment) -> tuple[str, list[Any]]
     where = "subject = ? AND gpu IS ? AND driver IS ?"
     sql = (f"SELECT kernel, seconds, source, time, marks_ranges FROM calibrations WHERE {where} AND run_id = "
            f"(SELECT run_id FROM calibrations WHERE {where} ORDER BY id DESC LIMIT 1)")
-    params = [_command(command), env.gpu, env.driver]
+    params = [command_json(command), env.gpu, env.driver]
     return sql, params + params
 
 

@@ -16,7 +16,21 @@ import re
 import shlex
 from typing import Optional, Sequence
 
-from nsightwrap.status import HANG, HANG_OUTCOMES, OK, ONE_RANK
+from nsightwrap.ncu.attempt import SERIALISED
+from nsightwrap.status import (
+    CRASHED,
+    ERROR,
+    HANG,
+    HANG_OUTCOMES,
+    INTERRUPTED,
+    NO_KERNELS,
+    OK,
+    ONE_RANK,
+    RANGE_MODES,
+    SKIPPED,
+    TIMEOUT,
+    ReplayMode,
+)
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
 from nsightwrap.store.schema import Record
@@ -28,13 +42,13 @@ UNTRUSTED = "(untrusted: foreign GPU processes were present)"
 MINIMAL_METRIC = "gpu__time_duration.sum"
 
 _CONCLUSIONS = {
-    "timeout": "{d} did not finish within the time limit: slow or hung, not told apart",
-    "error": "ncu failed with {d}; not a hang (see the result)",
-    "crashed": "the program failed under ncu with {d}; not a hang",
-    "no-kernels": "this kernel was not profiled with {d}: check the kernel filter (or, for range replay, "
+    TIMEOUT: "{d} did not finish within the time limit: slow or hung, not told apart",
+    ERROR: "ncu failed with {d}; not a hang (see the result)",
+    CRASHED: "the program failed under ncu with {d}; not a hang",
+    NO_KERNELS: "this kernel was not profiled with {d}: check the kernel filter (or, for range replay, "
                   "that the program marks ranges)",
-    "interrupted": "interrupted before a verdict: nothing learned about {d}",
-    "skipped": "not run: {d} was already known to hang here",
+    INTERRUPTED: "interrupted before a verdict: nothing learned about {d}",
+    SKIPPED: "not run: {d} was already known to hang here",
 }
 
 
@@ -99,7 +113,7 @@ def key_flags(key: ProfileKey) -> str:
         flags += ["--section", s]
     if key.metrics:
         flags += ["--metrics", ",".join(key.metrics)]
-    if key.replay_mode != "kernel":
+    if key.replay_mode != ReplayMode.KERNEL:
         flags += ["--replay-mode", key.replay_mode]
     if key.ranks == ONE_RANK:
         flags += ["--rank", "0"]
@@ -144,7 +158,7 @@ def _group(records: list[Record]) -> list[_Attempt]:
 
 def _hypothesis(a: _Attempt, earlier: list[_Attempt], kernel: str) -> str:
     d = a.key.describe()
-    if a.outcome == "skipped":
+    if a.outcome == SKIPPED:
         return f"{d} is already known to hang here, so it need not be run"
     trusted = [e for e in earlier if e.trusted and e.outcome in (OK, *HANG_OUTCOMES)]
     same = [e for e in trusted if e.key == a.key]
@@ -244,9 +258,8 @@ def _one_rank_step(run: str, working: Optional[_Attempt], hanging: Optional[_Att
     if hanging is None or hanging.main.processes < 2 or hanging.key.ranks == ONE_RANK or (
             working is not None and working.key.ranks == ONE_RANK):
         return []
-    return [f"it hung in a job of {hanging.main.processes} processes with every rank profiled: ncu serialises "
-            "kernel launches across the profiled processes, so a collective's other half never starts. Profile it "
-            "on one rank with a single-pass collection: "
+    return [f"it hung in a job of {hanging.main.processes} processes with every rank profiled: {SERIALISED}. "
+            "Profile it on one rank with a single-pass collection: "
             f"{_code(run + ' --rank 0 --metrics ' + MINIMAL_METRIC + ' -- <your launcher command>')}"]
 
 
@@ -274,12 +287,12 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
         minimal = ProfileKey(metrics=(MINIMAL_METRIC,))
         if minimal not in tried:
             steps.append(f"try one metric alone, the fewest passes: {_code('--metrics ' + MINIMAL_METRIC)}")
-        if not any(key.replay_mode in ("range", "app-range") for key in tried):
+        if not any(key.replay_mode in RANGE_MODES for key in tried):
             steps.append(f"try range replay: {_code('--replay-mode range')} (the program must mark the range, "
                          "with cudaProfilerStart/Stop or NVTX; ncu suggests this itself when a launch seems "
                          "to hang)")
         small = [key for key in hung_keys
-                 if key.replay_mode == "kernel" and (key.set == "basic" or (not key.set and len(key.sections)
+                 if key.replay_mode == ReplayMode.KERNEL and (key.set == "basic" or (not key.set and len(key.sections)
                                                                               + len(key.metrics) <= 1))]
         if small:
             steps.append(f"even {small[-1].describe()} hangs: the kernel probably waits for the host (a flag "
@@ -301,8 +314,8 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
             steps.append("split the metrics: try " + " and ".join(
                 _code("--metrics " + ",".join(half)) for half in (h.metrics[:len(h.metrics) // 2],
                                                                    h.metrics[len(h.metrics) // 2:])))
-        if h.replay_mode == "kernel" and not any(key.replay_mode in ("range", "app-range") for key in tried):
-            ranged = ProfileKey(h.set, h.sections, h.metrics, "range")
+        if h.replay_mode == ReplayMode.KERNEL and not any(key.replay_mode in RANGE_MODES for key in tried):
+            ranged = ProfileKey(h.set, h.sections, h.metrics, ReplayMode.RANGE.value)
             steps.append(f"try the hanging settings in range replay: {_code(key_flags(ranged))} (the program "
                          "must mark the range with cudaProfilerStart/Stop or NVTX)")
         use = f"{run} {key_flags(w)} -- <your program>"
@@ -310,7 +323,7 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
     if worked and not hung:
         steps.append(f"nothing hung: {worked[-1].key.describe()} works here; richer sets may be tried "
                      "(a hang is stopped and recorded, so it costs one stall timeout)")
-    timeouts = [a for a in trusted if a.outcome == "timeout"]
+    timeouts = [a for a in trusted if a.outcome == TIMEOUT]
     if timeouts:
         steps.append(f"{len(timeouts)} timeout(s) are not proof of a hang: rerun with a larger "
                      f"{_code('--timeout')} and let the stall detector tell slow from hung")
@@ -324,7 +337,7 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
     if len(drivers) > 1:
         steps.append(f"these records come from drivers {', '.join(drivers)}: repeat the hanging settings on "
                      "the current driver before trusting them")
-    failures = [a for a in trusted if a.outcome in ("error", "crashed", "no-kernels")]
+    failures = [a for a in trusted if a.outcome in (ERROR, CRASHED, NO_KERNELS)]
     if failures and not hung and not worked:
         steps.append("no run reached a verdict: fix the error first (see the results above), e.g. with "
                      f"{_code('python -m nsightwrap doctor')}")

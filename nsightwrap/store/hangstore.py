@@ -4,7 +4,7 @@ nsightwrap remembers every verdict about a kernel and the settings it was
 profiled with, so that it never waits on the same hang twice. The store is
 one SQLite file (stdlib ``sqlite3``; its schema in :mod:`nsightwrap.store.schema`):
 
-- path: the ``path`` argument, else :func:`default_store_path` (read when a
+- path: the ``path`` argument, else :func:`~nsightwrap.store.paths.default_store_path` (read when a
   store is opened, never at import). A file created here is private (0600,
   in folders created 0700): it holds command lines and host names.
 - WAL journal and a 10 s busy timeout, one transaction per record (or per
@@ -30,13 +30,18 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, Calibration
-from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES
-from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, match_sql
+from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
+from nsightwrap.store.calibrations import (
+    calibration_from_rows,
+    calibration_rows,
+    insert_row,
+    match_sql,
+    newest_row_sql,
+)
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
-from nsightwrap.store.paths import ENV_STORE, create_private, default_store_path, unwritable_reason
+from nsightwrap.store.paths import ENV_STORE, create_private, store_path, unwritable_reason
 from nsightwrap.store.schema import (
-    CALIBRATION_COLUMNS,
     COLUMNS,
     SCHEMA_VERSION,
     SELECT,
@@ -44,6 +49,7 @@ from nsightwrap.store.schema import (
     CalibrationRow,
     KernelSummary,
     Record,
+    command_json,
     migrate,
     refuse_newer,
     row_to_record,
@@ -152,7 +158,7 @@ class HangStore:
 
     def __init__(self, path: Union[str, Path, None] = None, *, now: Callable[[], str] = _now,
                  busy_timeout: float = BUSY_TIMEOUT_S, readonly: bool = False):
-        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self.path = store_path(path)
         self.readonly = readonly
         self._now = now
         self._conn: Optional[sqlite3.Connection] = None
@@ -243,8 +249,7 @@ class HangStore:
             raise ValueError(f"outcome={outcome!r}; use one of {', '.join(OUTCOMES)}")
         if not isinstance(env, Environment):
             raise TypeError(f"env must be an Environment (Environment.detect()), not {type(env).__name__}")
-        if isinstance(command, str):
-            raise TypeError(f"command must be a list of arguments, not the string {command!r}")
+        command = command_json(command)  # refuses a string command (TypeError)
         key = as_key(key)
         kernel = kernel.strip()
         return {
@@ -255,7 +260,7 @@ class HangStore:
             "passes_reached": None if passes is None else int(passes),
             "stall_s": None if stall_s is None else float(stall_s),
             "elapsed_s": None if elapsed_s is None else float(elapsed_s),
-            "command": json.dumps([str(c) for c in command]), "trusted": 1 if trusted else 0,
+            "command": command, "trusted": 1 if trusted else 0,
             "rung": rung, "ladder": ladder, "note": note or "", "run_id": run_id,
             "allowance_s": None if allowance_s is None else float(allowance_s), "basis": basis,
             "processes": int(env.processes), "gpus": env.gpus, "ranks": key.ranks,
@@ -341,11 +346,11 @@ class HangStore:
         stall = attempt.stall
         extra = "; ".join(attempt.notes)
         reached = [k.passes for k in attempt.kernels
-                   if k.replay != "kernel" and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
+                   if k.replay != ReplayMode.KERNEL and (k.name, k.kernel_id) == (stall.kernel, stall.kernel_id)]
         note = f"stalled at {stall.where!r}" + (f" in application replay pass {max(reached)}" if reached else "")
         note += f": {attempt.reason}" + (f"; {extra}" if extra else "")
         subject = stall.kernel
-        if kernel is not None and as_key(key).replay_mode in ("range", "app-range"):
+        if kernel is not None and as_key(key).replay_mode in RANGE_MODES:
             subject = kernel
             note = f"the range holding it stalled ({stall.kernel!r}); " + note
         # Last, so that it is the newest row of this kernel (see hangs_for).
@@ -453,16 +458,12 @@ class HangStore:
         row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
                "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source,
                "run_id": uuid.uuid4().hex, "note": note, "marks_ranges": None}
-        cols = CALIBRATION_COLUMNS[1:]
-        sql = f"INSERT INTO calibrations ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-        rid = self._write([(sql, [row[c] for c in cols])])[0].lastrowid
+        rid = self._write([insert_row(row)])[0].lastrowid
         return CalibrationRow(id=rid, **row)
 
     def call_time(self, subject: str, env: Environment, kernel: str = "*") -> Optional[CalibrationRow]:
         """The newest calibration of `subject` (or `kernel` of it) on this GPU model and driver, if any."""
-        rows = self._query(f"SELECT {', '.join(CALIBRATION_COLUMNS)} FROM calibrations WHERE subject = ? AND "
-                           "kernel = ? AND gpu IS ? AND driver IS ? ORDER BY id DESC LIMIT 1",
-                           (subject, kernel, env.gpu, env.driver))
+        rows = self._query(*newest_row_sql(subject, kernel, env))
         return CalibrationRow(*rows[0]) if rows else None
 
     def record_calibration(self, calibration: Calibration, command: Sequence[str], env: Environment) -> int:

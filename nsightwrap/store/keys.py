@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from nsightwrap.ncu.names import function_core, trim
-from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES
+from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES, ReplayMode
 from nsightwrap.watch.gpu import gpus as list_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +84,7 @@ class ProfileKey:
     set: Optional[str] = None
     sections: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
-    replay_mode: str = "kernel"
+    replay_mode: str = ReplayMode.KERNEL.value
     #: "all": ncu wraps the whole program (every rank of a multi-process job);
     #: "one": ncu wraps one rank alone (see nsightwrap.watch.launchers).
     ranks: str = ALL_RANKS
@@ -145,7 +145,7 @@ class ProfileKey:
         if self.metrics:
             parts.append("metrics " + "+".join(self.metrics))
         text = " + ".join(parts) or "ncu's default set"
-        if self.replay_mode != "kernel" or self.sections or self.metrics:
+        if self.replay_mode != ReplayMode.KERNEL or self.sections or self.metrics:
             text += f", {self.replay_mode} replay"
         if self.ranks == ONE_RANK:
             text += ", one rank"

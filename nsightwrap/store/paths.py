@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Union
 
 from nsightwrap.errors import StoreError
 
-__all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path",
+__all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path", "store_path",
            "unwritable_reason"]
 
 ENV_STORE = "NSIGHTWRAP_STORE"
@@ -38,6 +38,12 @@ def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:
     if xdg and os.path.isabs(xdg):
         return Path(xdg) / STORE_NAME
     return Path(DEFAULT_STORE).expanduser()
+
+
+def store_path(path: Union[str, os.PathLike, None] = None, env: Optional[Mapping[str, str]] = None) -> Path:
+    """The store at ``path`` (``~`` expanded) when one is given (not None or empty), else
+    :func:`default_store_path` of ``env``: what ``--store``, ``HangStore(path)`` and doctor all resolve."""
+    return Path(path).expanduser() if path else default_store_path(env)
 
 
 def _make_private_dirs(folder: Path) -> None:

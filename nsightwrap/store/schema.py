@@ -77,7 +77,7 @@ from nsightwrap.store.paths import ENV_STORE
 
 __all__ = ["CALIBRATION_COLUMNS", "COLUMNS", "CalibrationRow", "KernelSummary", "MIGRATIONS", "Record",
            "SCHEMA_VERSION", "SELECT", "SQL_NAME",
-           "migrate", "refuse_newer", "row_to_record", "stored_version"]
+           "command_json", "migrate", "refuse_newer", "row_to_record", "stored_version"]
 
 
 @dataclass(frozen=True)
@@ -241,6 +241,13 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def command_json(command: Sequence[str]) -> str:
+    """A command line as it is kept (``records.command``, ``calibrations.subject``): a JSON list of strings."""
+    if isinstance(command, str):
+        raise TypeError(f"command must be a list of arguments, not the string {command!r}")
+    return json.dumps([str(c) for c in command])
 
 
 def row_to_record(row: Sequence[Any]) -> Record:

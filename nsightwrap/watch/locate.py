@@ -34,11 +34,6 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def _version_key(name: str) -> tuple[int, ...]:
-    """Numeric key so 2025.10.0 sorts after 2025.3.1 (string order gets it wrong)."""
-    return tuple(int(part) for part in re.findall(r"\d+", name))
-
-
 def _check_given(path: str, origin: str, env: Mapping[str, str], tool: str) -> str:
     """A path the user named must work: falling through would hide their typo."""
     expanded = os.path.expanduser(path)
@@ -68,7 +63,7 @@ def _check_given(path: str, origin: str, env: Mapping[str, str], tool: str) -> s
 def _newest(pattern: str, version_of: Callable[[str], str]) -> str | None:
     """The executable matching ``pattern`` with the highest version (``version_of`` names it)."""
     found = [p for p in glob.glob(pattern) if _is_executable(p)]
-    return os.path.abspath(max(found, key=lambda p: _version_key(version_of(p)))) if found else None
+    return os.path.abspath(max(found, key=lambda p: version_key(version_of(p)))) if found else None
 
 
 def _on_path_or_cuda(tool: str, env: Mapping[str, str], cuda_root: str, searched: list[str]) -> str | None:
@@ -145,3 +140,8 @@ def run_command(argv: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> tuple[
     except OSError as exc:
         raise ToolError(f"could not run `{' '.join(argv)}`: {exc}") from exc
     return done.returncode, done.stdout or ""
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """The numbers in `text`, as a sort key: 2025.10.0 sorts after 2025.3.1 (string order gets it wrong)."""
+    return tuple(int(part) for part in re.findall(r"\d+", text))

@@ -7,11 +7,10 @@ directly where the module offers them (see :class:`Api`).
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from nsightwrap.errors import ReportError
+from nsightwrap.errors import ReportError, close_matches
 from nsightwrap.reports.ncu.frame import Table
 from nsightwrap.reports.ncu.scan import TRUNCATED_HINT, FileScan
 from nsightwrap.reports.ncu.schema import (
@@ -221,7 +220,7 @@ def _section_metrics(report: Path, actions: Sequence[Any], api: Api, wanted: Seq
     missing = [w for w in wanted if w.lower() not in found]
     if missing and actions:
         ids = list(available)
-        close = sorted({c for w in missing for c in difflib.get_close_matches(w, ids, n=3, cutoff=0.5)})
+        close = sorted({c for w in missing for c in close_matches(w, ids, n=3, cutoff=0.5)})
         raise ReportError(
             report,
             f"section(s) not in this report: {', '.join(missing)}"

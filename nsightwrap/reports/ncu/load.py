@@ -46,16 +46,20 @@ def attempt_dataframe(attempt: Attempt, metrics: Names = None, sections: Names =
                       *, ncu: str | os.PathLike | None = None) -> "pandas.DataFrame":
     """The report of ``attempt`` (partial or complete) as a DataFrame, like :func:`load_report`.
 
-    Read with the ``ncu_report`` of the ncu that made it: the first element
-    of the attempt's argv (``attempt.command``), unless ``ncu=`` names
+    Read with the ``ncu_report`` of the ncu that made it (``attempt.ncu``,
+    else the first element of the attempt's argv), unless ``ncu=`` names
     another; the usual search only when that ncu is gone.
     """
     return _read(_report_path(attempt), metrics, sections, tidy, ncu if ncu is not None else run_ncu(attempt))
 
 
 def run_ncu(attempt: Attempt) -> str | None:
-    """The ncu an attempt ran (the first element of its argv), or None when it no longer exists."""
-    ncu = attempt.command[0] if attempt.command else None
+    """The ncu an attempt ran, or None when it no longer exists.
+
+    ``attempt.ncu`` when set: a one-rank attempt's argv starts with its launcher
+    (torchrun, mpirun), not with ncu. Else the first element of its argv.
+    """
+    ncu = attempt.ncu or (attempt.command[0] if attempt.command else None)
     return ncu if ncu and os.path.exists(ncu) else None
 
 

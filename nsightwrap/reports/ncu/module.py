@@ -48,7 +48,7 @@ from typing import Any, Iterator
 
 from nsightwrap.errors import ReportError, ToolError, ToolNotFound
 from nsightwrap.ncu.locate import find_ncu
-from nsightwrap.watch.locate import run_command
+from nsightwrap.watch.locate import run_command, version_key
 
 
 @dataclass(frozen=True)
@@ -147,12 +147,8 @@ def _install_candidates(ncu: Path) -> Iterator[Path]:
     for bin_dir in dict.fromkeys((real.parent, ncu.parent)):
         if bin_dir.name == "bin":
             kits = glob.glob(str(bin_dir.parent / "nsight-compute*"))
-            for kit in sorted(kits, key=_version_key, reverse=True):
+            for kit in sorted(kits, key=lambda k: version_key(os.path.basename(k)), reverse=True):
                 yield Path(kit)
-
-
-def _version_key(path: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", os.path.basename(path)))
 
 
 def _script_targets(path: Path) -> list[Path]:

@@ -32,6 +32,7 @@ from nsightwrap.reports.ncu.schema import (
     GRID_Z,
     HOST,
     IDENTITY_COLUMNS,
+    IDENTITY_METRICS,
     INT_IDENTITY,
     NVTX,
     PROCESS,
@@ -156,10 +157,8 @@ def _parse_csv_table(text: str) -> Table:
         for k, col in enumerate((cx, cy, cz)):
             identity[col] = [int(m.group(k + 1)) if m else None for m in parsed]
         identity[size] = [dims(*(int(g) for g in m.groups())) if m else s for m, s in zip(parsed, identity[size])]
-    for col, metric in ((REGISTERS_PER_THREAD, "launch__registers_per_thread"),
-                        (SHARED_MEM_STATIC, "launch__shared_mem_per_block_static"),
-                        (SHARED_MEM_DYNAMIC, "launch__shared_mem_per_block_dynamic"),
-                        (DEVICE_NAME, "device__attribute_display_name")):
+    for col in (REGISTERS_PER_THREAD, SHARED_MEM_STATIC, SHARED_MEM_DYNAMIC, DEVICE_NAME):
+        metric = IDENTITY_METRICS[col]
         if metric in metrics:
             identity[col] = list(metrics[metric])
     return Table(n, identity, metrics, units)

@@ -18,14 +18,13 @@ stands for the metrics it lists, which are included in its place.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from nsightwrap.errors import ReportError
+from nsightwrap.errors import ReportError, close_matches
 from nsightwrap.status import REGEX_PREFIX
 
 #: A body item of a section that stands for the metrics it lists (SpeedOfLight's breakdown tables).
@@ -110,7 +109,7 @@ def unknown_metrics_error(report: Path, missing: Sequence[str], universe: Sequen
     """The error for exact names the report lacks, each with its close matches."""
     lines = []
     for name in missing:
-        close = difflib.get_close_matches(name, universe, n=5, cutoff=0.6)
+        close = close_matches(name, universe, n=5, cutoff=0.6)
         lines.append(f"  {name}" + (f"  (close: {', '.join(close)})" if close else ""))
     return ReportError(
         report,
