@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence, Union
 
 from nsightwrap.ncu.allowance import AllowancePolicy, Calibration, KernelAllowances
 from nsightwrap.ncu.progress import StallRule, WatchState
+from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.rules import WatchRule
 
 __all__ = ["CALL_TIME_FORMAT", "REPORTED", "ReportedCallTime", "read_call_time",
@@ -49,7 +50,6 @@ def typical_call(call_s: Sequence[float]) -> float:
 
 def write_call_time(path: PathLike, call_s: Sequence[float]) -> None:
     """Write the timed calls to `path`, replacing it atomically (no temporary file is left on failure)."""
-    from nsightwrap.watch.files import write_atomic  # here, not at the top: this function alone is edited
 
     write_atomic(path, json.dumps({"format": CALL_TIME_FORMAT, "call_s": [float(s) for s in call_s],
                                    "pid": os.getpid()}))
