@@ -50,7 +50,6 @@ def typical_call(call_s: Sequence[float]) -> float:
 
 def write_call_time(path: PathLike, call_s: Sequence[float]) -> None:
     """Write the timed calls to `path`, replacing it atomically (no temporary file is left on failure)."""
-
     write_atomic(path, json.dumps({"format": CALL_TIME_FORMAT, "call_s": [float(s) for s in call_s],
                                    "pid": os.getpid()}))
 
