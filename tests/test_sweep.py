@@ -74,6 +74,20 @@ def test_the_table_shows_every_section_of_a_probe():
     assert all(len(r) <= 60 for r in rows) and all(r.endswith("+") for r in rows[:-1])
 
 
+def test_the_table_says_what_is_unresolved_for_every_kernel():
+    # It said only the last kernel's (a loop variable read after its loop).
+    from nsightwrap.fallback.sweep import KernelSweep, SweepResult
+
+    kernels = [KernelSweep("k1", tuple(FULL), unresolved=["A hangs only with more than 2 others among B+C"]),
+               KernelSweep("k2", tuple(FULL)),
+               KernelSweep("k3", tuple(FULL), unresolved=["D hangs only with more than 2 others among E+F"])]
+    lines = SweepResult(tuple(FULL), kernels).table().splitlines()
+    unresolved = [i for i, line in enumerate(lines) if line.startswith("  unresolved: ")]
+    assert [lines[i] for i in unresolved] == ["  unresolved: A hangs only with more than 2 others among B+C",
+                                              "  unresolved: D hangs only with more than 2 others among E+F"]
+    assert [lines[i - 1].split(":")[0] for i in unresolved] == ["k1", "k3"]  # under its kernel's line
+
+
 # --- with the fake ncu, real processes ------------------------------------------------
 
 SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStateStats", "WorkloadDistribution",

@@ -17,7 +17,6 @@ every rank profiled a collective hangs whatever the sections.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import math
 import queue
 import threading
@@ -127,10 +126,10 @@ class SweepResult:
                          f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})"
                          + ("; it hangs even with one metric alone, whatever is collected" if k.hangs_whatever
                             else ""))
-        if self.kernels:
-            lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
             if k.unresolved:
                 lines.append(f"  unresolved: {'; '.join(k.unresolved)}")
+        if self.kernels:
+            lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
         if self.clean:
             lines.append("the requested sections worked on every kernel: nothing to find")
         if self.status == NO_KERNELS:
@@ -494,7 +493,3 @@ def _gpu_ids(jobs: int) -> list[Optional[str]]:
         raise NsightwrapError(f"--jobs {jobs} needs {jobs} GPUs (one probe per GPU), but {count} found; "
                               f"use --jobs {max(1, count)}")
     return [str(i) for i in range(jobs)]
-
-
-def result_json(result: SweepResult) -> str:
-    return json.dumps(result.to_dict(), indent=2)
