@@ -14,7 +14,6 @@ from nsightwrap.cli.common import (
     interrupted_doc,
     positive,
     print_json,
-    signals_as_interrupt,
     split_command,
 )
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
@@ -28,6 +27,7 @@ from nsightwrap.status import EXIT_CODES, NO_KERNELS
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.signals import interruptible
 
 
 def add_parser(sub: Any) -> None:
@@ -86,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         screen.line(f"[sweep] {probe.kernel}: {probe.label()} -> {probe.outcome}")
 
     try:
-        with signals_as_interrupt(), screen:
+        with interruptible(), screen:
             context = RunContext.create(config).with_listener(screen)
             refused = preflight(args, context, screen)
             if refused:
