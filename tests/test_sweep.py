@@ -99,6 +99,21 @@ def cfg(tmp_path, fake_env) -> RunConfig:
     return run_config(tmp_path, report_dir=str(tmp_path), env=fake_env, stall_timeout_given=True)
 
 
+def test_a_callers_calibrator_uses_the_sweeps_environment(tmp_path, fake_env, store, monkeypatch):
+    """The sweep detects this machine once (nvidia-smi) and hands it to the caller's Calibrator."""
+    from nsightwrap.calibrate.confirm import Calibrator
+    from nsightwrap.store.keys import Environment
+
+    detected = []
+    real_detect = Environment.detect
+    monkeypatch.setattr(Environment, "detect", classmethod(
+        lambda cls, *a, **k: detected.append(1) or real_detect(*a, **k)))
+    config = run_config(tmp_path, report_dir=str(tmp_path), env=fake_env)  # calibrated allowances
+    calibrator = Calibrator(app("vec_add"), store=store)
+    r = sweep_sections(app("vec_add"), sections=SMALL, config=config, store=store, calibrator=calibrator)
+    assert r.clean and calibrator._looked_up and len(detected) == 1
+
+
 @pytest.mark.parametrize("plant,expect_singles,expect_pairs", [
     ("SourceCounters", ["SourceCounters"], []),
     ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),

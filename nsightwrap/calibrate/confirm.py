@@ -128,6 +128,12 @@ class Calibrator:
             self._env = Environment.detect()
         return self._env
 
+    def use_environment(self, env: Optional[Environment]) -> None:
+        """Use `env` (already detected by the caller) unless one was given."""
+        with self._lock:
+            if self._env is None:
+                self._env = env
+
     def known(self) -> Optional[Calibration]:
         """The calibration at hand: measured in this run, else the stored one (looked up once)."""
         with self._lock:

@@ -32,7 +32,7 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import ALL_RANKS, ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ONE_RANK, ReplayMode
-from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.store.hangstore import HangStore, ProfileKey
 from nsightwrap.watch import gpu
 from nsightwrap.watch.rules import Cancelled
 
@@ -383,9 +383,9 @@ class _ProbeRunner:
                  calibrator: Optional[Calibrator] = None, rank: int = 0) -> None:
         self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
         self.shape, self.rank = JobShape.of(command), rank
-        self.env_info = self._environment() if store is not None else None
-        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None,
-                                                   env=self.env_info)
+        self.env_info = self.shape.environment(context) if store is not None else None
+        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None)
+        self.calibrator.use_environment(self.env_info)  # a caller's calibrator need not ask nvidia-smi again
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
@@ -394,18 +394,13 @@ class _ProbeRunner:
         self.local = threading.local()
         self.owner = threading.get_ident()
 
-    def _environment(self) -> Environment:
-        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
-                                  local_processes=self.shape.local_processes,
-                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
-
     def _learn(self, attempt: Attempt) -> None:
         """ncu connected to several processes at once: a multi-process program, recorded as such."""
         with self.lock:
             shape = self.shape.seen(attempt.connected)
             if shape != self.shape:
                 self.shape = shape
-                self.env_info = self._environment() if self.store is not None else None
+                self.env_info = shape.environment(self.context) if self.store is not None else None
 
     @property
     def probe_rank(self) -> Optional[int]:

@@ -190,10 +190,11 @@ class _Walk:
                  settings: _Settings, shape: JobShape) -> None:
         self.command, self.options, self.ladder = command, options, ladder
         self.context, self.s, self.shape = context, settings, shape
-        self.env = self._environment() if settings.store is not None else None
+        self.env = shape.environment(context, settings.environment) if settings.store is not None else None
         self.result = LadderResult(ladder)
         self._note_shape()
-        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store, env=self.env)
+        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store)
+        self.calibrator.use_environment(self.env)  # a caller's calibrator need not ask nvidia-smi again
         self.floor = floor_index(ladder, options)
         self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
         self.jobs = self._first_jobs()
@@ -206,14 +207,6 @@ class _Walk:
             if not self._step(self.jobs.pop(0)):
                 break
         return self.result
-
-    def _environment(self) -> Environment:
-        """This machine and the job's size, as the store records them (the caller's, for one process)."""
-        if self.s.environment is not None and self.shape.processes == self.s.environment.processes:
-            return self.s.environment
-        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
-                                  local_processes=self.shape.local_processes,
-                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
 
     def _note_shape(self) -> None:
         self.result.processes = self.shape.processes
@@ -395,7 +388,7 @@ class _Walk:
             return
         self.shape = shape
         if self.env is not None:
-            self.env = self._environment()
+            self.env = shape.environment(self.context, self.s.environment)
         self._note_shape()
         log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
 
