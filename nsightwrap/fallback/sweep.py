@@ -31,7 +31,7 @@ from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import ALL_RANKS, ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ONE_RANK, ReplayMode
+from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
 from nsightwrap.store.hangstore import HangStore, ProfileKey
 from nsightwrap.watch import gpu
 from nsightwrap.watch.rules import Cancelled
@@ -442,28 +442,24 @@ class _ProbeRunner:
                                              ladder="sweep-sections")
         return attempt, gpu_id
 
-    def stored(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Optional[str]:
-        """The outcome the store already knows for this kernel and these sections here, if any."""
+    def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
+        """The outcome the store already knows for this kernel with these options here, if any."""
         if self.store is None:
             return None
-        ranks = ALL_RANKS if self.probe_rank is None else ONE_RANK
-        key = ProfileKey(None, tuple(sorted(sections)), metrics, ReplayMode.KERNEL.value, ranks).canonical()
-        env = self.env_info
-        for r in self._store().records(kernel=kernel):
-            if (r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version
-                    and r.processes == env.processes):
-                return HUNG if r.hung else WORKS if r.outcome == OK else None
-        return None
+        r = self._store().newest_verdict(kernel, ProfileKey.from_options(opts), self.env_info)
+        if r is None:
+            return None
+        return HUNG if r.hung else WORKS if r.outcome == OK else None
 
     def probe(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Probe:
         """Does `kernel` hang with `sections` (or `metrics`)? From the store, else one launch of it alone."""
-        known = self.stored(kernel, sections, metrics)
+        opts = _options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics, rank=self.probe_rank)
+        known = self.stored(kernel, opts)
         if known is not None:
             p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store", metrics=metrics)
         else:
             self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
-            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics,
-                                              rank=self.probe_rank))
+            a, gpu_id = self.watched(opts)
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
             p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id, metrics=metrics)

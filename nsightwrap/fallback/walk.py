@@ -218,7 +218,7 @@ class _Walk:
         if self.s.store is None or self.s.retry_known_hangs:
             return [main]
         first_opts, _ = self.ladder[0].apply(self.options, self.s.rank)
-        known = _known_hanging_kernels(self.s.store, self.env, ProfileKey.from_options(first_opts), self.command)
+        known = self.s.store.hanging_kernels(ProfileKey.from_options(first_opts), self.env, self.command)
         main.excluded = tuple(known)
         jobs, families = [main], set()
         for k in known:
@@ -444,14 +444,3 @@ class _Walk:
         if family is None or not any(j.family == family for j in self.jobs):
             self.jobs.append(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))
 
-
-def _known_hanging_kernels(store: HangStore, env: Environment, key: ProfileKey, command: Sequence[str]) -> list[str]:
-    """Kernels recorded (trusted) as hanging with `key` here, for this same program (as many processes)."""
-    names: list[str] = []
-    for r in store.records():
-        if (r.hung and r.trusted and r.key == key.canonical() and r.gpu == env.gpu
-                and r.ncu_version == env.ncu_version and r.processes == env.processes
-                and list(r.command[-len(command):]) == list(command)
-                and r.kernel not in names and r.kernel != "*"):
-            names.append(r.kernel)
-    return names
