@@ -32,9 +32,12 @@ from nsightwrap.status import EXIT_CODES, STATUSES, ReplayMode
 
 if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.calibrate.confirm import Calibrator
+    from nsightwrap.call.api import Profiler, ProfileResult, profile, profiled
     from nsightwrap.call.ranges import range
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
+    from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
+    from nsightwrap.fallback.walk import walk_ladder
     from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
     from nsightwrap.ncu.attempt import Attempt, KernelResult
     from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
@@ -43,7 +46,13 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.ncu.locate import find_ncu
     from nsightwrap.ncu.options import KernelFilter, ProfileOptions
     from nsightwrap.ncu.progress import Stall, StallRule
+    from nsightwrap.nsys.options import NsysOptions
+    from nsightwrap.nsys.run import profile_nsys
+    from nsightwrap.reports.ncu import load_report, parse_raw_csv
+    from nsightwrap.reports.nsys.sqlite import kernel_rows
+    from nsightwrap.reports.nsys.stats import nsys_stats
     from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
+    from nsightwrap.store.debuglog import debug_log
     from nsightwrap.watch.process import StopPolicy
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
 

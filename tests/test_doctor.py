@@ -162,3 +162,17 @@ def test_a_walk_stops_at_its_first_attempt_when_counters_are_refused(gpu_box, mo
     assert "NVreg_RestrictProfilingToAdminUsers=0" in doc["reason"]
     assert "preflight" not in doc and doc["attempt"]["status"] == "error"
     assert not any(r.hung for r in HangStore(gpu_box / "s.db").records())  # nothing recorded as a hang
+
+
+def test_sweep_sections_leaves_its_store_to_the_preflight(gpu_box, capsys):
+    """The sweep opens (creates) its store after the preflight: a store that cannot be made is the preflight's
+    refusal, with its remedy, not an error of opening it first."""
+    from nsightwrap.cli.main import main
+
+    blocker = gpu_box / "a-file"
+    blocker.write_text("")
+    rc = main(["sweep-sections", "--json", "-q", "--section", "LaunchStats", "--store",
+               str(blocker / "sub" / "hangs.db"), "--", *app("vec_add")])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 2 and doc["status"] == "error" and doc["error"].startswith("preflight: store:")
+    assert [c["status"] for c in doc["preflight"] if c["name"] == "store"] == ["FAIL"]

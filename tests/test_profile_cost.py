@@ -292,6 +292,16 @@ def test_a_shared_profiler_probes_once_and_reuses_call_times(cfg, plain_runs, nc
     assert len(plain_runs) == 1 and [a.value, b.value, c.value] == [1, 2, 1]
 
 
+def test_the_walks_child_result_is_read_once(cfg, monkeypatch):
+    import nsightwrap.call.profiler as profiler
+
+    reads = []
+    real = profiler.read_result
+    monkeypatch.setattr(profiler, "read_result", lambda path: reads.append(Path(path).name) or real(path))
+    r = profile(quick_step, 1, profile=ONE_RUNG, config=cfg)
+    assert r.value == 1 and reads == ["walk-result.pkl"]
+
+
 def test_profile_refuses_config_beside_a_profiler(cfg):
     from nsightwrap.errors import NsightwrapError
 

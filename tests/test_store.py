@@ -222,6 +222,53 @@ def test_a_later_ok_of_the_same_kernel_lifts_a_hang(store):
     assert not store.hangs_for("vec_add", FULL, H200)
 
 
+def test_what_walks_and_sweeps_ask_matches_every_field_as_they_did(store):
+    """hanging_kernels and newest_verdict answer in SQL what the walk and the sweep filtered in Python:
+    exact names, trusted only, this exact key, GPU, ncu version and job size, newest first."""
+    two_ranks = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1", processes=2)
+    program = ("./app", "1024")
+    ncu = ("ncu", "--set", "full", *program)
+    store.record("k1", FULL, "hang", env=H200, command=ncu)
+    store.record("k2", FULL, "timeout", env=H200, command=ncu)
+    store.record("k1", FULL, "hang", env=H200, command=ncu)                    # k1 again: named once
+    store.record("k3", FULL, "hang", env=H200, command=ncu, trusted=False)
+    store.record("k4", BASIC, "hang", env=H200, command=ncu)
+    store.record("k5", FULL, "hang", env=Environment("h", "NVIDIA H100", "580.159.04", "2025.3.1"), command=ncu)
+    store.record("k6", FULL, "hang", env=Environment("h", "NVIDIA H200", "580.159.04", "2024.1.0"), command=ncu)
+    store.record("k7", FULL, "hang", env=two_ranks, command=ncu)
+    store.record("k8", FULL, "hang", env=H200, command=("ncu", "--set", "full", "./other", "1024"))
+    store.record("*", FULL, "hang", env=H200, command=ncu)
+    store.record("k9", FULL, "ok", env=H200, command=ncu)
+    store.record("k10", FULL, "hang", env=Environment("other-host", "NVIDIA H200", "590.1", "2025.3.1"),
+                 command=ncu)                                                   # host and driver may differ
+
+    def walk_did(key, env, command):  # the walk's filter before the store had the method
+        names = []
+        for r in store.records():
+            if (r.hung and r.trusted and r.key == key.canonical() and r.gpu == env.gpu
+                    and r.ncu_version == env.ncu_version and r.processes == env.processes
+                    and list(r.command[-len(command):]) == list(command) and r.kernel not in names
+                    and r.kernel != "*"):
+                names.append(r.kernel)
+        return names
+
+    def sweep_did(kernel, key, env):  # the sweep's
+        for r in store.records(kernel=kernel):
+            if (r.trusted and r.key == key.canonical() and r.gpu == env.gpu and r.ncu_version == env.ncu_version
+                    and r.processes == env.processes):
+                return r
+        return None
+
+    assert store.hanging_kernels(FULL, H200, program) == ["k10", "k1", "k2"]
+    for key in (FULL, BASIC, ProfileKey("full", ranks="one")):
+        for env in (H200, two_ranks, Environment()):
+            for command in (program, ("1024",), ("./other", "1024"), ()):
+                assert store.hanging_kernels(key, env, command) == walk_did(key, env, command)
+            for kernel in ("k1", "k3", "k7", "k9", "*", "k", "K1"):
+                assert store.newest_verdict(kernel, key, env) == sweep_did(kernel, key, env)
+    assert store.newest_verdict("k9", ProfileOptions(set="full"), H200).outcome == "ok"
+
+
 def test_record_attempt_hang_ok_and_other(store):
     hang = make_attempt("hang", kernels=[KernelResult("vec_add", 0, 38), KernelResult("vec_add", 1, 38),
                                          KernelResult("block_reduce", 2, 38)], stall=make_stall(), cookie="run-a")

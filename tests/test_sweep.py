@@ -74,6 +74,20 @@ def test_the_table_shows_every_section_of_a_probe():
     assert all(len(r) <= 60 for r in rows) and all(r.endswith("+") for r in rows[:-1])
 
 
+def test_the_table_says_what_is_unresolved_for_every_kernel():
+    # It said only the last kernel's (a loop variable read after its loop).
+    from nsightwrap.fallback.sweep import KernelSweep, SweepResult
+
+    kernels = [KernelSweep("k1", tuple(FULL), unresolved=["A hangs only with more than 2 others among B+C"]),
+               KernelSweep("k2", tuple(FULL)),
+               KernelSweep("k3", tuple(FULL), unresolved=["D hangs only with more than 2 others among E+F"])]
+    lines = SweepResult(tuple(FULL), kernels).table().splitlines()
+    unresolved = [i for i, line in enumerate(lines) if line.startswith("  unresolved: ")]
+    assert [lines[i] for i in unresolved] == ["  unresolved: A hangs only with more than 2 others among B+C",
+                                              "  unresolved: D hangs only with more than 2 others among E+F"]
+    assert [lines[i - 1].split(":")[0] for i in unresolved] == ["k1", "k3"]  # under its kernel's line
+
+
 # --- with the fake ncu, real processes ------------------------------------------------
 
 SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStateStats", "WorkloadDistribution",
@@ -83,6 +97,21 @@ SMALL = ["LaunchStats", "Occupancy", "SourceCounters", "SpeedOfLight", "WarpStat
 @pytest.fixture
 def cfg(tmp_path, fake_env) -> RunConfig:
     return run_config(tmp_path, report_dir=str(tmp_path), env=fake_env, stall_timeout_given=True)
+
+
+def test_a_callers_calibrator_uses_the_sweeps_environment(tmp_path, fake_env, store, monkeypatch):
+    """The sweep detects this machine once (nvidia-smi) and hands it to the caller's Calibrator."""
+    from nsightwrap.calibrate.confirm import Calibrator
+    from nsightwrap.store.keys import Environment
+
+    detected = []
+    real_detect = Environment.detect
+    monkeypatch.setattr(Environment, "detect", classmethod(
+        lambda cls, *a, **k: detected.append(1) or real_detect(*a, **k)))
+    config = run_config(tmp_path, report_dir=str(tmp_path), env=fake_env)  # calibrated allowances
+    calibrator = Calibrator(app("vec_add"), store=store)
+    r = sweep_sections(app("vec_add"), sections=SMALL, config=config, store=store, calibrator=calibrator)
+    assert r.clean and calibrator._looked_up and len(detected) == 1
 
 
 @pytest.mark.parametrize("plant,expect_singles,expect_pairs", [

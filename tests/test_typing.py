@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
+from pathlib import Path
 
 import nsightwrap
 
@@ -44,3 +46,29 @@ def test_public_api_is_annotated():
         elif inspect.isfunction(obj):
             missing += unannotated(name, obj)
     assert missing == [], "add annotations to: " + ", ".join(missing)
+
+
+def _top_level_imports() -> tuple[set[str], dict[str, str]]:
+    """nsightwrap/__init__.py's own imports: (names imported at once, {name: module} under TYPE_CHECKING)."""
+    tree = ast.parse(Path(nsightwrap.__file__).read_text())
+    eager: set[str] = set()
+    typing_only: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nsightwrap"):
+            eager |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                typing_only.update({a.asname or a.name: imp.module for a in imp.names})
+    return eager, typing_only
+
+
+def test_all_is_every_public_name_sorted():
+    eager, _ = _top_level_imports()
+    assert set(nsightwrap.__all__) == eager | set(nsightwrap._LAZY)
+    assert nsightwrap.__all__ == sorted(nsightwrap.__all__) and len(set(nsightwrap.__all__)) == len(nsightwrap.__all__)
+
+
+def test_type_checkers_see_every_lazy_name_where_it_loads_from():
+    _, typing_only = _top_level_imports()
+    assert {name: module.removeprefix("nsightwrap.") for name, module in typing_only.items()} == nsightwrap._LAZY

@@ -75,6 +75,24 @@ def test_second_walk_skips_known_hangs(cfg, store):
     assert len(again.attempts) == 5
 
 
+def test_a_callers_calibrator_uses_the_walks_environment(tmp_path, fake_env, store, monkeypatch):
+    """The walk detects this machine once (nvidia-smi) and hands it to the caller's Calibrator, which
+    looks up its calibration in the store with it instead of detecting the machine again."""
+    from nsightwrap.calibrate.confirm import Calibrator
+    from nsightwrap.store.keys import Environment
+
+    detected = []
+    real_detect = Environment.detect
+    monkeypatch.setattr(Environment, "detect", classmethod(
+        lambda cls, *a, **k: detected.append(1) or real_detect(*a, **k)))
+    config = run_config(tmp_path, report_dir=str(tmp_path / "r"), env=fake_env)  # calibrated allowances
+    calibrator = Calibrator(app("vec_add"), store=store)
+    r = walk_ladder(app("vec_add"), ProfileOptions(set="basic"), "default", config, store=store, reader=rows,
+                    calibrator=calibrator)
+    assert [a.status for a in r.attempts] == ["ok"] and calibrator._looked_up
+    assert len(detected) == 1 and calibrator._env.ncu_version == probe_ncu(fake_env["NSIGHTWRAP_NCU"]).version
+
+
 def test_a_kernel_that_hangs_in_its_first_pass_meets_the_floor_next(cfg, store):
     """FACTS: a kernel that waits for the host hangs under any collection; one stalled run at the floor
     spares the rungs above it that serialise it the same way (each would cost a stalled run)."""

@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from nsightwrap.call.ranges import find_range_api
+from nsightwrap.call import ranges
 from nsightwrap.ncu.calltime import write_call_time
 from nsightwrap.watch.files import write_atomic
 
@@ -43,7 +43,6 @@ class CallSpec:
     repeat: int
     sys_path: list[str]
     result_path: str
-    mark_range: bool = True
     call_time_path: Optional[str] = None  # where the warm-up times go, for the watchdog
 
 
@@ -115,20 +114,13 @@ def run(spec: CallSpec) -> CallResult:
     warmup_s = [_timed(fn, args, kwargs)[1] for _ in range(spec.warmup)]
     if warmup_s and spec.call_time_path:
         write_call_time(spec.call_time_path, warmup_s)  # before the range: the watchdog knows it in time
-    api = find_range_api()
+    api = ranges.find_range_api()
     result = CallResult(ok=True, range_api=api.describe, warmup_s=warmup_s)
     value = None
-    if spec.mark_range:
-        api.push(RANGE_NAME)
-        api.start()
-    try:
+    with ranges.range(RANGE_NAME, api=api):
         for _ in range(spec.repeat):
             value, took = _timed(fn, args, kwargs)
             result.call_s.append(took)
-    finally:
-        if spec.mark_range:
-            api.stop()
-            api.pop()
     try:
         result.value_pickle = pickle.dumps(value)
     except Exception as e:  # noqa: BLE001 - an unpicklable return value is not an error
@@ -151,11 +143,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_atomic(spec.result_path, pickle.dumps(result))
     sys.stdout.flush()
     return code
-
-
-if __name__ == "__main__":
-    # `python -m nsightwrap.call.child` runs this file twice (as __main__, then as the module that
-    # pickled results name); profile(fn) launches `python -m nsightwrap.call`, which imports it once.
-    from nsightwrap.call.child import main as _main
-
-    sys.exit(_main())

@@ -125,19 +125,17 @@ class Profiler:
         files = CallFiles.create()
         try:
             plan = self._plan(spec, files, calibrate and stall_timeout is None, timeout)
-            walk = _walk(files, lambda: walk_ladder(
+            walk, child = _walk(files, lambda: walk_ladder(
                 files.command(files.walk_result), options, profile, context=plan.context, store=self.store,
                 environment=self.environment if self.store is not None else None, on_output=on_output,
                 stall_timeout=stall_timeout))
-            return self._result(walk, plan, read_result(files.walk_result), read_call_time(files.call_time),
-                                stall_timeout, options)
+            return self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
         finally:
             files.remove()
 
     def _plan(self, spec: CallSpec, files: CallFiles, timed: bool, timeout: Optional[float]) -> _Plan:
         """Write the child's spec; find fn's call time, with a plain run only where nothing else can."""
         name = subject(spec)
-        spec.result_path = str(files.plain_result)
         # The child reports its warm-up times, and the stall rule reads them (nsightwrap.ncu.calltime).
         spec.call_time_path = str(files.call_time) if timed and spec.warmup else None
         files.write_spec(spec)
@@ -185,8 +183,9 @@ class Profiler:
         return result
 
 
-def _walk(files: CallFiles, run: Callable[[], LadderResult]) -> LadderResult:
-    """The walk, with fn's own exception raised as a ChildError when the child reports one."""
+def _walk(files: CallFiles, run: Callable[[], LadderResult]) -> tuple[LadderResult, Optional[CallResult]]:
+    """The walk and what its child wrote (read once), with fn's own exception raised as a ChildError when
+    the child reports one."""
     try:
         walk = run()
     except AttemptFailed as e:
@@ -198,4 +197,4 @@ def _walk(files: CallFiles, run: Callable[[], LadderResult]) -> LadderResult:
     if walk.stopped and child is not None and not child.ok:
         raise ChildError(f"fn raised in the child process under ncu ({walk.stopped})", child.error or "",
                          walk.attempts)
-    return walk
+    return walk, child

@@ -1,4 +1,4 @@
-"""What the commands share: argument types, the command after `--`, signals, JSON, logging."""
+"""What the commands share: argument types, the command after `--`, JSON, logging."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
-from nsightwrap.watch.signals import interruptible
 
 EPILOG = ("exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items())
           + f", {USAGE_EXIT_CODE} usage/set-up error")
@@ -68,16 +67,6 @@ def error_doc(message: str, exit_code: int = USAGE_EXIT_CODE, **more: Any) -> di
 def interrupted_doc(reason: str = "interrupted (Ctrl-C or a termination signal) between two attempts; "
                                   "nothing was left running", **more: Any) -> dict[str, Any]:
     return {"status": INTERRUPTED, "exit_code": EXIT_CODES[INTERRUPTED], "reason": reason, **more}
-
-
-
-
-
-
-#: SIGTERM and SIGHUP stop the tree like Ctrl-C does, for the whole command
-#: (probing ncu and walking a ladder included): no orphan when a CI job is
-#: cancelled; the signals that follow the first are counted, not raised.
-signals_as_interrupt = interruptible
 
 
 class LineLog(logging.Handler):

@@ -17,7 +17,6 @@ from nsightwrap.cli.common import (
     interrupted_doc,
     positive,
     print_json,
-    signals_as_interrupt,
     split_command,
     without_logged,
 )
@@ -33,6 +32,7 @@ from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.signals import interruptible
 
 
 def add_parser(sub: Any) -> None:
@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:
-        with signals_as_interrupt(), screen:
+        with interruptible(), screen:  # SIGTERM and SIGHUP stop the tree as Ctrl-C does
             context = RunContext.create(config).with_listener(screen)
             if args.profile:  # ncu answers the probe while the walk's modules (pandas) load
                 context.prefetch()

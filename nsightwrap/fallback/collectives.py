@@ -18,7 +18,9 @@ from typing import Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.ncu.attempt import SERIALISED
+from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.store.keys import Environment
 from nsightwrap.watch.launchers import Launch, parse_launch
 
 __all__ = ["COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "collective_family", "family_filter", "unprofiled_reason"]
@@ -86,6 +88,15 @@ class JobShape:
             return ("nsightwrap cannot start one rank of this command alone under ncu (it starts no launcher "
                     "nsightwrap knows: torchrun, python -m torch.distributed.run, mpirun/mpiexec, srun)")
         return self.launch.problem or "the job has one process"
+
+    def environment(self, context: RunContext, caller: Optional[Environment] = None) -> Environment:
+        """This machine and the job's size, as the store records them: the caller's environment when it has
+        as many processes, else detected (nvidia-smi) with the ncu of `context`."""
+        if caller is not None and caller.processes == self.processes:
+            return caller
+        return Environment.detect(ncu_version=context.info.version, processes=self.processes,
+                                  local_processes=self.local_processes,
+                                  cuda_visible=context.env.get("CUDA_VISIBLE_DEVICES"))
 
     def describe(self) -> str:
         what = self.launch.kind + " job" if self.launch else "program"

@@ -17,7 +17,6 @@ every rank profiled a collective hangs whatever the sections.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import math
 import queue
 import threading
@@ -32,8 +31,8 @@ from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.status import ALL_RANKS, ERROR, HANG, INTERRUPTED, NO_KERNELS, OK, ONE_RANK, ReplayMode
-from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
+from nsightwrap.store.hangstore import HangStore, ProfileKey
 from nsightwrap.watch import gpu
 from nsightwrap.watch.rules import Cancelled
 
@@ -127,10 +126,10 @@ class SweepResult:
                          f"probes {k.probes_run} (naive {k.naive_probes}, goal <= {k.budget()})"
                          + ("; it hangs even with one metric alone, whatever is collected" if k.hangs_whatever
                             else ""))
-        if self.kernels:
-            lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
             if k.unresolved:
                 lines.append(f"  unresolved: {'; '.join(k.unresolved)}")
+        if self.kernels:
+            lines.append(f"before them: {len(self.whole_runs)} run(s) of the whole set on the whole program")
         if self.clean:
             lines.append("the requested sections worked on every kernel: nothing to find")
         if self.status == NO_KERNELS:
@@ -384,9 +383,9 @@ class _ProbeRunner:
                  calibrator: Optional[Calibrator] = None, rank: int = 0) -> None:
         self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
         self.shape, self.rank = JobShape.of(command), rank
-        self.env_info = self._environment() if store is not None else None
-        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None,
-                                                   env=self.env_info)
+        self.env_info = self.shape.environment(context) if store is not None else None
+        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None)
+        self.calibrator.use_environment(self.env_info)  # a caller's calibrator need not ask nvidia-smi again
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
@@ -395,18 +394,13 @@ class _ProbeRunner:
         self.local = threading.local()
         self.owner = threading.get_ident()
 
-    def _environment(self) -> Environment:
-        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
-                                  local_processes=self.shape.local_processes,
-                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
-
     def _learn(self, attempt: Attempt) -> None:
         """ncu connected to several processes at once: a multi-process program, recorded as such."""
         with self.lock:
             shape = self.shape.seen(attempt.connected)
             if shape != self.shape:
                 self.shape = shape
-                self.env_info = self._environment() if self.store is not None else None
+                self.env_info = shape.environment(self.context) if self.store is not None else None
 
     @property
     def probe_rank(self) -> Optional[int]:
@@ -448,28 +442,24 @@ class _ProbeRunner:
                                              ladder="sweep-sections")
         return attempt, gpu_id
 
-    def stored(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Optional[str]:
-        """The outcome the store already knows for this kernel and these sections here, if any."""
+    def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
+        """The outcome the store already knows for this kernel with these options here, if any."""
         if self.store is None:
             return None
-        ranks = ALL_RANKS if self.probe_rank is None else ONE_RANK
-        key = ProfileKey(None, tuple(sorted(sections)), metrics, ReplayMode.KERNEL.value, ranks).canonical()
-        env = self.env_info
-        for r in self._store().records(kernel=kernel):
-            if (r.trusted and r.key == key and r.gpu == env.gpu and r.ncu_version == env.ncu_version
-                    and r.processes == env.processes):
-                return HUNG if r.hung else WORKS if r.outcome == OK else None
-        return None
+        r = self._store().newest_verdict(kernel, ProfileKey.from_options(opts), self.env_info)
+        if r is None:
+            return None
+        return HUNG if r.hung else WORKS if r.outcome == OK else None
 
     def probe(self, kernel: str, sections: frozenset, metrics: tuple[str, ...] = ()) -> Probe:
         """Does `kernel` hang with `sections` (or `metrics`)? From the store, else one launch of it alone."""
-        known = self.stored(kernel, sections, metrics)
+        opts = _options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics, rank=self.probe_rank)
+        known = self.stored(kernel, opts)
         if known is not None:
             p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store", metrics=metrics)
         else:
             self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
-            a, gpu_id = self.watched(_options(sections, KernelFilter(kernel, False), launch_count=1, metrics=metrics,
-                                              rank=self.probe_rank))
+            a, gpu_id = self.watched(opts)
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
             p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id, metrics=metrics)
@@ -494,7 +484,3 @@ def _gpu_ids(jobs: int) -> list[Optional[str]]:
         raise NsightwrapError(f"--jobs {jobs} needs {jobs} GPUs (one probe per GPU), but {count} found; "
                               f"use --jobs {max(1, count)}")
     return [str(i) for i in range(jobs)]
-
-
-def result_json(result: SweepResult) -> str:
-    return json.dumps(result.to_dict(), indent=2)

@@ -190,10 +190,11 @@ class _Walk:
                  settings: _Settings, shape: JobShape) -> None:
         self.command, self.options, self.ladder = command, options, ladder
         self.context, self.s, self.shape = context, settings, shape
-        self.env = self._environment() if settings.store is not None else None
+        self.env = shape.environment(context, settings.environment) if settings.store is not None else None
         self.result = LadderResult(ladder)
         self._note_shape()
-        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store, env=self.env)
+        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store)
+        self.calibrator.use_environment(self.env)  # a caller's calibrator need not ask nvidia-smi again
         self.floor = floor_index(ladder, options)
         self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
         self.jobs = self._first_jobs()
@@ -207,14 +208,6 @@ class _Walk:
                 break
         return self.result
 
-    def _environment(self) -> Environment:
-        """This machine and the job's size, as the store records them (the caller's, for one process)."""
-        if self.s.environment is not None and self.shape.processes == self.s.environment.processes:
-            return self.s.environment
-        return Environment.detect(ncu_version=self.context.info.version, processes=self.shape.processes,
-                                  local_processes=self.shape.local_processes,
-                                  cuda_visible=self.context.env.get("CUDA_VISIBLE_DEVICES"))
-
     def _note_shape(self) -> None:
         self.result.processes = self.shape.processes
         self.result.gpus = self.env.gpus if self.env is not None else None
@@ -225,7 +218,7 @@ class _Walk:
         if self.s.store is None or self.s.retry_known_hangs:
             return [main]
         first_opts, _ = self.ladder[0].apply(self.options, self.s.rank)
-        known = _known_hanging_kernels(self.s.store, self.env, ProfileKey.from_options(first_opts), self.command)
+        known = self.s.store.hanging_kernels(ProfileKey.from_options(first_opts), self.env, self.command)
         main.excluded = tuple(known)
         jobs, families = [main], set()
         for k in known:
@@ -395,7 +388,7 @@ class _Walk:
             return
         self.shape = shape
         if self.env is not None:
-            self.env = self._environment()
+            self.env = shape.environment(self.context, self.s.environment)
         self._note_shape()
         log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
 
@@ -451,14 +444,3 @@ class _Walk:
         if family is None or not any(j.family == family for j in self.jobs):
             self.jobs.append(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))
 
-
-def _known_hanging_kernels(store: HangStore, env: Environment, key: ProfileKey, command: Sequence[str]) -> list[str]:
-    """Kernels recorded (trusted) as hanging with `key` here, for this same program (as many processes)."""
-    names: list[str] = []
-    for r in store.records():
-        if (r.hung and r.trusted and r.key == key.canonical() and r.gpu == env.gpu
-                and r.ncu_version == env.ncu_version and r.processes == env.processes
-                and list(r.command[-len(command):]) == list(command)
-                and r.kernel not in names and r.kernel != "*"):
-            names.append(r.kernel)
-    return names

@@ -490,3 +490,30 @@ class HangStore:
     def export_yaml(self, path_or_file: Union[str, Path, IO[str]], kernel: Optional[str] = None) -> int:
         """Write ``{schema_version, records: [...]}`` (oldest first) with yaml.safe_dump; the rows written."""
         return write_yaml(reversed(self.records(kernel=kernel)), path_or_file, self.path)
+
+    # --- what walks and sweeps ask before they run ------------------------------
+    def _here(self, where: str, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
+              params: Sequence[Any] = ()) -> list[Record]:
+        """Trusted records with this exact key on env's GPU and ncu version, in a job of as many processes,
+        that also match `where`; newest first."""
+        sql = (SELECT + " WHERE key = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1 AND "
+               + where + " ORDER BY id DESC")
+        rows = self._query(sql, [as_key(key).canonical(), env.gpu, env.ncu_version, int(env.processes), *params])
+        return [row_to_record(r) for r in rows]
+
+    def hanging_kernels(self, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
+                        command: Sequence[str]) -> list[str]:
+        """Kernels (exact names, each once, newest first) recorded as hanging with this exact key here, in
+        this same program (a command line ending with `command`)."""
+        program = list(command)
+        names: list[str] = []
+        for r in self._here("outcome IN (?, ?) AND kernel != '*'", key, env, HANG_OUTCOMES):
+            if list(r.command[-len(program):]) == program and r.kernel not in names:
+                names.append(r.kernel)
+        return names
+
+    def newest_verdict(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"],
+                       env: Environment) -> Optional[Record]:
+        """The newest record of this very kernel (exact name) with this exact key here, whatever its outcome."""
+        rows = self._here("kernel = ?", key, env, (kernel,))
+        return rows[0] if rows else None
