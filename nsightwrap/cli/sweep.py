@@ -26,7 +26,7 @@ from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import EXIT_CODES, NO_KERNELS
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.paths import default_store_path
+from nsightwrap.store.paths import store_path
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.signals import interruptible
 
@@ -79,7 +79,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None)
-    store_path = Path(args.store).expanduser() if args.store else default_store_path()
+    path = store_path(args.store)
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)
 
@@ -92,7 +92,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             refused = preflight(args, context, screen)
             if refused:
                 return refuse(args, screen, refused)
-            store = HangStore(store_path)  # after the preflight, whose store check would see it created
+            store = HangStore(path)  # after the preflight, whose store check would see it created
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
                                     context=context, store=store, jobs=args.jobs, on_probe=said,
@@ -100,7 +100,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         return report_interrupt(args, screen, interrupted_doc(
-            f"sweep interrupted; every probe so far is in the store ({store_path})", store=str(store_path),
+            f"sweep interrupted; every probe so far is in the store ({path})", store=str(path),
             attempt=attempt))
     finally:
         configure_logging(False, screen.line)
