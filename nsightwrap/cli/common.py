@@ -5,16 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
+from nsightwrap.watch.signals import settle
 
 EPILOG = ("exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items())
           + f", {USAGE_EXIT_CODE} usage/set-up error")
 
 #: The logger of nsightwrap's own messages (--verbose shows them).
 LOGGER = "nsightwrap"
+#: Before the JSON object: how long stderr's writer may take to write what waits (seconds).
+LOST_OUTPUT_WAIT_S = 0.2
 
 
 class UsageError(NsightwrapError):
@@ -56,8 +61,43 @@ def wants_json(argv: Sequence[str]) -> bool:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    """The one JSON object of a command, on stdout."""
-    print(json.dumps(doc))
+    """The one JSON object of a command, on stdout; after it, signals change neither it nor the exit code.
+
+    Output that stderr's writer could not write (nobody read it) is said in `warnings`. A reader of
+    stdout that went away costs no traceback: stdout then points at /dev/null.
+    """
+    settle()
+    try:
+        print(json.dumps(_with_lost_output(doc)), flush=True)
+    except BrokenPipeError:
+        silence(sys.stdout)
+
+
+def _with_lost_output(doc: dict[str, Any]) -> dict[str, Any]:
+    writer = getattr(sys.stderr, "writer", None)  # a watch.writer.TextOut, installed by cli.main
+    if writer is None:
+        return doc
+    writer.flush(LOST_OUTPUT_WAIT_S)
+    lost = writer.dropped + writer.pending
+    if not lost:
+        return doc
+    note = (f"{lost} bytes of output (ncu's, the program's, nsightwrap's) could not be written to stderr "
+            "(nobody read it) and were dropped")
+    return {**doc, "warnings": [*doc.get("warnings", []), note]}
+
+
+def silence(stream: Any) -> None:
+    """After the reader went away: point the stream's descriptor at /dev/null, so that the flush at exit
+    does not print a BrokenPipeError of its own (Python's documented idiom for SIGPIPE)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def error_doc(message: str, exit_code: int = USAGE_EXIT_CODE, **more: Any) -> dict[str, Any]:

@@ -3,82 +3,98 @@
 Exit codes of `run`: 0 ok, 3 hang, 4 timeout, 5 error (ncu refused or
 failed), 6 no kernels profiled, 7 crashed (the program failed), 130
 interrupted, 2 usage or set-up problem found before launching.
+
+`main` owns the stop signals before it loads anything heavy, so a signal at
+any moment is `interrupted` (130, and with --json one JSON object); once the
+answer is printed, signals change neither it nor the exit code. stderr goes
+through a writer of its own (watch.writer): output nobody reads never
+blocks a run; a reader of stdout that went away (`| head`) costs no
+traceback.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import sys
-from typing import Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
 
-from nsightwrap import __version__
-from nsightwrap.cli import doctor, run, sweep
-from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
-from nsightwrap.cli.common import Parser, UsageError, error_doc, interrupted_doc, print_json, wants_json
-from nsightwrap.cli.doctor import cmd_doctor
-from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
-from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
-from nsightwrap.cli.run import cmd_run
-from nsightwrap.cli.sweep import cmd_sweep
-from nsightwrap.errors import NsightwrapError
-from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
-from nsightwrap.watch.signals import ignore_stop_signals
+from nsightwrap.cli.common import silence
+from nsightwrap.status import EXIT_CODES, INTERRUPTED
+from nsightwrap.watch.signals import Interrupts, ignore_stop_signals, settle
+from nsightwrap.watch.writer import OutputWriter, TextOut
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m nsightwrap", description="Run NVIDIA profilers under a watchdog.")
-    parser.add_argument("--version", action="version", version=f"nsightwrap {__version__}")
-    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
-    run.add_parser(sub)
-    sweep.add_parser(sub)
-    add_hangs_parser(sub)
-    add_nsys_parser(sub)
-    add_cleanup_parser(sub)
-    doctor.add_parser(sub)
-    return parser
+#: Exit code when the reader of stdout went away in the middle of the output (128 + SIGPIPE).
+BROKEN_PIPE_EXIT = 141
+#: At the end, how long what is left of stderr may take to be written (seconds); the rest is dropped.
+CLOSE_S = 1.0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit code of the command; with --json, stdout holds exactly one JSON object whatever happens."""
     from_shell = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    as_json = wants_json(argv)
-    parser = build_parser()
+    scope = Interrupts(raise_first=True).__enter__()  # first thing: a signal from now on is `interrupted`
     try:
-        args = parser.parse_args(argv)
-    except UsageError as e:
-        return _usage_error(e, as_json)
-    if args.cmd is None:
-        parser.print_help(sys.stderr)
-        return _usage_error(UsageError("give a command, e.g. `python -m nsightwrap run -- ./my_app`"), as_json)
+        with _own_streams():
+            return _command(argv)
+    except KeyboardInterrupt:  # while the commands load, or outside one's own handling
+        return answer_interrupted(argv)
+    finally:
+        settle()  # the answer is given: later signals are only counted
+        if from_shell:
+            ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
+        else:
+            scope.__exit__(None, None, None)
+
+
+def answer_interrupted(argv: Sequence[str], reason: str = "interrupted") -> int:
+    """The answer to a signal that came before a command could answer it (light: nothing to import)."""
+    settle()
+    own = list(argv)[: list(argv).index("--")] if "--" in argv else list(argv)
+    code = EXIT_CODES[INTERRUPTED]
     try:
-        code = COMMANDS[args.cmd](args)
-    except UsageError as e:
-        return _usage_error(e, as_json)
-    except NsightwrapError as e:
-        print(f"nsightwrap: {e}", file=sys.stderr)
-        if as_json:
-            print_json(error_doc(str(e)))
-        return USAGE_EXIT_CODE
-    except KeyboardInterrupt:  # outside a watched run (each run stops its own tree): doctor, hangs, nsys
-        print("nsightwrap: interrupted", file=sys.stderr)
-        if as_json:
-            print_json(interrupted_doc("interrupted"))
-        code = EXIT_CODES[INTERRUPTED]
-    if code == EXIT_CODES[INTERRUPTED] and from_shell:
-        ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
+        print(f"nsightwrap: {reason}", file=sys.stderr)
+        if "--json" in own:
+            print(json.dumps({"status": INTERRUPTED, "exit_code": code, "reason": reason}), flush=True)
+    except BrokenPipeError:
+        silence(sys.stdout)
     return code
 
 
-def _usage_error(e: UsageError, as_json: bool) -> int:
-    print(f"{e.usage}{e}" if e.usage else str(e), file=sys.stderr)
-    if as_json:
-        print_json(error_doc(str(e), usage=e.usage.strip()))
-    return USAGE_EXIT_CODE
+def _command(argv: list[str]) -> int:
+    from nsightwrap.cli.commands import run_command  # heavy: after the signals are ours
+
+    try:
+        code = run_command(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader of stdout went away in the middle: nothing more to say to it
+        silence(sys.stdout)
+        return BROKEN_PIPE_EXIT
+    return code
 
 
-COMMANDS = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
-            "hangs": cmd_hangs, "nsys": cmd_nsys}
+@contextmanager
+def _own_streams() -> Iterator[None]:
+    """stderr through a writer of its own for the command; afterwards what is left gets CLOSE_S seconds."""
+    err = sys.stderr
+    try:
+        fd = err.fileno()
+        err.flush()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): it never blocks
+        yield
+        return
+    writer = OutputWriter(fd)
+    sys.stderr = TextOut(writer)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        lost = writer.dropped + writer.pending
+        if lost:
+            sys.stderr.write(f"nsightwrap: {lost} bytes of output could not be written to stderr "
+                             "(nobody read it) and were dropped\n")
+        sys.stderr = err
+        writer.close(CLOSE_S)
 
 
 if __name__ == "__main__":  # pragma: no cover

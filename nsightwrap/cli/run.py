@@ -168,7 +168,7 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
         attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
     screen.close()
     if args.json:
-        print(attempt.to_json())
+        print_json(attempt.to_dict())
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code

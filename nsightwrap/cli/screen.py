@@ -98,10 +98,17 @@ class PlainScreen(RunListener):
         """Nothing to take down; the summary is for the live screen."""
 
     def output(self, text: str) -> None:
+        """Output of ncu and the program, byte for byte where it carries its bytes (a RawText)."""
         if not self.quiet:
             with self._lock:
-                self.err.write(text)
-                self.err.flush()
+                raw, buffer = getattr(text, "raw", None), getattr(self.err, "buffer", None)
+                if isinstance(raw, bytes) and buffer is not None:  # a plain binary stream under the text
+                    self.err.flush()
+                    buffer.write(raw)
+                    buffer.flush()
+                else:  # a TextOut writes a RawText's bytes itself
+                    self.err.write(text)
+                    self.err.flush()
 
     def line(self, text: str) -> None:
         """A progress message of nsightwrap's own, on a line of its own (not with -q)."""

@@ -22,14 +22,33 @@ def _decoder():
     return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
+class RawText(str):
+    """Text decoded with errors="replace" that keeps the exact bytes it came from in `.raw`.
+
+    A callback that gets one (`on_output`) can use it as any str; the
+    command line writes `.raw` instead, so a program's output is passed
+    through byte for byte (see watch.writer.TextOut). Joined in order, the
+    `.raw` of the pieces are the bytes read; a piece's text and bytes may
+    differ by a character cut in two between pieces.
+    """
+
+    raw: bytes
+
+    def __new__(cls, text: str, raw: bytes) -> "RawText":
+        piece = super().__new__(cls, text)
+        piece.raw = raw
+        return piece
+
+
 class PipeReader:
-    """The read end of a child's stdout, non-blocking."""
+    """The read end of a child's stdout, non-blocking; reads give RawText."""
 
     def __init__(self, fd: int):
         self.fd = fd
         os.set_blocking(fd, False)
         self.decoder = _decoder()
         self.eof = False
+        self._held = b""  # bytes read whose text the decoder still holds (a character cut in two)
 
     def wait(self, timeout: float) -> None:
         """Until there is something to read, or `timeout` seconds."""
@@ -51,8 +70,16 @@ class PipeReader:
             data = b""
         if not data:
             self.eof = True
-            return self.decoder.decode(b"", final=True)
-        return self.decoder.decode(data)
+            return self._text(self.decoder.decode(b"", final=True), b"")
+        return self._text(self.decoder.decode(data), data)
+
+    def _text(self, text: str, data: bytes) -> str:
+        """The text with its bytes; bytes without text yet wait for the piece that completes them."""
+        raw, self._held = self._held + data, b""
+        if not text and raw and not self.eof:
+            self._held = raw
+            return ""
+        return RawText(text, raw)
 
 
 class FollowedFile:

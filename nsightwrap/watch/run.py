@@ -174,7 +174,7 @@ class _Watch:
             return
         now = self.clock()
         if text:
-            self.log.append(text)
+            self.log.append(str(text))  # the text alone, not the bytes RawText carries too
             self.state.last_output_at = now
         events = self.observer.feed(text, now) if parse and text else []
         if final:

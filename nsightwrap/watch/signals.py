@@ -132,3 +132,13 @@ def ignore_stop_signals() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def settle() -> None:
+    """The answer is given (a command printed its result): from now on every Interrupts block only counts
+    the stop signals, so a late one changes neither the answer nor the exit code."""
+    for sig in STOP_SIGNALS:
+        scope = _scope_of(signal.getsignal(sig))
+        while scope is not None:
+            scope.delivered = True
+            scope = scope.outer

@@ -1,0 +1,157 @@
+"""Output that never blocks the writer: a thread of its own and a bounded buffer.
+
+stderr may be a pipe that nobody reads, or a terminal stopped by Ctrl-S: a
+plain write then blocks until someone reads, and with it the watch loop,
+its timeout, its stall rule and its answer to Ctrl-C. `OutputWriter` hands
+each write to a thread that does the (blocking) writing; the caller only
+appends to a buffer. What does not fit in the buffer is dropped and
+counted (`dropped`, in bytes), never waited for; after a broken pipe (the
+reader went away, `| head`) everything is dropped and counted.
+
+`TextOut` is the same writer as a text file object (for `print`, logging,
+rich): str is encoded as UTF-8, and a str that carries the exact bytes it
+was decoded from (`.raw`, see watch.channels.RawText) is written as those
+bytes, so a program's output is passed through byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from typing import Optional
+
+__all__ = ["OutputWriter", "TextOut"]
+
+#: Bytes waiting to be written at most; more is dropped and counted.
+BUFFER_LIMIT = 1 << 20
+
+
+class OutputWriter:
+    """Writes bytes to a file descriptor from a daemon thread; `write` never waits."""
+
+    def __init__(self, fd: int, limit: int = BUFFER_LIMIT) -> None:
+        self.fd, self.limit = fd, limit
+        self._pending: deque[bytes] = deque()
+        self._size = 0  # bytes in _pending and in the write going on
+        self._cond = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+        self.dropped = 0
+        self.written = 0
+        self.broken = False  # the reader went away (EPIPE) or the descriptor failed
+
+    @property
+    def pending(self) -> int:
+        """Bytes handed over but not written yet."""
+        return self._size
+
+    def write(self, data: bytes) -> None:
+        """Queue `data`, or drop and count it when the buffer is full, the reader gone, or closed."""
+        if not data:
+            return
+        with self._cond:
+            if self.broken or self._closed or self._size + len(data) > self.limit:
+                self.dropped += len(data)
+                return
+            self._pending.append(bytes(data))
+            self._size += len(data)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="nsightwrap-output", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                data = self._pending.popleft()
+            done = self._write_all(data)
+            with self._cond:
+                self._size -= len(data)
+                self.written += done
+                if done < len(data):
+                    self.dropped += len(data) - done + sum(map(len, self._pending))
+                    self._size -= sum(map(len, self._pending))
+                    self._pending.clear()
+                self._cond.notify_all()
+
+    def _write_all(self, data: bytes) -> int:
+        """Bytes written; fewer than len(data) when the descriptor failed (then `broken`)."""
+        done = 0
+        view = memoryview(data)
+        while done < len(data):
+            try:
+                done += os.write(self.fd, view[done:])
+            except OSError:  # EPIPE (nobody reads any more), EBADF, EIO: nothing more can be written
+                self.broken = True
+                break
+        return done
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for what is queued to be written; True when it was."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._size and not self.broken:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return not self._size
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Write what is queued for up to `timeout` seconds; what is left is dropped and counted."""
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            left = sum(map(len, self._pending))
+            self.dropped += left
+            self._size -= left
+            self._pending.clear()
+            self._cond.notify_all()
+
+
+class TextOut:
+    """An OutputWriter as a text stream (write, flush, isatty, fileno); writing never blocks."""
+
+    encoding = "utf-8"
+    errors = "surrogateescape"
+
+    def __init__(self, writer: OutputWriter) -> None:
+        self.writer = writer
+
+    def write(self, text: str) -> int:
+        raw = getattr(text, "raw", None)
+        if not isinstance(raw, bytes):
+            try:
+                raw = text.encode(self.encoding, self.errors)
+            except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+                raw = text.encode(self.encoding, "backslashreplace")
+        self.writer.write(raw)
+        return len(text)
+
+    def write_bytes(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def flush(self) -> None:
+        """Nothing to wait for: the writer's thread writes as soon as it can."""
+
+    def isatty(self) -> bool:
+        try:
+            return os.isatty(self.writer.fd)
+        except OSError:
+            return False
+
+    def fileno(self) -> int:
+        return self.writer.fd
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return False

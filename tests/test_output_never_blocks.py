@@ -1,0 +1,134 @@
+"""Output never blocks the watch loop (issue 23, item 1): stderr that nobody reads.
+
+nsightwrap writes its stderr (the pass-through of the program's and ncu's
+output, the per-rung lines, the live line) through a writer of its own
+with a bounded buffer: what cannot be written is dropped and counted,
+never waited for. These runs flood a pipe that the test never reads and
+check that the verdicts still come on time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import app
+
+from nsightwrap.watch.records import RUNTIME_VAR
+from nsightwrap.watch.writer import OutputWriter, TextOut
+
+
+@pytest.fixture
+def env(fake_env, tmp_path, monkeypatch):
+    monkeypatch.setenv(RUNTIME_VAR, str(tmp_path / "runtime"))
+    return dict(os.environ)
+
+
+class Unread:
+    """`python -m nsightwrap ARGS` with stderr a pipe this test never reads; stdout read in a thread."""
+
+    def __init__(self, args, env):
+        self.t0 = time.monotonic()
+        self.p = subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env)
+        self.out = b""
+        self.ended_at = None
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        self.out = self.p.stdout.read()
+
+    def finish(self, limit: float = 20.0):
+        """(exit code, the JSON object, seconds it took); killed after `limit` seconds (the old code froze)."""
+        try:
+            rc = self.p.wait(timeout=limit)
+            took = time.monotonic() - self.t0
+        except subprocess.TimeoutExpired:
+            self.p.kill()  # its guard stops the tree
+            rc, took = self.p.wait(), float("inf")
+        self.reader.join(10)
+        self.p.stderr.close()
+        self.p.stdout.close()
+        return rc, (json.loads(self.out) if self.out.strip() else None), took
+
+
+def test_the_timeout_is_met_with_stderr_unread(env, tmp_path):
+    run = Unread(["run", "--json", "--timeout", "2", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
+    rc, doc, took = run.finish()
+    assert rc == 4 and doc["status"] == "timeout", (rc, doc)
+    assert took < 8, f"the 2 s timeout fired after {took:.1f} s"
+    assert any("could not be written" in w for w in doc["warnings"]), doc["warnings"]
+
+
+def test_a_hang_is_called_with_stderr_unread(env, tmp_path):
+    run = Unread(["run", "--json", "--stall-timeout", "0.5", "-o", str(tmp_path / "r"), "--",
+                  *app("vec_add", "flood:400000", "k@hang")], env)
+    rc, doc, took = run.finish()
+    assert rc == 3 and doc["status"] == "hang" and doc["stalled_kernel"] == "k", (rc, doc)
+    assert took < 10
+
+
+def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
+    run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
+    time.sleep(2.0)  # the pipe is full long before
+    run.p.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    rc, doc, _ = run.finish()
+    assert rc == 130 and doc["status"] == "interrupted", (rc, doc)
+    assert time.monotonic() - sent < 8
+
+
+# -- the writer itself -----------------------------------------------------------------
+
+
+def test_a_write_to_a_full_pipe_returns_at_once_and_is_counted():
+    r, w = os.pipe()
+    writer = OutputWriter(w, limit=1 << 16)
+    try:
+        t0 = time.monotonic()
+        for _ in range(2):
+            for _ in range(100):
+                writer.write(b"x" * 8192)  # 1.6 MB into a 64 KB pipe and a 64 KB buffer
+            time.sleep(0.1)  # the writer's thread fills the pipe meanwhile
+        assert time.monotonic() - t0 < 0.5
+        assert not writer.flush(timeout=0.2)
+        assert writer.written <= 1 << 16 and writer.dropped > 1_400_000
+    finally:
+        writer.close(timeout=0.1)
+        os.close(r)
+        os.close(w)
+    assert writer.dropped + writer.written + writer.pending == 1600 * 1024  # pending: the write in flight
+
+
+def test_what_fits_is_written_in_order_and_bytes_stay_bytes():
+    r, w = os.pipe()
+    writer = OutputWriter(w)
+    out = TextOut(writer)
+    out.write("a é\n")
+    writer.write(b"\xff\xfe raw\n")
+    out.write("b\n")
+    assert writer.flush(timeout=5)
+    writer.close(timeout=1)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        assert f.read() == "a é\n".encode() + b"\xff\xfe raw\n" + b"b\n"
+    assert writer.dropped == 0
+
+
+def test_a_closed_reader_is_not_an_error():
+    r, w = os.pipe()
+    os.close(r)
+    writer = OutputWriter(w)
+    writer.write(b"nobody\n")
+    writer.flush(timeout=2)
+    writer.write(b"still nobody\n")
+    writer.close(timeout=1)
+    os.close(w)
+    assert writer.broken and writer.dropped == len(b"nobody\n") + len(b"still nobody\n")
