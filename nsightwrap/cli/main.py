@@ -14,10 +14,12 @@ traceback.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NoReturn, Optional, Sequence
 
 from nsightwrap.cli.common import silence
 from nsightwrap.status import EXIT_CODES, INTERRUPTED
@@ -36,16 +38,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     scope = Interrupts(raise_first=True).__enter__()  # first thing: a signal from now on is `interrupted`
     try:
-        with _own_streams():
-            return _command(argv)
-    except KeyboardInterrupt:  # while the commands load, or outside one's own handling
-        return answer_interrupted(argv)
+        code = _answer(argv)
     finally:
         settle()  # the answer is given: later signals are only counted
         if from_shell:
             ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
         else:
             scope.__exit__(None, None, None)
+    if from_shell and (scope.received or (scope.outer is not None and scope.outer.received)):
+        exit_now(code)
+    return code
+
+
+def _answer(argv: list[str]) -> int:
+    try:
+        with _own_streams():
+            return _command(argv)
+    except KeyboardInterrupt:  # while the commands load, or outside one's own handling
+        return answer_interrupted(argv)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with `code` after a signal: exit handlers run, streams flushed, then os._exit.
+
+    A KeyboardInterrupt that crossed C code while Python imported (PyRun_String in an extension's
+    initialisation) is marked unhandled for good, and Python then ends the process by SIGINT (-2)
+    whatever exit code it was given.
+    """
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            silence(stream)
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def answer_interrupted(argv: Sequence[str], reason: str = "interrupted") -> int:
@@ -67,10 +95,13 @@ def _command(argv: list[str]) -> int:
 
     try:
         code = run_command(argv)
-        sys.stdout.flush()
     except BrokenPipeError:  # the reader of stdout went away in the middle: nothing more to say to it
         silence(sys.stdout)
         return BROKEN_PIPE_EXIT
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # ... after the command said everything: its exit code stands
+        silence(sys.stdout)
     return code
 
 

@@ -9,7 +9,9 @@ tenacity's wait_chain, an empty ladder fails when it is built.
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -112,8 +114,7 @@ class Ladder:
         if not self.rungs:
             raise LadderError(f"ladder {self.name!r} ({self.source or 'built in code'}) has no rungs; "
                               "give at least one")
-        names = [r.name for r in self.rungs]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, times in Counter(r.name for r in self.rungs).items() if times > 1)
         if dupes:
             raise LadderError(f"ladder {self.name!r}: rung names must be unique, repeated: {', '.join(dupes)}")
 
@@ -232,8 +233,9 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
                               + _aside(did_you_mean(str(replay), REPLAY_MODES)))
         stall = rd.get("stall_timeout")
         # YAML reads `yes` as true, and True is an int to Python: seconds must be a real number.
-        if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float)) or stall <= 0):
-            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0, got {stall!r}"
+        if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float))
+                                  or not math.isfinite(stall) or stall <= 0):  # YAML reads .nan and .inf too
+            raise LadderError(f"{where}: stall_timeout must be a finite number of seconds > 0, got {stall!r}"
                               + (" (YAML reads yes/no/on/off as true/false)" if isinstance(stall, bool) else ""))
         ranks = rd.get("ranks")
         if ranks is not None and ranks not in RANK_MODES:
@@ -274,6 +276,11 @@ def load_ladder(name_or_path: str = "default") -> Ladder:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise LadderError(f"{path}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise LadderError(f"{path}: nested too deeply to be a profile (a profile is a mapping with `name` and "
+                          "a list of `rungs`, each a flat mapping)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LadderError(f"profile file {path} cannot be read: {e}; give a readable UTF-8 .yaml file") from None
     return ladder_from_dict(data, str(path))
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
 from nsightwrap.fallback.collectives import JobShape, collective_family
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
@@ -306,6 +306,15 @@ def _partners(pr: _Prober, x: str, before: list[str], max_combination: int) -> O
     return tuple(sorted(members)) if pr.hangs(members) else None
 
 
+def _sections_of_set(info: Any, name: str) -> list[str]:
+    """The sections of set `name` of this ncu; OptionsError (with the close names) for a set it lacks."""
+    if name not in info.set_ids:
+        hint = did_you_mean(name, info.set_ids)
+        raise OptionsError(f"unknown section set {name!r}" + (f" ({hint})" if hint else "")
+                           + f"; this ncu's sets: {', '.join(info.set_ids)}")
+    return list(info.sections_of_set(name))
+
+
 def sweep_sections(
     command: Sequence[str],
     *,
@@ -330,7 +339,7 @@ def sweep_sections(
     stall; see nsightwrap.calibrate), for every later probe too.
     """
     context = RunContext.resolve(config, context)
-    universe = list(sections) if sections else list(context.info.sections_of_set(set))
+    universe = list(sections) if sections else _sections_of_set(context.info, set)
     user_filter = KernelFilter.from_user(kernel) if kernel else None
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
