@@ -1,0 +1,88 @@
+"""A reader that goes away costs nothing but its output (issue 23, item 4).
+
+`... 2>&1 | head` closes the pipe of stderr and stdout early: the profile
+goes on, what cannot be written is dropped, and the exit code is the run's.
+`doctor | true`, `cleanup --dry-run | true`, `run --json ... | true` print no
+traceback (Python's idiom: stdout pointed at /dev/null, a quiet exit): the
+command's code once it said everything (the JSON object), 141 (128 + SIGPIPE)
+when the reader went away in the middle of its output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import app, run_cli
+
+from nsightwrap.cli.main import BROKEN_PIPE_EXIT
+from nsightwrap.watch.records import RUNTIME_VAR
+
+
+@pytest.fixture
+def env(fake_env, tmp_path, monkeypatch):
+    monkeypatch.setenv(RUNTIME_VAR, str(tmp_path / "runtime"))
+    monkeypatch.setenv("NSIGHTWRAP_STORE", str(tmp_path / "hangs.db"))
+    return dict(os.environ)
+
+
+def test_head_closing_stderr_and_stdout_does_not_abort_a_healthy_profile(env, tmp_path):
+    """`run ... 2>&1 | head -c 100`: the program floods 2 MB after head went away."""
+    report = tmp_path / "r.ncu-rep"
+    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "run", "-o", str(report), "--",
+                          *app("print:hello", "flood:2000000", "vec_add")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        head = p.stdout.read(100)
+        p.stdout.close()  # head is done
+        rc = p.wait(timeout=60)
+    finally:
+        p.kill()
+    assert len(head) == 100
+    assert rc == 0 and report.exists()
+
+
+def piped_to_true(args, env) -> subprocess.CompletedProcess:
+    """`python -m nsightwrap ARGS | true`: stdout's reader is gone before anything is written."""
+    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, text=True)
+    p.stdout.close()
+    try:
+        err = p.stderr.read()
+        rc = p.wait(timeout=120)
+    finally:
+        p.kill()
+    return subprocess.CompletedProcess(args, rc, "", err)
+
+
+def quiet(done: subprocess.CompletedProcess) -> bool:
+    return not any(w in done.stderr for w in ("Traceback", "BrokenPipeError", "Exception ignored"))
+
+
+@pytest.mark.parametrize("args", [["doctor"], ["cleanup", "--dry-run"]])
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_a_command_piped_to_true_exits_quietly(env, args, unbuffered):
+    """Unbuffered (PYTHONUNBUFFERED), the first line fails: 141 (128 + SIGPIPE, as `hangs` and C tools exit);
+    buffered, only the flush at the end fails, after the command said everything: its own exit code."""
+    env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    expected = run_cli(args, env).returncode
+    done = piped_to_true(args, env)
+    assert quiet(done), done.stderr
+    assert done.returncode == (BROKEN_PIPE_EXIT if unbuffered else expected)
+
+
+def test_doctor_json_piped_to_true_keeps_its_exit_code(env):
+    expected = run_cli(["doctor", "--json"], env).returncode
+    done = piped_to_true(["doctor", "--json"], env)
+    assert quiet(done), done.stderr
+    assert done.returncode == expected
+
+
+def test_run_json_piped_to_true_keeps_the_run_s_exit_code(env, tmp_path):
+    done = piped_to_true(["run", "--json", "-q", "-o", str(tmp_path / "r"), "--", *app("vec_add")], env)
+    assert quiet(done), done.stderr
+    assert done.returncode == 0
