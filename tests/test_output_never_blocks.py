@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -33,10 +34,10 @@ def env(fake_env, tmp_path, monkeypatch):
 class Unread:
     """`python -m nsightwrap ARGS` with stderr a pipe this test never reads; stdout read in a thread."""
 
-    def __init__(self, args, env):
+    def __init__(self, args, env, stderr=subprocess.PIPE):
         self.t0 = time.monotonic()
         self.p = subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, env=env)
+                                  stderr=stderr, env=env)
         self.out = b""
         self.ended_at = None
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -54,7 +55,8 @@ class Unread:
             self.p.kill()  # its guard stops the tree
             rc, took = self.p.wait(), float("inf")
         self.reader.join(10)
-        self.p.stderr.close()
+        if self.p.stderr:
+            self.p.stderr.close()
         self.p.stdout.close()
         return rc, (json.loads(self.out) if self.out.strip() else None), took
 
@@ -83,6 +85,23 @@ def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
     rc, doc, _ = run.finish()
     assert rc == 130 and doc["status"] == "interrupted", (rc, doc)
     assert time.monotonic() - sent < 8
+
+
+def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
+    """A terminal stopped by Ctrl-S (a pty whose other end is not read): the live screen, rich, and a flood."""
+    master, slave = pty.openpty()
+    try:
+        run = Unread(["run", "--json", "--timeout", "2", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
+                     {**env, "TERM": "xterm"}, stderr=slave)
+        os.close(slave)
+        slave = None
+        rc, doc, took = run.finish()
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+    assert rc == 4 and doc["status"] == "timeout", (rc, doc)
+    assert took < 8, f"the 2 s timeout fired after {took:.1f} s"
 
 
 # -- the writer itself -----------------------------------------------------------------

@@ -82,7 +82,7 @@ def _with_lost_output(doc: dict[str, Any]) -> dict[str, Any]:
     if not lost:
         return doc
     note = (f"{lost} bytes of output (ncu's, the program's, nsightwrap's) could not be written to stderr "
-            "(nobody read it) and were dropped")
+            "(nobody read it, or more came than a terminal can show) and were dropped")
     return {**doc, "warnings": [*doc.get("warnings", []), note]}
 
 

@@ -25,6 +25,9 @@ from nsightwrap.watch.rules import WatchRule
 
 __all__ = ["LiveScreen", "PlainScreen", "Tally", "open_screen", "progress_line"]
 
+#: The most lines and characters of one piece of output that the live screen shows (the last ones).
+LIVE_LINES, LIVE_CHARS = 200, 16 * 1024
+
 
 @dataclass
 class Tally:
@@ -160,13 +163,31 @@ class LiveScreen(PlainScreen):
 
     # --- what the run says ---------------------------------------------------------
     def output(self, text: str) -> None:
-        """ncu's output: complete lines above the status line; an open progress line lives in the status."""
+        """ncu's output: complete lines above the status line; an open progress line lives in the status.
+
+        At most LIVE_LINES lines and LIVE_CHARS characters of a piece are shown (the last ones): rich
+        takes about 10 us a line, and a flood must not hold the watch loop. The rest is dropped and
+        counted with what stderr's writer dropped.
+        """
         with self._lock:
             text = self._partial + text
-            done, _, self._partial = text.rpartition("\n")
-        if done or text.endswith("\n"):
-            for line in done.split("\n"):
-                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            done, _, partial = text.rpartition("\n")
+            self._partial = partial[-LIVE_CHARS:]
+        if not (done or text.endswith("\n")):
+            return
+        lines = done.split("\n")
+        block = "\n".join(lines[-LIVE_LINES:])[-LIVE_CHARS:]
+        hidden = len(lines) - block.count("\n") - 1
+        if hidden > 0:
+            self._dropped(len(done) - len(block))
+            self.console.print(f"[nsightwrap: {hidden} line(s) of output not shown: more than a terminal can "
+                               "show]", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(block, markup=False, highlight=False, soft_wrap=True)
+
+    def _dropped(self, chars: int) -> None:
+        writer = getattr(self.console.file, "writer", None)  # a watch.writer.TextOut, from cli.main
+        if writer is not None:
+            writer.count_dropped(chars)
 
     def line(self, text: str) -> None:
         self.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)

@@ -62,6 +62,11 @@ class OutputWriter:
                 self._thread.start()
             self._cond.notify_all()
 
+    def count_dropped(self, size: int) -> None:
+        """Count output dropped before it reached the writer (a screen that showed only part of it)."""
+        with self._cond:
+            self.dropped += size
+
     def _run(self) -> None:
         while True:
             with self._cond:
