@@ -320,7 +320,10 @@ def watch(
     says interrupted / carries the exception, and the caller decides whether
     to raise. tool_log: a file the tool writes its own output to (parsed
     instead of stdout once it exists). guard: a guard process stops the tree
-    if this process is killed. The outcome's log keeps the first 64 Ki
+    if this process is killed. on_output gets each piece of output as text
+    (decoded with errors="replace"); a piece of stdout is a RawText whose
+    `.raw` holds its exact bytes (see watch.channels); on_output should not
+    block (the command line writes through watch.writer). The outcome's log keeps the first 64 Ki
     characters of the output and about its last 4 Mi (BoundedText's defaults).
     """
     with Interrupts(raise_first=False) as signals:
