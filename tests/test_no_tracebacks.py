@@ -161,7 +161,7 @@ def test_the_cli_says_so_in_one_json_object(env, tmp_path):
 def test_a_stall_timeout_that_is_no_finite_number_is_refused(tmp_path, value):
     f = tmp_path / "nan.yaml"
     f.write_text(f"name: nan\nrungs:\n  - name: first\n    set: basic\n    stall_timeout: {value}\n")
-    with pytest.raises(LadderError, match="stall_timeout must be a finite number of seconds > 0"):
+    with pytest.raises(LadderError, match="stall_timeout must be a number of seconds > 0 and finite"):
         load_ladder(str(f))
     with pytest.raises(LadderError):
         ladder_from_dict({"rungs": [{"name": "a", "stall_timeout": math.nan}]})

@@ -235,7 +235,7 @@ def ladder_from_dict(data: Any, source: str = "<dict>") -> Ladder:
         # YAML reads `yes` as true, and True is an int to Python: seconds must be a real number.
         if stall is not None and (isinstance(stall, bool) or not isinstance(stall, (int, float))
                                   or not math.isfinite(stall) or stall <= 0):  # YAML reads .nan and .inf too
-            raise LadderError(f"{where}: stall_timeout must be a finite number of seconds > 0, got {stall!r}"
+            raise LadderError(f"{where}: stall_timeout must be a number of seconds > 0 and finite, got {stall!r}"
                               + (" (YAML reads yes/no/on/off as true/false)" if isinstance(stall, bool) else ""))
         ranks = rd.get("ranks")
         if ranks is not None and ranks not in RANK_MODES:
