@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Optional
+from typing import Iterable, Optional
 
 __all__ = ["OutputWriter", "TextOut"]
 
@@ -138,6 +138,10 @@ class TextOut:
                 raw = text.encode(self.encoding, "backslashreplace")
         self.writer.write(raw)
         return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
 
     def write_bytes(self, data: bytes) -> None:
         self.writer.write(data)
