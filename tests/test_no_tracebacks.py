@@ -55,6 +55,7 @@ def test_sweep_sections_cli_with_an_unknown_set_exits_2_with_one_json_object(env
     doc = one_json(r.stdout)
     assert doc["status"] == "error" and "did you mean 'full'" in doc["error"]
     assert "Traceback" not in r.stderr
+    assert not (tmp_path / "hangs.db").exists()  # refused before the store was made
 
 
 # -- signals -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import open_screen
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import load_ladder
-from nsightwrap.fallback.sweep import Probe, sweep_sections
+from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import EXIT_CODES, NO_KERNELS
@@ -92,6 +92,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             refused = preflight(args, context, screen)
             if refused:
                 return refuse(args, screen, refused)
+            if not args.section:  # a mistyped --set is refused before the store is made
+                sections_of_set(context.info, args.section_set)
             store = HangStore(path)  # after the preflight, whose store check would see it created
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,

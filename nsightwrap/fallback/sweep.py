@@ -306,7 +306,7 @@ def _partners(pr: _Prober, x: str, before: list[str], max_combination: int) -> O
     return tuple(sorted(members)) if pr.hangs(members) else None
 
 
-def _sections_of_set(info: Any, name: str) -> list[str]:
+def sections_of_set(info: Any, name: str) -> list[str]:
     """The sections of set `name` of this ncu; OptionsError (with the close names) for a set it lacks."""
     if name not in info.set_ids:
         hint = did_you_mean(name, info.set_ids)
@@ -339,7 +339,7 @@ def sweep_sections(
     stall; see nsightwrap.calibrate), for every later probe too.
     """
     context = RunContext.resolve(config, context)
-    universe = list(sections) if sections else _sections_of_set(context.info, set)
+    universe = list(sections) if sections else sections_of_set(context.info, set)
     user_filter = KernelFilter.from_user(kernel) if kernel else None
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
