@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from helpers import app
+from helpers import app, run_cli
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.writer import OutputWriter, TextOut
@@ -102,6 +102,13 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
             os.close(slave)
     assert rc == 4 and doc["status"] == "timeout", (rc, doc)
     assert took < 8, f"the 2 s timeout fired after {took:.1f} s"
+
+
+def test_nothing_is_said_lost_when_stderr_is_read(env, tmp_path):
+    r = run_cli(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("print:hello", "vec_add")], env)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and "hello" in r.stderr
+    assert "could not be written" not in r.stderr + json.dumps(doc["warnings"])
 
 
 # -- the writer itself -----------------------------------------------------------------

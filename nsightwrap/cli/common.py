@@ -81,9 +81,13 @@ def _with_lost_output(doc: dict[str, Any]) -> dict[str, Any]:
     lost = writer.dropped + writer.pending
     if not lost:
         return doc
-    note = (f"{lost} bytes of output (ncu's, the program's, nsightwrap's) could not be written to stderr "
+    return {**doc, "warnings": [*doc.get("warnings", []), lost_output(lost)]}
+
+
+def lost_output(size: int) -> str:
+    """What to say about output that stderr's writer dropped."""
+    return (f"{size} bytes of output (ncu's, the program's, nsightwrap's) could not be written to stderr "
             "(nobody read it, or more came than a terminal can show) and were dropped")
-    return {**doc, "warnings": [*doc.get("warnings", []), note]}
 
 
 def silence(stream: Any) -> None:

@@ -21,7 +21,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, NoReturn, Optional, Sequence
 
-from nsightwrap.cli.common import silence
+from nsightwrap.cli.common import lost_output, silence
 from nsightwrap.status import EXIT_CODES, INTERRUPTED
 from nsightwrap.watch.signals import Interrupts, ignore_stop_signals, settle
 from nsightwrap.watch.writer import OutputWriter, TextOut
@@ -120,12 +120,12 @@ def _own_streams() -> Iterator[None]:
     try:
         yield
     finally:
+        writer.flush(CLOSE_S)
         lost = writer.dropped + writer.pending
         if lost:
-            sys.stderr.write(f"nsightwrap: {lost} bytes of output could not be written to stderr "
-                             "(nobody read it) and were dropped\n")
+            sys.stderr.write(f"nsightwrap: {lost_output(lost)}\n")
         sys.stderr = err
-        writer.close(CLOSE_S)
+        writer.close(CLOSE_S if not lost else 0.1)
 
 
 if __name__ == "__main__":  # pragma: no cover
