@@ -61,9 +61,10 @@ def _answer(argv: list[str]) -> int:
 def exit_now(code: int) -> NoReturn:
     """Exit with `code` after a signal: exit handlers run, streams flushed, then os._exit.
 
-    A KeyboardInterrupt that crossed C code while Python imported (PyRun_String in an extension's
-    initialisation) is marked unhandled for good, and Python then ends the process by SIGINT (-2)
-    whatever exit code it was given.
+    A KeyboardInterrupt raised while Python imports can leave the interpreter's flag of an unhandled
+    KeyboardInterrupt set (CPython sets it when one leaves code it runs through PyRun_*), and Python
+    then ends the process by SIGINT (-2) whatever exit code it was given: seen here in about one run
+    of three with a Ctrl-C 0.3 s after the start.
     """
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
