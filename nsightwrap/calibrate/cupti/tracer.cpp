@@ -16,7 +16,7 @@
 //   exit   {"ev":"exit","pid":P,"mono_ns":M}
 // Launches are seen by the driver API's callbacks (the runtime launches through
 // them); finished kernels by CUPTI's activity API (CONCURRENT_KERNEL, which does
-// not serialise kernels), flushed every 100 ms. Any CUPTI failure is written as an
+// not serialise kernels), handed over by a flush every 100 ms from a thread of the tracer. Any CUPTI failure is written as an
 // "error" line and the program runs on untraced.
 //
 // Built by nsightwrap/calibrate/cupti/build.py:
@@ -30,17 +30,21 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace {
 
 int g_fd = -1;
 std::atomic<uint64_t> g_seq{0};
 CUpti_SubscriberHandle g_subscriber = nullptr;
+std::atomic<bool> g_stop{false};
+std::thread g_flusher;
 const size_t kBufferSize = 1 << 20;
 
 uint64_t mono_ns() {
@@ -167,6 +171,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t *buffer, size_t, siz
   while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const CUpti_ActivityKernel10 *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(record);
+    if (k->end == 0 || k->end < k->start) continue;  // incomplete (a forced flush at exit): no time to tell
     std::string s = head("kernel");
     s += ",\"corr\":" + std::to_string(k->correlationId);
     s += ",\"name\":";
@@ -185,8 +190,20 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t *buffer, size_t, siz
   free(buffer);
 }
 
+// CUPTI's own periodic flush hands over only full buffers, so a finished kernel could wait until the
+// end of the program (seen on the GPU machine). A default flush (flag 0) hands over every buffer whose
+// records are all complete, full or not: made every 100 ms, it brings finished kernels out promptly.
+void flush_loop() {
+  while (!g_stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!g_stop.load()) cuptiActivityFlushAll(0);
+  }
+}
+
 void at_exit() {
   if (g_fd < 0) return;
+  g_stop.store(true);
+  if (g_flusher.joinable()) g_flusher.join();
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::string s = head("exit");
   s += ",\"mono_ns\":" + std::to_string(mono_ns()) + "}";
@@ -236,6 +253,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   s += ",\"mono_ns\":" + std::to_string(mono_ns());
   s += ",\"cupti_ns\":" + std::to_string(cupti_now) + ",\"version\":1}";
   write_line(s);
-  if (start_tracing()) atexit(at_exit);
+  if (start_tracing()) {
+    g_flusher = std::thread(flush_loop);
+    atexit(at_exit);
+  }
   return 1;
 }
