@@ -45,7 +45,14 @@ std::atomic<uint64_t> g_seq{0};
 CUpti_SubscriberHandle g_subscriber = nullptr;
 std::atomic<bool> g_stop{false};
 std::thread g_flusher;
-const size_t kBufferSize = 1 << 20;
+// CUPTI places a kernel's record in a buffer at its launch and hands a buffer over only once all its
+// records are complete, so one kernel still running holds back every finished kernel in its buffer (seen
+// on the GPU machine: 12 s for a kernel launched just before one that hung). Small buffers hold few records
+// (1 KiB: four; 3000 launches cost the same as with 1 MiB buffers, devtools/gpu-runs/*tracer-lag-2.log).
+#ifndef NSW_BUFFER_BYTES
+#define NSW_BUFFER_BYTES 1024
+#endif
+const size_t kBufferSize = NSW_BUFFER_BYTES;
 
 uint64_t mono_ns() {
   timespec ts;
