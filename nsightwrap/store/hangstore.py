@@ -38,9 +38,10 @@ from nsightwrap.store.calibrations import (
     match_sql,
     newest_row_sql,
 )
+from nsightwrap.store.check import read_only_advice, readonly_connection, store_problem
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
-from nsightwrap.store.paths import ENV_STORE, create_private, store_path, unwritable_reason
+from nsightwrap.store.paths import ENV_STORE, create_private, repair_sidecars, store_path, unwritable_reason
 from nsightwrap.store.schema import (
     COLUMNS,
     SCHEMA_VERSION,
@@ -51,7 +52,6 @@ from nsightwrap.store.schema import (
     Record,
     command_json,
     migrate,
-    refuse_newer,
     row_to_record,
     stored_version,
 )
@@ -69,18 +69,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _read_only_advice(path: Path, reason: str) -> str:
-    return (f"cannot record in the hang store {path}: {reason}. Make it writable (chmod u+w {path} "
-            f"{path.parent}), or set {ENV_STORE} to a file in a writable folder; `python -m nsightwrap "
-            "hangs list|show|export` can still read it.")
-
-
 def _connect_writable(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """Open (creating it private if missing) and migrate the store for writing."""
-    if path.exists():
-        reason = unwritable_reason(path)
-        if reason:
-            raise StoreError(path, _read_only_advice(path, reason))
+    """Open (creating it private if missing) and migrate the store for writing, once :func:`store_problem`
+    (the check doctor runs too) finds nothing wrong with it."""
+    if path.exists() or path.is_symlink():
+        repair_sidecars(path)
+        problem = store_problem(path, writing=True)
+        if problem:
+            raise StoreError(path, problem)
     else:
         create_private(path)
     conn = sqlite3.connect(str(path), timeout=busy_timeout, isolation_level=None)
@@ -109,13 +105,16 @@ def _setup(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def _connect_readonly(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """Open an existing store for reading only; never creates or migrates anything."""
-    if not path.is_file():
+    """Open an existing store for reading only; never creates, migrates or leaves anything."""
+    if not path.exists() and not path.is_symlink():
         raise StoreError(path, f"no hang store at {path}: nothing recorded yet (the first run that records "
                          f"creates it; {ENV_STORE} or --store names another file).")
-    conn, version = _first_readonly_connection(path, busy_timeout)
+    problem = store_problem(path, writing=False)
+    if problem:
+        raise StoreError(path, problem)
+    conn = readonly_connection(path, busy_timeout)
     try:
-        refuse_newer(version, path)
+        version = stored_version(conn)
         if version != SCHEMA_VERSION:
             raise StoreError(path, f"the hang store {path} has schema version {version or 0}, older than this "
                              f"nsightwrap's ({SCHEMA_VERSION}), and a read-only store cannot be upgraded: open "
@@ -124,27 +123,6 @@ def _connect_readonly(path: Path, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-def _first_readonly_connection(path: Path, busy_timeout: float) -> tuple[sqlite3.Connection, Optional[int]]:
-    """A read-only connection and the store's schema version: plainly, else (a
-    read-only folder, where SQLite cannot create the -shm file) as an immutable file."""
-    uri = path.absolute().as_uri()
-    try:
-        return _readonly_connection(f"{uri}?mode=ro", busy_timeout)
-    except sqlite3.OperationalError as e:
-        if "unable to open" not in str(e):
-            raise
-    return _readonly_connection(f"{uri}?mode=ro&immutable=1", busy_timeout)
-
-
-def _readonly_connection(uri: str, busy_timeout: float) -> tuple[sqlite3.Connection, Optional[int]]:
-    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
-    try:
-        return conn, stored_version(conn)
-    except BaseException:
-        conn.close()
-        raise
 
 
 class HangStore:
@@ -173,11 +151,12 @@ class HangStore:
         text = str(e)
         if isinstance(e, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text
                                                      or "corrupt" in text):
-            return StoreError(self.path, f"the hang store {self.path} is damaged ({text}). Move or delete "
-                              f"{self.path} (its records are lost), or set {ENV_STORE} to another file.")
+            return StoreError(self.path, f"the hang store {self.path} is damaged ({text}). Move it aside (mv "
+                              f"{self.path} {self.path}.bad: the next run starts a new store), or set {ENV_STORE} "
+                              "to another file.")
         reason = unwritable_reason(self.path)
         if reason and not self.readonly and doing != "read":
-            return StoreError(self.path, _read_only_advice(self.path, f"{reason} ({text})"))
+            return StoreError(self.path, read_only_advice(self.path, f"{reason} ({text})"))
         if "readonly" in text or "unable to open" in text or "disk I/O" in text:
             return StoreError(self.path, f"cannot {doing} the hang store {self.path} ({text}). Make it and "
                               f"its folder writable, or set {ENV_STORE} to a file in a writable folder.")
@@ -271,7 +250,7 @@ class HangStore:
         sql = (f"INSERT INTO records ({', '.join(SQL_NAME.get(c, c) for c in cols)}) "
                f"VALUES ({', '.join('?' * len(cols))})")
         ids = [c.lastrowid for c in self._write((sql, [r[c] for c in cols]) for r in rows)]
-        return [row_to_record((rid, *[r[c] for c in cols])) for rid, r in zip(ids, rows)]
+        return [row_to_record((rid, *[r[c] for c in cols]), self.path) for rid, r in zip(ids, rows)]
 
     def record(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], outcome: str, *, env: Environment,
                passes: Optional[int] = None, stall_s: Optional[float] = None,
@@ -389,13 +368,13 @@ class HangStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(int(limit))
-        return [row_to_record(r) for r in self._query(sql, params)]
+        return [row_to_record(r, self.path) for r in self._query(sql, params)]
 
     def _matching(self, kernel: str, env: Environment, extra: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (SELECT + " WHERE kernel_pattern = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1"
                + extra + " ORDER BY id DESC")
         rows = self._query(sql, [normalize_kernel(kernel), env.gpu, env.ncu_version, int(env.processes), *params])
-        return [row_to_record(r) for r in rows]
+        return [row_to_record(r, self.path) for r in rows]
 
     def known_hangs(self, kernel: str, env: Environment) -> list[Record]:
         """Trusted hang/timeout records of kernels like this one (same pattern)
@@ -499,7 +478,7 @@ class HangStore:
         sql = (SELECT + " WHERE key = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1 AND "
                + where + " ORDER BY id DESC")
         rows = self._query(sql, [as_key(key).canonical(), env.gpu, env.ncu_version, int(env.processes), *params])
-        return [row_to_record(r) for r in rows]
+        return [row_to_record(r, self.path) for r in rows]
 
     def hanging_kernels(self, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
                         command: Sequence[str]) -> list[str]:

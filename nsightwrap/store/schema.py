@@ -250,12 +250,22 @@ def command_json(command: Sequence[str]) -> str:
     return json.dumps([str(c) for c in command])
 
 
-def row_to_record(row: Sequence[Any]) -> Record:
-    """A Record from a row selected with :data:`SELECT` (JSON lists decoded)."""
+def row_to_record(row: Sequence[Any], path: Optional[Path] = None) -> Record:
+    """A Record from a row selected with :data:`SELECT` (JSON lists decoded); a row that cannot be read
+    raises StoreError naming its table, id and column, and what to do."""
     d = dict(zip(COLUMNS, row))
-    d["sections"] = tuple(json.loads(d["sections"]))
-    d["metrics"] = tuple(json.loads(d["metrics"]))
-    d["command"] = tuple(json.loads(d["command"]))
+    for name in ("sections", "metrics", "command"):
+        try:
+            value = json.loads(d[name])
+            if not isinstance(value, list):
+                raise ValueError(f"a JSON list expected, not {type(value).__name__}")
+        except (TypeError, ValueError) as e:
+            raise StoreError(path, f"row {d['id']} of the table records in the hang store {path} cannot be read: "
+                             f"its column {name} holds {str(d[name])[:60]!r}, not a JSON list ({e}). Delete the "
+                             f"row (python -m nsightwrap hangs forget --id {d['id']}"
+                             f"{'' if path is None else f' --store {path}'}), or set {ENV_STORE} to another "
+                             "file.") from None
+        d[name] = tuple(value)
     d["trusted"] = bool(d["trusted"])
     d["note"] = d["note"] or ""
     return Record(**d)
