@@ -30,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, Calibration
+from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.calibrations import (
     calibration_from_rows,
@@ -240,7 +241,7 @@ class HangStore:
             "stall_s": None if stall_s is None else float(stall_s),
             "elapsed_s": None if elapsed_s is None else float(elapsed_s),
             "command": command, "trusted": 1 if trusted else 0,
-            "rung": rung, "ladder": ladder, "note": note or "", "run_id": run_id,
+            "rung": rung, "ladder": ladder, "note": mask_text(note or ""), "run_id": run_id,
             "allowance_s": None if allowance_s is None else float(allowance_s), "basis": basis,
             "processes": int(env.processes), "gpus": env.gpus, "ranks": key.ranks,
         }
@@ -407,7 +408,7 @@ class HangStore:
         canonical = as_key(key).canonical()
         rows = self._matching(kernel, env, " AND key = ? AND outcome IN (?, ?, ?, ?)",
                               (canonical, OK, NO_KERNELS, *HANG_OUTCOMES))
-        program = list(program)
+        program = mask_argv(program)  # as it is kept
         mine = [r for r in rows if r.kernel == kernel.strip() and list(r.command[-len(program):]) == program]
         return bool(mine) and mine[0].outcome == NO_KERNELS
 
@@ -436,7 +437,7 @@ class HangStore:
             raise ValueError(f"a calibration needs a subject and seconds >= 0, not {subject!r}, {seconds!r}")
         row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
                "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source,
-               "run_id": uuid.uuid4().hex, "note": note, "marks_ranges": None}
+               "run_id": uuid.uuid4().hex, "note": mask_text(note), "marks_ranges": None}
         rid = self._write([insert_row(row)])[0].lastrowid
         return CalibrationRow(id=rid, **row)
 
@@ -484,7 +485,7 @@ class HangStore:
                         command: Sequence[str]) -> list[str]:
         """Kernels (exact names, each once, newest first) recorded as hanging with this exact key here, in
         this same program (a command line ending with `command`)."""
-        program = list(command)
+        program = mask_argv(command)  # as it is kept
         names: list[str] = []
         for r in self._here("outcome IN (?, ?) AND kernel != '*'", key, env, HANG_OUTCOMES):
             if list(r.command[-len(program):]) == program and r.kernel not in names:

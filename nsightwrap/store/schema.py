@@ -71,6 +71,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED
+from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
@@ -244,10 +245,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def command_json(command: Sequence[str]) -> str:
-    """A command line as it is kept (``records.command``, ``calibrations.subject``): a JSON list of strings."""
+    """A command line as it is kept (``records.command``, ``calibrations.subject``): a JSON list of strings,
+    secret values masked (nsightwrap.secrets.mask_argv)."""
     if isinstance(command, str):
         raise TypeError(f"command must be a list of arguments, not the string {command!r}")
-    return json.dumps([str(c) for c in command])
+    return json.dumps(mask_argv(command))
 
 
 def row_to_record(row: Sequence[Any], path: Optional[Path] = None) -> Record:
@@ -266,8 +268,9 @@ def row_to_record(row: Sequence[Any], path: Optional[Path] = None) -> Record:
                              f"{'' if path is None else f' --store {path}'}), or set {ENV_STORE} to another "
                              "file.") from None
         d[name] = tuple(value)
+    d["command"] = tuple(mask_argv(d["command"]))  # a store written before secrets were masked
     d["trusted"] = bool(d["trusted"])
-    d["note"] = d["note"] or ""
+    d["note"] = mask_text(d["note"] or "")
     return Record(**d)
 
 
