@@ -90,12 +90,23 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: MASK if is_secret_name(k) else _mask_urls(str(v)) for k, v in env.items()}
 
 
+#: Keys of a document whose strings are kernel names, kept as ncu printed them (``void f<key=1>`` is no secret).
+_KERNEL_KEYS = frozenset({"name", "kernel", "stalled_kernel"})
+
+
+def _masked_item(key: Any, value: Any) -> Any:
+    if key in ("command", "argv") and isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        return mask_argv(value)
+    if key in _KERNEL_KEYS and isinstance(value, str):
+        return value
+    return mask_doc(value)
+
+
 def mask_doc(doc: Any) -> Any:
     """A JSON-able document as it may be written: lists under a key ``command`` or ``argv`` masked as command
-    lines, every other string as text."""
+    lines, kernel names kept, every other string masked as text."""
     if isinstance(doc, Mapping):
-        return {k: mask_argv(v) if k in ("command", "argv") and isinstance(v, (list, tuple))
-                and all(isinstance(a, str) for a in v) else mask_doc(v) for k, v in doc.items()}
+        return {k: _masked_item(k, v) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):
         return [mask_doc(v) for v in doc]
     return mask_text(doc) if isinstance(doc, str) else doc

@@ -65,6 +65,8 @@ def test_mask_text_env_and_documents():
         "HF_TOKEN": MASK, "PATH": "/bin", "DB": "mysql://a:***@c"}
     doc = mask_doc({"command": ["./app", "--token", "x"], "notes": ["ran ./app --token=x"], "n": 3})
     assert doc == {"command": ["./app", "--token", "***"], "notes": ["ran ./app --token=***"], "n": 3}
+    kernels = {"kernels": [{"name": "f<key=1>"}], "stall": {"kernel": "f<key=1>"}, "reason": "hung: f<key=1>"}
+    assert mask_doc(kernels)["kernels"][0]["name"] == "f<key=1>" == mask_doc(kernels)["stall"]["kernel"]
 
 
 def test_error_messages_are_masked():
