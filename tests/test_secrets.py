@@ -164,7 +164,7 @@ def test_no_secret_in_any_output_or_file(fake_env, tmp_path):
     store, out = tmp_path / "hangs.db", []
     env = dict(fake_env, NSIGHTWRAP_STORE=str(store), PYTHONPATH=str(ROOT),
                NSIGHTWRAP_RUNTIME_DIR=str(tmp_path / "rt"))
-    runs = [["run", "--json", "--verbose", "-o", str(tmp_path / "r" / "one"), "--",
+    runs = [["run", "--json", "--verbose", "--calibrate", "-o", str(tmp_path / "r" / "one"), "--",
              *_program(tmp_path, "vec_add")],
             ["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
              str(tmp_path / "r" / "walk"), "--", *_program(tmp_path, "vec_add", "k@hang", "vec_add")],
@@ -186,3 +186,5 @@ def test_no_secret_in_any_output_or_file(fake_env, tmp_path):
     assert "postgres://me:***@db" in shown
     assert [o[max(0, o.find("s3cr3t") - 300):o.find("s3cr3t") + 50] for o in out if _found(o)] == []
     assert os.path.getsize(store) > 0 and _leaks(tmp_path) == []
+    with HangStore(store, readonly=True) as s:                   # the calibration was kept, masked, and is found
+        assert s.calibration_for(_program(tmp_path, "vec_add"), Environment.detect()) is not None

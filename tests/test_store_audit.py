@@ -252,3 +252,16 @@ def test_a_bad_row_names_its_table_id_and_fix(tmp_path):
     assert "hangs forget --id 1" in done.stderr
     assert run_cli(["hangs", "forget", "--id", "1", "--store", str(path)]).returncode == 0
     assert run_cli(["hangs", "show", "spin", "--store", str(path)]).returncode == 0
+
+
+def test_a_bad_calibration_row_names_its_table_and_fix(tmp_path):
+    from nsightwrap.ncu.allowance import Calibration
+
+    path = tmp_path / "hangs.db"
+    with HangStore(path) as s:
+        s.record_calibration(Calibration.from_kernels({"k": 0.5}, program_s=1.0, source="plain run"), ["./app"], H200)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE calibrations SET seconds = 'soon' WHERE kernel = 'k'")
+    with HangStore(path) as s, pytest.raises(StoreError) as e:
+        s.calibration_for(["./app"], H200)
+    assert "table calibrations" in str(e.value) and "DELETE FROM calibrations" in str(e.value)

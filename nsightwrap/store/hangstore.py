@@ -456,7 +456,14 @@ class HangStore:
     def calibration_for(self, command: Sequence[str], env: Environment) -> Optional[Calibration]:
         """The newest calibration of this very command on this GPU model and driver, or None."""
         sql, params = match_sql(command, env)
-        return calibration_from_rows(self._query(sql, params))
+        rows = self._query(sql, params)
+        try:
+            return calibration_from_rows(rows)
+        except (TypeError, ValueError) as e:  # a row changed by hand: name it and the way out
+            raise StoreError(self.path, f"a row of the table calibrations in the hang store {self.path} cannot be "
+                             f"read ({e}): its seconds are not a number. Delete the bad rows (sqlite3 {self.path} "
+                             "\"DELETE FROM calibrations WHERE typeof(seconds) NOT IN ('real', 'integer')\"), or "
+                             f"set {ENV_STORE} to another file.") from None
 
     # --- export --------------------------------------------------------------
     def export_csv(self, path_or_file: Union[str, Path, IO[str]], kernel: Optional[str] = None) -> int:
