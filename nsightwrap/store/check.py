@@ -74,9 +74,9 @@ def _not_a_file(path: Path) -> Optional[str]:
                     f"or point it at a hang store, or {_elsewhere(path)}.")
     if stat.S_ISREG(st.st_mode):
         return None
-    kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-        "a socket" if stat.S_ISSOCK(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or \
-        stat.S_ISBLK(st.st_mode) else "not a regular file"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    kind = next((name for test, name in kinds if test(st.st_mode)), "not a regular file")
     return f"{path} is {kind}, not a hang store file: {_elsewhere(path)}."
 
 

@@ -12,7 +12,9 @@ one SQLite file (stdlib ``sqlite3``; its schema in :mod:`nsightwrap.store.schema
   IMMEDIATE``: several processes may write at once, and a process killed
   mid-write loses at most its own uncommitted record.
 - ``readonly=True`` opens a store this user cannot write (a read-only file
-  or folder) for reading; writing to it raises :class:`StoreError`.
+  or folder) for reading, leaving no file beside it
+  (:func:`~nsightwrap.store.check.readonly_connection`); writing to it raises :class:`StoreError`.
+- Every open first runs :func:`~nsightwrap.store.check.store_problem`, the check doctor runs too.
 
 Only trusted records decide anything: a hang recorded while someone else's
 kernel spun on the GPU says nothing about the settings (every run hung then).
