@@ -19,22 +19,15 @@ from typing import Optional, Sequence
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.ncu.attempt import SERIALISED
 from nsightwrap.ncu.context import RunContext
+from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family  # the families; defined with the rule
 from nsightwrap.ncu.options import KernelFilter
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch.launchers import Launch, parse_launch
 
 __all__ = ["COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "collective_family", "family_filter", "unprofiled_reason"]
 
-#: Kernel families that are collectives: every rank's kernel waits for the others' (NCCL, NVSHMEM).
-#: One member hanging in a multi-process job excludes the whole family from the main run.
-COLLECTIVE_PREFIXES = ("nccl", "nvshmem")
 #: Why a kernel of a collective family was not tried with every rank profiled.
 COLLECTIVE_ALL_RANKS = f"a collective with every rank profiled: {SERIALISED}"
-
-
-def collective_family(kernel: Optional[str]) -> Optional[str]:
-    """The collective family (prefix) of a kernel name, or None for other kernels."""
-    return next((p for p in COLLECTIVE_PREFIXES if kernel and kernel.startswith(p)), None)
 
 
 def family_filter(prefix: str, user: Optional[KernelFilter]) -> KernelFilter:

@@ -30,6 +30,7 @@ from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
 from nsightwrap.store.hangstore import HangStore, ProfileKey
@@ -427,7 +428,8 @@ class _ProbeRunner:
                 raise KeyboardInterrupt("the sweep was interrupted")
             attempt = self.calibrator.run(
                 lambda ctx: profile_command(self.command, opts, context=ctx,
-                                            rules=ctx.config.rules(opts) | Cancelled(self.cancel)), context, opts)
+                                            rules=run_rules(self.command, opts, ctx.config)
+                                            | Cancelled(self.cancel)), context, opts)
         finally:
             self.gpus.put(gpu_id)
         if attempt.status == INTERRUPTED:

@@ -49,6 +49,8 @@ MARGIN = 4.0
 CALIBRATED = "from calibration"
 NOT_CALIBRATED = "default (not calibrated)"
 GIVEN = "given (--stall-timeout / stall_timeout=)"
+#: A hang called at once by a cause FACTS.md records (nsightwrap.ncu.known): trusted, never calibrated.
+KNOWN_CAUSE = "known cause"
 
 
 def kernel_allowance(kernel_s: float, *, passes: int, clock_factor: float = BASE_CLOCK_FACTOR,
