@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence, Union
 
-from nsightwrap.fallback.ladder import Ladder
+from nsightwrap.fallback.ladder import Ladder, exclude_kernels
 from nsightwrap.ncu.attempt import SERIALISED
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family  # the families; defined with the rule
@@ -25,7 +25,7 @@ from nsightwrap.store.keys import Environment
 from nsightwrap.watch.launchers import Launch, parse_launch
 
 __all__ = ["COLLECTIVES_JOB", "COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "UpFront", "collective_family",
-           "family_filter", "unprofiled_reason", "up_front"]
+           "family_filter", "unprofiled_reason", "up_front", "without_collectives"]
 
 #: Why a kernel of a collective family was not tried with every rank profiled.
 COLLECTIVE_ALL_RANKS = f"a collective with every rank profiled: {SERIALISED}"
@@ -151,6 +151,22 @@ def unprofiled_reason(kernel: str, shape: JobShape, ladder: Ladder, tried_one_ra
                 "kernel), and here the single-pass ones hung as well: ncu cannot profile this kernel in this "
                 "job; time it with nsys (`python -m nsightwrap nsys profile`)")
     return f"{head}; the one-rank rungs were not reached"
+
+
+def without_collectives(command: Sequence[str], options: Any) -> tuple[Any, Optional[str]]:
+    """A single `run` of a recognised launcher (no ladder): ProfileOptions that leave its collectives out,
+    which would hang with every rank profiled, and the note that says so and what to run for them; the
+    options as given, and None, where up_front leaves nothing out."""
+    shape = JobShape.of(command)
+    plan = up_front(shape, options)
+    if plan is None or not plan.main:
+        return options, None
+    kept = exclude_kernels(options.kernel, (), COLLECTIVE_PREFIXES)
+    note = (f"in this {shape.describe()} the collectives ({COLLECTIVES_JOB}) are left out of the run "
+            f"(--kernel-name {kept.value}): with every rank profiled they would hang, as {SERIALISED}. Profile "
+            "them on one rank with a single-pass collection (--rank 0 --metrics gpu__time_duration.sum), or let "
+            "a ladder do both (--profile default)")
+    return options.replace(kernel=kept), note
 
 
 def one_rank_hint(command: Sequence[str], connected: int, kernel: Optional[str]) -> Optional[str]:

@@ -307,7 +307,7 @@ class _Walk:
             key = ProfileKey.from_options(opts)
             if store.hangs_for(job.kernel, key, self.env):
                 return KNOWN_HANG
-            if store.profiled_nothing(job.kernel, key, self.env, self.command):
+            if store.profiled_nothing(job.kernel, key, self.env, self._program(job)):
                 return KNOWN_EMPTY
         if self._implied(job):
             return IMPLIED_HANG.format(floor=self.ladder[self.floor].name)
@@ -316,6 +316,12 @@ class _Walk:
         if job.family and self.shape.multi and opts.rank is None and not self.s.retry_known_hangs:
             return COLLECTIVE_ALL_RANKS
         return None
+
+    def _program(self, job: _Job) -> list[str]:
+        """The command as the store recorded this job's attempts: a one-rank rung's command is rewritten
+        around the launch's program, which it ends with."""
+        launch = self.shape.launch
+        return list(launch.program) if job.upfront and launch is not None else self.command
 
     def _no_ranges(self) -> bool:
         """The calibration at hand saw the program call no cu(da)ProfilerStart."""

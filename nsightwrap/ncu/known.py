@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from nsightwrap.ncu.allowance import KNOWN_CAUSE
+from nsightwrap.ncu.allowance import KNOWN_CAUSE, KNOWN_CAUSE_S
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.progress import FIRST_BURST_S, Stall, WatchState
 from nsightwrap.status import HANG
@@ -30,10 +30,9 @@ __all__ = ["COLLECTIVES_SERIALISED", "COLLECTIVE_PREFIXES", "CollectiveRule", "K
 
 #: Kernel families that are collectives: every rank's kernel waits for the others' (NCCL, NVSHMEM).
 COLLECTIVE_PREFIXES = ("nccl", "nvshmem")
-#: Silence after a collective's last mark (its `0%..` burst) before the known cause is called: a
-#: profiled collective with every rank profiled never moves again, so this need only cover the gap
-#: between the header and the burst (0.1 s on the GPU machine) and a busy host.
-KNOWN_CAUSE_GRACE_S = 1.0
+#: Silence after a collective's last mark (its `0%..` burst) before the known cause is called
+#: (RunConfig.allowance.known_cause_s).
+KNOWN_CAUSE_GRACE_S = KNOWN_CAUSE_S
 #: The evidence of such a hang (its Stall.basis).
 COLLECTIVES_SERIALISED = (f"{KNOWN_CAUSE}: ncu serialises kernel launches across the processes it profiles, so a "
                           "collective waits for its other half forever (FACTS.md)")
@@ -103,5 +102,5 @@ def run_rules(command: Sequence[str], options: Any, config: RunConfig) -> WatchR
     Not when the user gave the stall timeout (--stall-timeout, stall_timeout=): it wins everywhere, its
     verdicts taken as they are."""
     rule = config.rules(options)
-    known = None if config.stall_timeout_given else known_cause_rule(command, options)
+    known = None if config.stall_timeout_given else known_cause_rule(command, options, config.allowance.known_cause_s)
     return rule if known is None else known | rule
