@@ -25,6 +25,7 @@ from helpers import FAST_ALLOWANCE, app, fast_stop, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.calibrate.measure import measure
+from nsightwrap.cli.screen import progress_line
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
     COLLECTIVES_JOB,
@@ -105,6 +106,11 @@ def test_a_collective_stalled_with_every_rank_profiled_is_called_after_the_grace
     assert stall.first_pass and "raise the timeout" not in stall.message()  # no slow-kernel hint: it is known
     # The patient rules would still wait: 3 s of suspicion, then a calibration, then its allowance.
     assert StallRule(3.0)(state, 1.25) is None
+    # The live line shows the grace, not the patient rule's allowance.
+    line = progress_line("run", state, rule | StallRule(3.0), 0.7)
+    assert f'kernel "{AR}" #3: 0%..' in line and "silent 0 s of 1" in line
+    gemm = state_after(*TWO_RANKS, (0.2, '==PROF== Profiling "gemm" - 3: 0%..')).state
+    assert "silent 0 s of 3" in progress_line("run", gemm, rule | StallRule(3.0), 0.7)  # not the rule's kernel
 
 
 def test_the_rule_needs_a_collective_and_several_profiled_processes():

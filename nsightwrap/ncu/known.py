@@ -66,6 +66,10 @@ class CollectiveRule(WatchRule):
         return (cur is not None and collective_family(cur.name) is not None
                 and ((self.ranks or 0) > 1 or state.most_connected > 1))
 
+    def allowance(self, state: WatchState) -> Optional[float]:
+        """The current kernel's allowance (the grace) when this rule judges it, else None (the live line)."""
+        return self.grace_s if self.applies(state) else None
+
     def deadline(self, state: WatchState) -> float:  # type: ignore[override]
         return state.current.last_mark_at + self.grace_s if self.applies(state) else float("inf")
 
