@@ -11,7 +11,9 @@ in the hang store, and outcomes already stored are used instead of probing.
 In a multi-process job (torchrun, mpirun, srun) the whole-program runs leave
 out the collective families that hung (nsightwrap.fallback.collectives),
 and each kernel's probes run on one rank alone (the rank wrapper): with
-every rank profiled a collective hangs whatever the sections.
+every rank profiled a collective hangs whatever the sections. The first
+whole-program run keeps the collectives, as their names are what is probed;
+their hang there is a known cause, called at once (nsightwrap.ncu.known).
 """
 
 from __future__ import annotations

@@ -9,12 +9,15 @@ kernel that hangs before its first pass finishes is tried at the ladder's
 floor first, which may spare the rungs above it (nsightwrap.fallback.floor).
 
 A multi-process job (torchrun, mpirun, srun, or a run where ncu connects to
-several processes at once) differs in three ways (see
+several processes at once) differs in four ways (see
 nsightwrap.fallback.collectives): the program restarts from its first
 launch after a hang (ncu counts launches per process, so a skip count means
-nothing across ranks); a hung collective (NCCL, NVSHMEM) leaves the main run
-with its whole family, and the family goes down the ladder together,
-skipping rungs that profile every rank (they all hang); and the store
+nothing across ranks); a recognised launch leaves every collective family
+(NCCL, NVSHMEM) out of the main run from the start and profiles them in one
+job of their own, as they would hang with every rank profiled (FACTS.md);
+without a launcher, a hung collective (called at once: nsightwrap.ncu.known)
+leaves the main run with its whole family; a family's job goes down the
+ladder skipping rungs that profile every rank (they all hang); and the store
 records the job's size, so its hangs are not applied to single-process runs.
 """
 
