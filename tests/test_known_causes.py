@@ -252,6 +252,7 @@ def test_a_job_without_collectives_costs_one_rank_run_once_then_nothing(cfg, tmp
     command = torchrun("gemm", "softmax")
     first = walk_ladder(command, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
     assert [a.status for a in first.attempts] == ["ok", "no-kernels"] and first.unprofiled == []
+    assert any("the program launches none" in n for n in first.steps[-1].notes)
     second = walk_ladder(command, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
     assert [a.status for a in second.attempts] == ["ok"] and second.unprofiled == []
     assert KNOWN_EMPTY in [s.skipped for s in second.steps if s.job == COLLECTIVES_JOB]

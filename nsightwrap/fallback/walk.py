@@ -436,7 +436,9 @@ class _Walk:
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
         if status == NO_KERNELS and job.upfront:  # the filter is the same at every rung: none would find any
-            log.info(f"no collective kernel ({job.name}) ran: the program launches none")
+            step = self.result.steps[-1]
+            self.result.steps[-1] = replace(step, notes=step.notes + (
+                f"no collective kernel ({job.name}) ran: the program launches none, so nothing is left to profile",))
             return True
         if status == HANG and attempt.stall is not None:
             self._after_hang(job, attempt, one_rank)
