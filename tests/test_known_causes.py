@@ -280,3 +280,15 @@ def test_cli_run_of_a_torchrun_job_leaves_the_collectives_out_and_says_so(fake_e
     assert d["command"][d["command"].index("--kernel-name") + 1] == "regex:^(?!nccl|nvshmem).*"
     assert any("are left out of the run" in n and "--profile default" in n for n in d["notes"])
     assert "are left out of the run" in r.stderr  # said before the run, on stderr
+
+
+def test_cli_run_of_one_collective_named_exactly_is_run_as_given_and_called_at_once(fake_env, tmp_path, tag):
+    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "--json", "-q", "--set", "basic", "--kernel-name",
+                        AR, "--grace", "1", "--", *torchrun(*STEPS)], capture_output=True, text=True,
+                       env=dict(os.environ), timeout=120, cwd=tmp_path)
+    d = json.loads(r.stdout)
+    assert r.returncode == 3 and d["status"] == "hang" and d["stalled_kernel"] == AR, r.stderr
+    assert d["stall"]["known_cause"] and d["allowance_basis"] == EVIDENCE and d["calibration"] is None
+    assert d["detection_s"] < 3.0  # the grace (1 s), not the 3 s suspicion and a calibration
+    assert not any("are left out of the run" in n for n in d["notes"])
+    assert any("--rank 0 --metrics gpu__time_duration.sum" in n for n in d["notes"])  # what to run instead
