@@ -62,9 +62,10 @@ StoreSource = Union[HangStore, Callable[[], Optional[HangStore]], None]
 
 
 def needs_confirmation(attempt: Attempt, config: RunConfig) -> bool:
-    """A hang judged against an allowance that was neither calibrated nor given by the user."""
+    """A hang judged against an allowance that was neither calibrated nor given by the user, nor called by a
+    known cause (nsightwrap.ncu.known)."""
     stall = attempt.stall
-    return (attempt.status == HANG and stall is not None and not stall.calibrated
+    return (attempt.status == HANG and stall is not None and not stall.calibrated and not stall.known_cause
             and not config.stall_timeout_given)
 
 

@@ -23,7 +23,7 @@ from nsightwrap.cli.common import (
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import PlainScreen, open_screen
 from nsightwrap.errors import AttemptFailed, ProfileInterrupted
-from nsightwrap.fallback.collectives import one_rank_hint
+from nsightwrap.fallback.collectives import one_rank_hint, without_collectives
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
@@ -158,6 +158,9 @@ def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
 
 def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
               screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator) -> int:
+    options, left_out = without_collectives(command, options)  # they would hang with every rank profiled
+    if left_out and not args.quiet:
+        screen.say(f"[nsightwrap] {left_out}\n")
     try:
         attempt = calibrator.run(lambda ctx: profile_command(command, options, context=ctx,
                                                              on_output=screen.on_output), context, options)
@@ -166,6 +169,8 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
     if hint and options.rank is None:
         attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
+    if left_out:
+        attempt = dataclasses.replace(attempt, notes=(*attempt.notes, left_out))
     screen.close()
     if args.json:
         print(attempt.to_json())

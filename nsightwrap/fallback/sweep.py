@@ -11,7 +11,9 @@ in the hang store, and outcomes already stored are used instead of probing.
 In a multi-process job (torchrun, mpirun, srun) the whole-program runs leave
 out the collective families that hung (nsightwrap.fallback.collectives),
 and each kernel's probes run on one rank alone (the rank wrapper): with
-every rank profiled a collective hangs whatever the sections.
+every rank profiled a collective hangs whatever the sections. The first
+whole-program run keeps the collectives, as their names are what is probed;
+their hang there is a known cause, called at once (nsightwrap.ncu.known).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
@@ -429,7 +432,8 @@ class _ProbeRunner:
                 raise KeyboardInterrupt("the sweep was interrupted")
             attempt = self.calibrator.run(
                 lambda ctx: profile_command(self.command, opts, context=ctx,
-                                            rules=ctx.config.rules(opts) | Cancelled(self.cancel)), context, opts)
+                                            rules=run_rules(self.command, opts, ctx.config)
+                                            | Cancelled(self.cancel)), context, opts)
         finally:
             self.gpus.put(gpu_id)
         if attempt.status == INTERRUPTED:

@@ -23,6 +23,7 @@ from nsightwrap.ncu.attempt import Attempt, build_attempt
 from nsightwrap.ncu.calltime import reported_calibration
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.events import Connected, Event
+from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
@@ -208,7 +209,7 @@ def profile_command(
     if orphans:
         _note(notes, orphans)
 
-    rule = rules or config.rules(options)
+    rule = rules or run_rules(command, options, config)
     try:
         outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
                         on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)

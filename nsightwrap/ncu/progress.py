@@ -14,6 +14,8 @@ from typing import Optional
 from nsightwrap.ncu.allowance import NOT_CALIBRATED, Allowance, KernelAllowances
 from nsightwrap.ncu.events import (
     SLOW_LAUNCH_WARNING,
+    Connected,
+    Disconnected,
     Event,
     KernelDone,
     KernelStarted,
@@ -66,9 +68,13 @@ class WatchState(RunState):
     kernels_done: int = 0
     slow_warnings: list = field(default_factory=list)
     max_passes: int = 0  # the most replay passes a finished kernel of this run needed
+    connected: set = field(default_factory=set)  # pids ncu is connected to now
+    most_connected: int = 0  # the most processes ncu was connected to at once (2+: a multi-process program)
 
     def observe(self, event: Event, now: float) -> None:
         """Fold one event (received at `now`) into the state."""
+        if isinstance(event, (Connected, Disconnected)):
+            self._connection(event)
         cur = self.current
         if isinstance(event, KernelStarted):
             self.current = KernelInProgress(event.name, event.kernel_id, now, now)
@@ -97,6 +103,13 @@ class WatchState(RunState):
         elif cur is not None and cur.replay_pass is not None:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
+
+    def _connection(self, event: "Connected | Disconnected") -> None:
+        if isinstance(event, Connected):
+            self.connected.add(event.pid)
+            self.most_connected = max(self.most_connected, len(self.connected))
+        else:
+            self.connected.discard(event.pid)
 
     def header_seen(self, header: KernelStarted, now: float) -> None:
         """A kernel's header is complete but undecided (see OutputParser.pending_header)."""
@@ -132,6 +145,9 @@ class Stall:
     #: Silent after an application-replay pass line with no slow-launch warning since: the silence may
     #: be the program's own work (StallRule.quiet_replay_factor, KernelAllowances.for_stall).
     quiet_replay: bool = False
+    #: Called at once by a cause FACTS.md records (nsightwrap.ncu.known; `basis` says which): a trusted
+    #: verdict that needs no calibration.
+    known_cause: bool = False
 
     def evidence(self) -> str:
         """`silent 3.1 s; allowance 3.0 s from calibration (...)`: the verdict's grounds in one line."""
@@ -141,7 +157,7 @@ class Stall:
         kid = "" if self.kernel_id is None else f" (id {self.kernel_id})"
         text = (f'kernel "{self.kernel}"{kid} stalled at {self.where}: no progress for '
                 f"{self.silent_s:.1f} s (allowance {self.allowance_s:.1f} s {self.basis})")
-        if self.before_first_progress and not self.calibrated:
+        if self.before_first_progress and not (self.calibrated or self.known_cause):
             text += (". A single replay pass longer than the stall timeout looks the same: if this "
                      "kernel is merely slow, raise the timeout (--stall-timeout SEC, or "
                      "stall_timeout=SEC in Python)")

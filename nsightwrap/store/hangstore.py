@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from nsightwrap.errors import StoreError
-from nsightwrap.ncu.allowance import CALIBRATED, Calibration
+from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE, Calibration
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.calibrations import (
@@ -422,10 +422,11 @@ class HangStore:
         return [KernelSummary(k, int(n), int(h or 0), t) for k, n, h, t, _ in rows]
 
     def uncalibrated_hangs(self) -> dict[str, int]:
-        """Per kernel, its trusted hang records judged without a calibrated allowance (older ones included)."""
+        """Per kernel, its trusted hang records judged without a calibrated allowance (older ones included),
+        and not called by a known cause."""
         rows = self._query("SELECT kernel, COUNT(*) FROM records WHERE outcome IN (?, ?) AND trusted = 1 "
-                           "AND (basis IS NULL OR basis NOT LIKE ?) GROUP BY kernel",
-                           (*HANG_OUTCOMES, CALIBRATED + "%"))
+                           "AND (basis IS NULL OR (basis NOT LIKE ? AND basis NOT LIKE ?)) GROUP BY kernel",
+                           (*HANG_OUTCOMES, CALIBRATED + "%", KNOWN_CAUSE + "%"))
         return {k: int(n) for k, n in rows}
 
     def __len__(self) -> int:

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
-from nsightwrap.ncu.allowance import CALIBRATED
+from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
@@ -116,8 +116,9 @@ class Record:
 
     @property
     def calibrated(self) -> bool:
-        """Was the verdict judged against the kernel's calibrated allowance?"""
-        return bool(self.basis) and self.basis.startswith(CALIBRATED)
+        """Was the verdict judged against the kernel's calibrated allowance, or called by a known cause
+        (nsightwrap.ncu.known), which needs no calibration?"""
+        return bool(self.basis) and self.basis.startswith((CALIBRATED, KNOWN_CAUSE))
 
     @property
     def profile_key(self) -> ProfileKey:
