@@ -8,7 +8,7 @@ StallRule turns a silence longer than its allowance into a hang verdict.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from nsightwrap.ncu.allowance import NOT_CALIBRATED, Allowance, KernelAllowances
@@ -24,6 +24,7 @@ from nsightwrap.ncu.events import (
     ReportCreation,
 )
 from nsightwrap.ncu.output import OutputParser
+from nsightwrap.ncu.tally import RunTally
 from nsightwrap.status import HANG
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
@@ -64,7 +65,8 @@ class WatchState(RunState):
     current: Optional[KernelInProgress] = None
     longest_gap: float = 0.0
     kernels_done: int = 0
-    slow_warnings: list = field(default_factory=list)
+    slow_warnings: int = 0  # ncu's slow-launch warnings so far
+    last_slow_warning_at: float = -math.inf  # when the last one came
     max_passes: int = 0  # the most replay passes a finished kernel of this run needed
 
     def observe(self, event: Event, now: float) -> None:
@@ -93,7 +95,8 @@ class WatchState(RunState):
                                             replay_pass=event.pass_number, marks=1)
         elif isinstance(event, NcuWarning):
             if SLOW_LAUNCH_WARNING in event.text:
-                self.slow_warnings.append(now)  # recorded, never a verdict
+                self.slow_warnings += 1  # recorded, never a verdict
+                self.last_slow_warning_at = now
         elif cur is not None and cur.replay_pass is not None:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
@@ -151,7 +154,7 @@ class Stall:
 def _warned(state: WatchState) -> bool:
     """ncu's slow-launch warning came since the current kernel (or replay pass) started."""
     cur = state.current
-    return cur is not None and any(t >= cur.started_at for t in state.slow_warnings)
+    return cur is not None and state.last_slow_warning_at >= cur.started_at
 
 
 def _quiet_replay(state: WatchState, warned: bool) -> bool:
@@ -238,7 +241,9 @@ class NcuObserver:
     of ncu's own channel (or of the merged stdout, for an ncu that cannot
     log to a file) and `close` at the end; it knows nothing of ncu beyond
     this object. Progress marks and program lines are folded into the state
-    and counted, not kept (`keep`): a flood of them costs no memory.
+    and counted, not kept (`keep`): a flood of them costs no memory. Every
+    event is folded into `summary` (a RunTally), which the attempt reads:
+    its counts are exact however many events the run's log kept.
     """
 
     @staticmethod
@@ -248,6 +253,7 @@ class NcuObserver:
     def __init__(self, now: float):
         self.parser = OutputParser()
         self.state = WatchState(started_at=now, last_output_at=now)
+        self.summary = RunTally()
 
     def feed(self, text: str, now: float) -> list[Event]:
         events = self.parser.feed(text) if text else []
@@ -259,6 +265,7 @@ class NcuObserver:
     def _fold(self, events: list[Event], now: float) -> list[Event]:
         state = self.state
         for ev in events:
+            self.summary.add(ev)
             if type(ev) is Output and (state.current is None or state.current.replay_pass is None):
                 continue  # a program line changes nothing but the time of the last output
             state.observe(ev, now)

@@ -56,7 +56,9 @@ class PlainObserver:
 #: Makes the object that reads a run's output: called with the start time,
 #: it returns something with `.state`, `feed(text, now) -> events`,
 #: `close(now) -> events` and optionally `keep(event) -> bool` (which events
-#: the outcome keeps; the others are only counted). For ncu it is
+#: the outcome keeps, the first and last few of each type; all are counted)
+#: and `summary` (what it folded from every event, exactly: the outcome's
+#: `summary`). For ncu it is
 #: nsightwrap.ncu.progress.NcuObserver.
 ObserverFactory = Callable[[float], Any]
 
@@ -78,6 +80,8 @@ class RunOutcome:
     exception: Optional[BaseException] = None
     stop: Optional[StopRecord] = None
     pids: list[int] = field(default_factory=list)
+    #: The observer's `summary` (None without one): counts and what verdicts need, from every event.
+    summary: Any = None
 
 
 class _Watch:
@@ -259,9 +263,12 @@ class _Watch:
         while not self.out.eof and self.clock() < end:
             self.pump(0.05)
         if self.tool is not None:
-            rest = self.tool.read_all(READ_BUDGET)
-            if rest:
+            while True:  # in bounded pieces: a long log left unread is never held whole
+                rest = self.tool.read(READ_BUDGET)
+                if not rest:
+                    break
                 self._take(rest, parse=True)
+            self._take(self.tool.read_all(READ_BUDGET), parse=True)  # an unfinished character at the end
         if not self.closed:
             self._take("", parse=True, final=True)
 
@@ -295,7 +302,7 @@ class _Watch:
             events=self.events.events, log=self.log.text(), state=self.state, elapsed_s=self.clock() - self.t0,
             started_wall=self.started_wall, verdict=self.verdict,
             interrupted=self.interrupted or bool(self.signals.count), exception=self.exception, stop=stop,
-            pids=self.tree.seen_pids if self.tree else [])
+            pids=self.tree.seen_pids if self.tree else [], summary=getattr(self.observer, "summary", None))
 
 
 def watch(
