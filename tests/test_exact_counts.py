@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
+import tracemalloc
 
 from helpers import app, assert_tree_gone, run_config
 
 from nsightwrap import ProfileOptions, profile_command
 from nsightwrap.ncu.attempt import build_attempt
 from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuError, NcuWarning, Progress
+from nsightwrap.ncu.output import OutputParser
 from nsightwrap.ncu.progress import NcuObserver, WatchState, _warned
 from nsightwrap.ncu.tally import KEPT_KERNELS, KEPT_LINES, RunTally
 from nsightwrap.watch.channels import EventLog
@@ -165,3 +167,19 @@ def test_the_slow_launch_warning_still_counts_for_the_kernel_in_progress():
     assert not _warned(state)
     state.observe(NcuWarning(SLOW), 3.0)
     assert _warned(state) and state.slow_warnings == 2
+
+
+def test_a_long_run_of_progress_marks_is_parsed_in_little_memory():
+    """Megabytes of dots in one chunk: the regex engine once kept ~150 bytes a mark (1 MB of dots, 150 MB)."""
+    parser = OutputParser()
+    dots = "." * (4 << 20)
+    parser.feed('==PROF== Profiling "k" - 0: 0%')
+    tracemalloc.start()
+    try:
+        events = parser.feed(dots + "100% - 10 passes\n")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak >> 20} MB"
+    assert events[-1] == KernelDone("k", 0, 10)
+    assert sum(isinstance(e, Progress) for e in events) <= len(dots) // (64 * 1024) + 2
