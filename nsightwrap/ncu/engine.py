@@ -208,8 +208,9 @@ def profile_command(
 
     rule = rules or config.rules(options)
     try:
-        outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
-                        on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
+        outcome = watch(argv, config.watched(rule), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=_heard(NcuObserver, context.listener, rule),
+                        tool_log=tool_log)
     finally:
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)

@@ -8,12 +8,14 @@ StallRule turns a silence longer than its allowance into a hang verdict.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from nsightwrap.ncu.allowance import NOT_CALIBRATED, Allowance, KernelAllowances
 from nsightwrap.ncu.events import (
     SLOW_LAUNCH_WARNING,
+    Connected,
+    Disconnected,
     Event,
     KernelDone,
     KernelStarted,
@@ -68,10 +70,13 @@ class WatchState(RunState):
     slow_warnings: int = 0  # ncu's slow-launch warnings so far
     last_slow_warning_at: float = -math.inf  # when the last one came
     max_passes: int = 0  # the most replay passes a finished kernel of this run needed
+    connected: set = field(default_factory=set)  # the processes ncu is connected to now
 
     def observe(self, event: Event, now: float) -> None:
         """Fold one event (received at `now`) into the state."""
         cur = self.current
+        if isinstance(event, (Connected, Disconnected)):
+            self._connection(event, now)  # and, as any other line, ends an application-replay pass below
         if isinstance(event, KernelStarted):
             self.current = KernelInProgress(event.name, event.kernel_id, now, now)
         elif isinstance(event, Progress):
@@ -100,6 +105,16 @@ class WatchState(RunState):
         elif cur is not None and cur.replay_pass is not None:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
+
+    def _connection(self, event: Connected | Disconnected, now: float) -> None:
+        """The program ended when the last process ncu was connected to left (see RunState)."""
+        if isinstance(event, Connected):
+            self.connected.add(event.pid)
+            self.program_ended_at = None
+        else:
+            self.connected.discard(event.pid)
+            if not self.connected:
+                self.program_ended_at = now
 
     def header_seen(self, header: KernelStarted, now: float) -> None:
         """A kernel's header is complete but undecided (see OutputParser.pending_header)."""

@@ -30,7 +30,17 @@ from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, runtime_dir, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 from nsightwrap.watch.signals import Interrupts
-from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, ProcessTree, StopPolicy, StopRecord, start_time, stop_tree
+from nsightwrap.watch.tree import (
+    COOKIE_VAR,
+    OWNER_VAR,
+    Enough,
+    ProcessTree,
+    StopPolicy,
+    StopRecord,
+    all_gone,
+    start_time,
+    stop_tree,
+)
 
 #: Rules are checked at least this often (seconds), whatever the output rate.
 TURN_S = 0.1
@@ -222,13 +232,13 @@ class _Watch:
 
     # -- stopping ---------------------------------------------------------
 
-    def _wait_gone(self, seconds: float, hurry: bool) -> list:
+    def _wait_gone(self, seconds: float, hurry: bool, enough: Enough = all_gone) -> list:
         end = self.clock() + seconds
         seen = self.signals.count
         while True:
             self.proc.poll()
             left = self.tree.members()
-            if not left or self.clock() >= end or (hurry and self.signals.count > seen):
+            if enough(left) or self.clock() >= end or (hurry and self.signals.count > seen):
                 return left
             self.pump(min(0.05, max(0.0, end - self.clock())))
 
