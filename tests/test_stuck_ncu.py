@@ -10,13 +10,14 @@ ncu's FAKE_NCU_STUCK modes.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import textwrap
 import time
 
 import pytest
-from helpers import app, assert_clean, fast_stop, no_leftovers, run_config
+from helpers import ROOT, app, assert_clean, fast_stop, no_leftovers, run_cli, run_config
 
 from nsightwrap import ProfileOptions, profile_command
 from nsightwrap.ncu.context import RunConfig
@@ -136,3 +137,13 @@ def test_the_stop_moves_on_once_the_front_end_has_exited(tmp_path):
     assert stop.duration_s < policy.grace - 1.0, (stop.duration_s, stop.steps)  # not the whole grace
     assert stop.duration_s >= SETTLE_S * 0.8  # the others were given their moment to follow
     no_leftovers()
+
+
+def test_the_cli_sets_the_limit_and_says_ncu_is_stuck(fake_env, tmp_path):
+    env = dict(fake_env, FAKE_NCU_STUCK="wedge", PYTHONPATH=str(ROOT))
+    done = run_cli(["run", "--json", "-q", "--stuck-timeout", "0.5", "--timeout", "30", "--set", "basic",
+                    "-o", str(tmp_path / "r"), "--", *app("vec_add")], env=env, timeout=60)
+    d = json.loads(done.stdout)
+    assert done.returncode == 5 and d["status"] == ERROR and "ncu itself is stuck" in d["reason"], done.stderr
+    assert d["kernel_count"] == 1 and d["stop"]["graceful"]
+    assert run_cli(["run", "--stuck-timeout", "0", "--", *app("vec_add")], env=env).returncode == 2
