@@ -39,7 +39,7 @@ class RunState:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why the run must stop: status is HANG, TIMEOUT or INTERRUPTED (nsightwrap.status)."""
+    """Why the run must stop: status is HANG, TIMEOUT, ERROR (ToolStuck) or INTERRUPTED (nsightwrap.status)."""
 
     status: str
     reason: str
