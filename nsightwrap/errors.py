@@ -1,6 +1,6 @@
 """One exception hierarchy. Every message says what to do next.
 
-Imports nothing from the package, so every layer can raise from here;
+Imports nothing from the package but nsightwrap.secrets (its own layer), so every layer can raise from here;
 `did_you_mean` is the one close-match helper those messages use.
 """
 
@@ -10,6 +10,8 @@ import difflib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence, Union
+
+from nsightwrap.secrets import mask_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
@@ -34,7 +36,11 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
 
 
 class NsightwrapError(Exception):
-    """Base of every error nsightwrap raises on purpose."""
+    """Base of every error nsightwrap raises on purpose; its message has secret values masked
+    (nsightwrap.secrets), wherever it is printed or logged."""
+
+    def __str__(self) -> str:
+        return mask_text(super().__str__())
 
 
 class ToolNotFound(NsightwrapError):

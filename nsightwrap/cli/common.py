@@ -8,6 +8,7 @@ import logging
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 
 EPILOG = ("exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items())
@@ -56,8 +57,8 @@ def wants_json(argv: Sequence[str]) -> bool:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    """The one JSON object of a command, on stdout."""
-    print(json.dumps(doc))
+    """The one JSON object of a command, on stdout, secret values masked."""
+    print(json.dumps(mask_doc(doc)))
 
 
 def error_doc(message: str, exit_code: int = USAGE_EXIT_CODE, **more: Any) -> dict[str, Any]:
@@ -78,7 +79,7 @@ class LineLog(logging.Handler):
         self.printed: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
+        message = mask_text(record.getMessage())
         self.printed.add(message)
         self.write(f"nsightwrap: {record.levelname.lower()}: {message}")
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from nsightwrap.fallback.ladder import Ladder, Rung
 from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.secrets import mask_text
 from nsightwrap.status import HANG
 
 __all__ = ["ATTEMPT_COLUMN", "JOB_COLUMN", "KNOWN_EMPTY", "KNOWN_HANG", "LadderResult", "RUNG_COLUMN", "Step",
@@ -88,7 +89,7 @@ class LadderResult:
             lines += [f"  {k}: {self.why_unprofiled[k]}" for k in self.unprofiled if k in self.why_unprofiled]
         if self.stopped:
             lines.append("stopped early: " + self.stopped)
-        return "\n".join(lines)
+        return mask_text("\n".join(lines))
 
 
 def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:

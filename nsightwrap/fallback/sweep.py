@@ -31,6 +31,7 @@ from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
+from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
 from nsightwrap.store.hangstore import HangStore, ProfileKey
 from nsightwrap.watch import gpu
@@ -134,10 +135,11 @@ class SweepResult:
             lines.append("the requested sections worked on every kernel: nothing to find")
         if self.status == NO_KERNELS:
             lines.append(f"nothing was profiled, so nothing was found: {self.first.reason}")
-        return "\n".join(lines)
+        return mask_text("\n".join(lines))
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "clean": self.clean, "kernels": [{
+        """Plain types for JSON, secret values masked."""
+        return mask_doc({"status": self.status, "clean": self.clean, "kernels": [{
             "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
             "hang_together": [list(c) for c in k.combinations], "largest_working_set": list(k.largest_working),
             "probes_run": k.probes_run, "naive_probes": k.naive_probes, "probe_goal": k.budget(),
@@ -148,7 +150,7 @@ class SweepResult:
                         "gpu": p.gpu}
                        for p in k.probes]} for k in self.kernels],
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
-                                    "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]}
+                                    "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]})
 
 
 def wrap_sections(label: str, width: int = 60) -> list[str]:

@@ -18,6 +18,7 @@ from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.events import Connected, Disconnected
 from nsightwrap.ncu.progress import Stall
 from nsightwrap.ncu.tally import RunTally
+from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import (
     CRASHED,
     ERROR,
@@ -176,10 +177,11 @@ class Attempt:
             if self.stop.survivors:
                 lines.append("WARNING: still alive after SIGKILL: " + ", ".join(self.stop.survivors))
         lines.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(lines)
+        return mask_text("\n".join(lines))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """Plain types for JSON; secret values masked (the command run kept them: ``self.command``)."""
+        return mask_doc({
             "status": self.status,
             "reason": self.reason,
             "exit_code": self.exit_code,
@@ -219,7 +221,7 @@ class Attempt:
             "cookie": self.cookie,
             "ncu": self.ncu,
             "connected_processes": self.connected,
-        }
+        })
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)

@@ -26,6 +26,7 @@ from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
 from nsightwrap.ncu.progress import NcuObserver
+from nsightwrap.secrets import mask_argv
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
@@ -41,6 +42,7 @@ REPORT_SUFFIX = ".ncu-rep"
 
 
 def _slug(command: Sequence[str]) -> str:
+    command = mask_argv(command)  # a report's name is written too: no secret in it
     words = [os.path.basename(command[0])] + [os.path.basename(a) for a in command[1:3] if not a.startswith("-")]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
 
