@@ -32,6 +32,7 @@ from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
 
 
@@ -59,6 +60,9 @@ def add_parser(sub: Any) -> None:
                           "so that each kernel gets its own stall allowance from the start")
     run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
+    run.add_argument("--stuck-timeout", type=positive, default=DEFAULT_STUCK_TIMEOUT, metavar="SEC",
+                     help="after the program has ended, how long ncu may stay silent without exiting before it is "
+                          f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
     run.add_argument("-o", "--export", metavar="REPORT",
@@ -104,7 +108,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                              rank=None if args.profile else args.rank)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
-                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
+                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate,
+                       stuck_timeout=args.stuck_timeout)
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:

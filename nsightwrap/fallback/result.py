@@ -39,7 +39,7 @@ class Step:
         if self.skipped:
             return f"{what}: skipped, {self.skipped}"
         a = self.attempt
-        return f"{what}: {a.status}, {len(a.kernels)} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
+        return f"{what}: {a.status}, {a.n_kernels} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
 from nsightwrap.watch.process import StopPolicy
-from nsightwrap.watch.rules import TotalTimeout, WatchRule
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, ToolStuck, TotalTimeout, WatchRule
 
 __all__ = ["FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
 
@@ -63,6 +63,13 @@ class RunConfig:
     #: Calibration.from_call for profile(fn)): each kernel then gets its own allowance.
     calibration: Optional[Calibration] = None
     allowance: AllowancePolicy = field(default_factory=AllowancePolicy)
+    #: After the program has ended (ncu's last `Disconnected`), how long ncu may go on silent before it
+    #: is called stuck and stopped (nsightwrap.watch.rules.ToolStuck; seconds); None: never.
+    stuck_timeout: Optional[float] = DEFAULT_STUCK_TIMEOUT
+
+    def __post_init__(self):
+        if self.stuck_timeout is not None and not self.stuck_timeout > 0:
+            raise ValueError("stuck timeout must be > 0 seconds (or None: never)")
 
     def rules(self, options: Any = None) -> WatchRule:
         """The stall rule (with per-kernel allowances when calibrated) | the total timeout.
@@ -79,6 +86,10 @@ class RunConfig:
         if self.timeout is not None:
             rule = rule | TotalTimeout(self.timeout)
         return rule
+
+    def watched(self, rule: WatchRule) -> WatchRule:
+        """`rule` (the run's own rules) | ToolStuck: what the watch loop checks."""
+        return rule if self.stuck_timeout is None else rule | ToolStuck(self.stuck_timeout, "ncu")
 
     def replace(self, **changes: Any) -> "RunConfig":
         return replace(self, **changes)

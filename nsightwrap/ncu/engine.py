@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
-from nsightwrap.ncu.attempt import Attempt, build_attempt
+from nsightwrap.ncu.attempt import Attempt, build_attempt, tally_of
 from nsightwrap.ncu.calltime import reported_calibration
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.events import Connected, Event
+from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
@@ -211,8 +211,9 @@ def profile_command(
 
     rule = rules or run_rules(command, options, config)
     try:
-        outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
-                        on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
+        outcome = watch(argv, config.watched(rule), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=_heard(NcuObserver, context.listener, rule),
+                        tool_log=tool_log)
     finally:
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
@@ -221,7 +222,7 @@ def profile_command(
     # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look:
     # at the tree's members, and every process ncu connected to (each rank of a multi-process job).
     stopped = outcome.stop is not None
-    pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
+    pids = {*outcome.pids, *tally_of(outcome).pids.items()}
     left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
