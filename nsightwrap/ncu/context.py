@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
+from nsightwrap.errors import OptionsError
 from nsightwrap.ncu.allowance import GIVEN, NOT_CALIBRATED, AllowancePolicy, Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import ReportedCallTime
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
@@ -22,7 +23,12 @@ from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, Stall
 from nsightwrap.watch.process import StopPolicy
 from nsightwrap.watch.rules import TotalTimeout, WatchRule
 
-__all__ = ["FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
+__all__ = ["DEFAULT_CALIBRATION_LIMIT_S", "FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
+
+#: How long the stalled kernel may run without ncu when calibration confirms a stall (seconds): past it, the
+#: program is taken to hang by itself (a program fault, never an ncu hang). Without a kernel tracer the
+#: plain run is allowed this long after the point where the program reached the kernel under ncu.
+DEFAULT_CALIBRATION_LIMIT_S = 60.0
 
 FindNcu = Callable[[Optional[str], Mapping[str, str]], str]
 """find_ncu's shape: (explicit path or None, environment) -> ncu path."""
@@ -63,6 +69,14 @@ class RunConfig:
     #: Calibration.from_call for profile(fn)): each kernel then gets its own allowance.
     calibration: Optional[Calibration] = None
     allowance: AllowancePolicy = field(default_factory=AllowancePolicy)
+    #: The calibration limit (--calibration-limit, calibration_limit=): how long the stalled kernel may run
+    #: without ncu before the program is taken to hang by itself (see DEFAULT_CALIBRATION_LIMIT_S).
+    calibration_limit: float = DEFAULT_CALIBRATION_LIMIT_S
+
+    def __post_init__(self) -> None:
+        if not self.calibration_limit > 0:
+            raise OptionsError(f"calibration_limit={self.calibration_limit!r}: give the seconds the stalled kernel may "
+                               "run without ncu, a number > 0 (default 60)")
 
     def rules(self, options: Any = None) -> WatchRule:
         """The stall rule (with per-kernel allowances when calibrated) | the total timeout.
