@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
+import psutil
+
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
 from nsightwrap.ncu.attempt import Attempt, build_attempt
 from nsightwrap.ncu.calltime import reported_calibration
@@ -114,9 +116,19 @@ def _foreign_on_gpu() -> list[gpu.GpuProcess]:
     """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs), as far as can be
     told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had)."""
     held = gpu.compute_processes()
-    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too.
-    ours = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
+    # dropped its environment descends from one that carries it.
+    owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    ours = owners | {p.pid for p in held or () if _descends(p.pid, owners)}
     return gpu.foreign(held, ours)
+
+
+def _descends(pid: int, ancestors: set[int]) -> bool:
+    """`pid` is a live descendant of one of `ancestors`."""
+    try:
+        return any(p.pid in ancestors for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
 
 
 class _ForeignCheck:
