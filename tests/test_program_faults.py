@@ -233,3 +233,15 @@ def test_cli_help_states_the_calibration_limit():
         done = run_cli([command, "--help"])
         text = " ".join(done.stdout.split())
         assert "--calibration-limit SEC" in text and "(default 60)" in text
+
+
+def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, tmp_path):
+    store = tmp_path / "s.db"
+    done = run_cli(["sweep-sections", "-q", "--json", "--no-preflight", "--store", str(store), "--section",
+                    "SpeedOfLight", "--calibration-limit", "1", "--", *app("vec_add", "k@always")],
+                   env=cli_env, cwd=tmp_path)
+    assert done.returncode == EXIT_CODES[TIMEOUT], done.stderr
+    d = json.loads(done.stdout)
+    assert d["status"] == TIMEOUT and d["exit_code"] == 4 and '"k"' in d["program_fault"] and d["kernels"] == []
+    with HangStore(store) as s:
+        assert len(s) == 0
