@@ -245,3 +245,12 @@ def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, tmp_path):
     assert d["status"] == TIMEOUT and d["exit_code"] == 4 and '"k"' in d["program_fault"] and d["kernels"] == []
     with HangStore(store) as s:
         assert len(s) == 0
+
+
+@pytest.mark.parametrize("command, cwd", [(["/nonexistent/prog"], None), (app("vec_add"), "/nonexistent-folder")])
+def test_library_calibration_that_cannot_start_is_an_error_calibration(cli_env, tmp_path, command, cwd):
+    """No such program, or no such working folder: a failed (error) calibration that says what to do, not an
+    OSError raised from deep inside the watch (before: a traceback)."""
+    calibration = Calibrator(command).calibrate(RunConfig(cwd=cwd, env=cli_env, check_gpu=False))
+    assert calibration.status == ERROR and "could not be started without ncu" in calibration.reason
+    assert "No such file or directory" in calibration.reason and "working folder" in calibration.reason

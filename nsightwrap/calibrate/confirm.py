@@ -132,7 +132,7 @@ def program_fault(calibration: Calibration, stall_kernel: str, limit_s: float, r
 def cannot_start(error: OSError, command: Sequence[str]) -> Calibration:
     """A calibration run that could not be started: an error that says what to do, not a program fault."""
     return Calibration.failed(
-        ERROR, f"the program could not be started without ncu to calibrate the stall ({error.strerror or error}: "
+        ERROR, f"the program could not be started without ncu, to calibrate it ({error.strerror or error}: "
                f"{error.filename or command[0]}): check that `{command[0]}` exists and is executable and that the "
                "working folder exists, then run again; or give --stall-timeout SEC (stall_timeout=) to judge "
                "stalls without calibrating", "plain run")
