@@ -104,38 +104,50 @@ def _in_flight(unfinished: Sequence[tuple[str, float]]) -> str:
     return ", ".join(f'"{k}" ({s:.1f} s)' for k, s in unfinished)
 
 
-def program_fault(calibration: Calibration, stall_kernel: str, limit_s: float, reached_s: float) -> str:
+def _same_kernel(traced: str, stalled: str) -> bool:
+    """A traced kernel name (demangled) is the kernel ncu stalled on: same function_core, or ncu cut the
+    name short ("ncclDevKernel_AllReduce_Sum_f...") and the traced one starts that way."""
+    core, mine = function_core(traced), function_core(stalled)
+    return bool(mine) and (core == mine or (stalled.strip().endswith("...") and core.startswith(mine)))
+
+
+def program_fault(calibration: Calibration, stalled: str, calibration_limit: float, reached_s: float) -> str:
     """The evidence of a program fault: which kernel did not finish without ncu (Calibration.unfinished, from a
-    kernel tracer), else the kernel ncu stalled on and that the program did not finish within the limit."""
+    kernel tracer), else the kernel ncu stalled on and that the program did not finish within the limit (a
+    plain run, allowed the calibration limit after reached_s, when the program reached that kernel under ncu)."""
     unfinished = calibration.unfinished
-    mine = [(k, t) for k, t in unfinished if function_core(k) == function_core(stall_kernel)]
+    mine = [u for u in unfinished if _same_kernel(u[0], stalled)]
     others = [u for u in unfinished if u not in mine]
     also = f"; also in flight: {_in_flight(others)}" if others else ""
     if calibration.status == CRASHED:
         where = (f"kernels in flight when it failed: {_in_flight(unfinished)}" if unfinished
-                 else f'under ncu it stalled in "{stall_kernel}"')
+                 else f'under ncu it stalled in "{stalled}"')
         return f"the program fails without ncu ({calibration.source}): {where}"
     if mine:
         kernel, ran = max(mine, key=lambda u: u[1])
         return (f'"{kernel}" did not finish without ncu: it had run {ran:.1f} s when stopped, past the calibration '
-                f"limit of {limit_s - reached_s:g} s ({calibration.source}){also}")
+                f"limit of {calibration_limit:g} s ({calibration.source}){also}")
+    limit = reached_s + calibration_limit
     if unfinished:
-        return (f'the program did not finish without ncu within {limit_s:g} s (calibration limit '
-                f'{limit_s - reached_s:g} s after reaching "{stall_kernel}", {calibration.source}); in flight when '
+        return (f"the program did not finish without ncu within {limit:g} s (the calibration limit of "
+                f'{calibration_limit:g} s after it reached "{stalled}", {calibration.source}); in flight when '
                 f"stopped: {_in_flight(unfinished)}")
-    return (f'the program did not finish without ncu within {limit_s:g} s: the calibration limit of '
-            f'{limit_s - reached_s:g} s after it reached "{stall_kernel}" (where ncu stalled, {reached_s:.1f} s in), '
+    return (f"the program did not finish without ncu within {limit:g} s: the calibration limit of "
+            f'{calibration_limit:g} s after it reached "{stalled}" (where ncu stalled, {reached_s:.1f} s in), '
             f"{calibration.source}, which cannot see which kernel runs; it hangs by itself in or after "
-            f'"{stall_kernel}", or runs on longer than that (give a longer --calibration-limit / calibration_limit=)')
+            f'"{stalled}", or runs on longer than that (give a longer --calibration-limit / calibration_limit=)')
+
+
+#: What to do about a calibration run that could not be started (said once, whatever the source said).
+CANNOT_START_ADVICE = ("check that the program exists and is executable and that the working folder exists, then "
+                       "run again; or give --stall-timeout SEC (stall_timeout=) to judge stalls without calibrating")
 
 
 def cannot_start(error: OSError, command: Sequence[str]) -> Calibration:
     """A calibration run that could not be started: an error that says what to do, not a program fault."""
     return Calibration.failed(
         ERROR, f"the program could not be started without ncu, to calibrate it ({error.strerror or error}: "
-               f"{error.filename or command[0]}): check that `{command[0]}` exists and is executable and that the "
-               "working folder exists, then run again; or give --stall-timeout SEC (stall_timeout=) to judge "
-               "stalls without calibrating", "plain run")
+               f"{error.filename or command[0]}): {CANNOT_START_ADVICE}", "plain run")
 
 
 def _interrupted(attempt: Attempt) -> Attempt:
@@ -271,7 +283,7 @@ class Calibrator:
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
             raise ProfileInterrupted(_interrupted(attempt)) from None
         if not calibration.ok:
-            return self._failed(attempt, calibration, limit, reached)
+            return self._failed(attempt, calibration, config.calibration_limit, reached)
         allowance = calibrated_allowance(attempt, calibration, options, config)
         if allowance is None:  # nothing bounds this kernel: the patient uncalibrated rule decides
             if stall.allowance_s < config.stall_timeout:  # it was only suspected: judge it patiently
@@ -289,14 +301,17 @@ class Calibrator:
                  f"{allowance.seconds:.1f} s {allowance.basis}, so it ran again")
         return replace(again, notes=again.notes + (first,))
 
-    def _failed(self, attempt: Attempt, calibration: Calibration, limit: float, reached: float) -> Attempt:
+    def _failed(self, attempt: Attempt, calibration: Calibration, calibration_limit: float,
+                reached: float) -> Attempt:
         """The program hangs or fails by itself (timeout, crashed: a program fault), or could not be run
         without ncu (error): never a hang."""
         stall = attempt.stall
         notes = attempt.notes + (f"under ncu: {stall.message()}",)
         if calibration.status not in (TIMEOUT, CRASHED):
-            return replace(attempt, status=ERROR, reason=calibration.reason, calibration=calibration, notes=notes)
-        fault = program_fault(calibration, stall.kernel, limit, reached)
+            advice = "" if CANNOT_START_ADVICE in calibration.reason else f": {CANNOT_START_ADVICE}"
+            return replace(attempt, status=ERROR, reason=calibration.reason + advice, calibration=calibration,
+                           notes=notes)
+        fault = program_fault(calibration, stall.kernel, calibration_limit, reached)
         self._tell(f"program fault: {fault}")
         return replace(attempt, status=calibration.status, calibration=calibration, program_fault=fault,
                        reason=f"program fault, not an ncu hang: {fault}", notes=notes + (calibration.reason,))
