@@ -254,3 +254,17 @@ def test_library_calibration_that_cannot_start_is_an_error_calibration(cli_env, 
     calibration = Calibrator(command).calibrate(RunConfig(cwd=cwd, env=cli_env, check_gpu=False))
     assert calibration.status == ERROR and "could not be started without ncu" in calibration.reason
     assert "No such file or directory" in calibration.reason and "working folder" in calibration.reason
+
+
+def test_the_stalled_kernel_is_found_in_the_trace_by_ncus_cut_name():
+    measured = replace(Calibration.failed(TIMEOUT, "over the kernel limit", "cupti"),
+                       unfinished=(("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)", 60.5),))
+    a, _ = _confirm(measured, attempt=_attempt(kernel="ncclDevKernel_AllReduce_Sum_f..."))
+    assert a.program_fault.startswith('"ncclDevKernel_AllReduce_Sum_f32_RING_LL(') and "60.5 s" in a.program_fault
+
+
+def test_a_source_that_could_not_start_the_program_gets_the_advice_once():
+    a, _ = _confirm(Calibration.failed(ERROR, "the program could not be started without ncu: [Errno 2]", "cupti"))
+    assert a.status == ERROR and a.reason.count("exists and is executable") == 1
+    a, _ = _confirm(FileNotFoundError(2, "No such file or directory", "./app"))
+    assert a.status == ERROR and a.reason.count("exists and is executable") == 1
