@@ -141,6 +141,9 @@ def test_a_walk_result_takes_the_status_of_its_program_fault():
 
     result = LadderResult(TWO_RUNGS, steps=[Step("main", TWO_RUNGS[0], 0, a)], stopped="the program fails")
     assert result.status == CRASHED and result.program_fault is a and result.hangs == []
+    from nsightwrap.call.result import ProfileResult
+
+    assert ProfileResult(result).program_fault == a.program_fault and not ProfileResult(result).hung
 
 
 # --- real runs with the fake ncu ---------------------------------------------------------------
