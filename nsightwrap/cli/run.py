@@ -32,6 +32,7 @@ from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.process import StopPolicy
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
@@ -103,6 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "  python -m nsightwrap run --set basic -- ./my_app 1024")
     if args.kernel and args.kernel_name:
         raise UsageError("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both")
+    check_program(command)  # before calibrating or launching: a missing program is not a crash
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,

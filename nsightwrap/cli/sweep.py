@@ -29,6 +29,7 @@ from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 
 
@@ -77,6 +78,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     command = split_command(args.extra)
     if not command:
         raise UsageError("nsightwrap sweep-sections: give the command after `--`")
+    check_program(command)  # before the preflight and the first probe
     markdown = _markdown_path(args.markdown) if args.markdown else None
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,

@@ -33,6 +33,7 @@ from nsightwrap.secrets import mask_argv
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.process import OWNER_VAR, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
@@ -209,6 +210,7 @@ def profile_command(
         raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
     context = RunContext.resolve(config, context)
     config, env = context.config, dict(context.env)
+    check_program(command, env, config.cwd)  # missing or not executable: said now, not as a crash of the program
     if config.validate:
         validate(options, context.info)
     if options.rank is not None:
