@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 from nsightwrap import __version__
 from nsightwrap.cli import doctor, run, sweep
 from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
-from nsightwrap.cli.common import Parser, UsageError, error_doc, interrupted_doc, print_json, wants_json
+from nsightwrap.cli.common import Parser, UsageError, error_doc, in_flags, interrupted_doc, print_json, wants_json
 from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_nsys_parser(sub)
     add_cleanup_parser(sub)
     doctor.add_parser(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -56,9 +57,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as e:
         return _usage_error(e, as_json)
     except NsightwrapError as e:
-        print(f"nsightwrap: {e}", file=sys.stderr)
+        message = in_flags(str(e), parser.commands.get(args.cmd), argv)  # the flags typed, not parameter names
+        print(f"nsightwrap: {message}", file=sys.stderr)
         if as_json:
-            print_json(error_doc(str(e)))
+            print_json(error_doc(message))
         return USAGE_EXIT_CODE
     except KeyboardInterrupt:  # outside a watched run (each run stops its own tree): doctor, hangs, nsys
         print("nsightwrap: interrupted", file=sys.stderr)

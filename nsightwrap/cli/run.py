@@ -15,6 +15,7 @@ from nsightwrap.cli.common import (
     UsageError,
     add_calibration_limit,
     configure_logging,
+    given,
     interrupted_doc,
     positive,
     print_json,
@@ -48,8 +49,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--metrics", action="append", default=[], metavar="M",
                      help="metric names, comma separated (repeatable)")
     run.add_argument("--replay-mode", default="kernel", choices=list(REPLAY_MODES))
-    run.add_argument("--kernel", metavar="REGEX", help="profile only kernels whose name matches REGEX")
-    run.add_argument("--kernel-name", metavar="NAME", help="profile only the kernel named exactly NAME")
+    run.add_argument("--kernel", type=given, metavar="REGEX", help="profile only kernels whose name matches REGEX")
+    run.add_argument("--kernel-name", type=given, metavar="NAME", help="profile only the kernel named exactly NAME")
     run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
     run.add_argument("--launch-skip", type=int, metavar="N")
     run.add_argument("--launch-count", type=int, metavar="N")
@@ -68,7 +69,7 @@ def add_parser(sub: Any) -> None:
                           f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
-    run.add_argument("-o", "--export", metavar="REPORT",
+    run.add_argument("-o", "--export", type=given, metavar="REPORT",
                      help="report path (never overwritten; default: ./nsightwrap-reports/)")
     run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
     run.add_argument("--profile", metavar="NAME|FILE",
@@ -90,9 +91,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _kernel(args: argparse.Namespace) -> Optional[KernelFilter]:
-    if args.kernel:
+    if args.kernel is not None:
         return KernelFilter.from_user(args.kernel, args.kernel_name_base)
-    if args.kernel_name:
+    if args.kernel_name is not None:
         return KernelFilter.from_user(args.kernel_name, args.kernel_name_base, exact=True)
     return None
 
@@ -186,6 +187,9 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     screen.close()
     if args.json:
         print(attempt.to_json())
+        notes = without_logged("\n".join(f"note: {n}" for n in attempt.notes), log)
+        if notes:  # the JSON holds them too; said where a person reads them
+            print(notes, file=sys.stderr)
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code

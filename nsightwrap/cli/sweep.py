@@ -12,6 +12,7 @@ from nsightwrap.cli.common import (
     UsageError,
     add_calibration_limit,
     configure_logging,
+    given,
     interrupted_doc,
     positive,
     print_json,
@@ -37,7 +38,7 @@ def add_parser(sub: Any) -> None:
     sweep = sub.add_parser("sweep-sections", help="find which sections hang on which kernels",
                            usage="%(prog)s [options] -- COMMAND [ARGS...]")
     sweep.add_argument("--ncu", metavar="PATH")
-    sweep.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches REGEX")
+    sweep.add_argument("--kernel", type=given, metavar="REGEX", help="only kernels whose name matches REGEX")
     sweep.add_argument("--set", dest="section_set", default="full", metavar="SET",
                        help="sections of this set (default full)")
     sweep.add_argument("--section", action="append", default=[], metavar="ID", help="these sections instead of a set")

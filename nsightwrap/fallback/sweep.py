@@ -348,7 +348,7 @@ def sweep_sections(
     context = RunContext.resolve(config, context)
     check_program(command, context.env, context.config.cwd)  # before the probe of ncu and the first launch
     universe = list(sections) if sections else list(context.info.sections_of_set(set))
-    user_filter = KernelFilter.from_user(kernel) if kernel else None
+    user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
     result = SweepResult(tuple(universe))
