@@ -250,3 +250,12 @@ def test_main_spells_library_errors_in_flags(fake_env, tmp_path, monkeypatch, ca
     out, err = capsys.readouterr()
     assert "--launch-count 0" in json.loads(out)["error"] and "launch_count" not in err
 
+
+
+def test_a_ladder_files_errors_keep_its_keys(fake_env, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nrungs:\n  - name: r\n    stall_timeout: 0\n")
+    done = cli(["run", "--json", "--profile", str(bad), "--no-preflight", "--store", str(tmp_path / "s.db"), "--",
+                *app("vec_add")], fake_env)
+    doc = refused(done, "stall_timeout must be a number of seconds > 0")
+    assert "--stall-timeout" not in doc["error"]

@@ -20,7 +20,7 @@ from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
 from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.errors import LadderError, NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import ignore_stop_signals
 
@@ -57,7 +57,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as e:
         return _usage_error(e, as_json)
     except NsightwrapError as e:
-        message = in_flags(str(e), parser.commands.get(args.cmd), argv)  # the flags typed, not parameter names
+        # The flags typed, not the library's parameter names; a ladder file's errors name its own keys.
+        message = str(e) if isinstance(e, LadderError) else in_flags(str(e), parser.commands.get(args.cmd), argv)
         print(f"nsightwrap: {message}", file=sys.stderr)
         if as_json:
             print_json(error_doc(message))
