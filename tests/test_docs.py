@@ -75,11 +75,14 @@ class _Reads(ast.NodeVisitor):
 
 
 def variables_read() -> set[str]:
+    """Every variable the package's Python reads, and its C/C++ (the CUPTI tracer) with getenv."""
     found: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
         reads = _Reads()
         reads.visit(ast.parse(path.read_text(), str(path)))
         found |= reads.found
+    for path in (p for p in PACKAGE.rglob("*") if p.suffix in (".c", ".cc", ".cpp", ".cu", ".h")):
+        found |= set(re.findall(r"getenv\(\s*\"([A-Z][A-Z0-9_]*)\"", path.read_text()))
     return found
 
 
