@@ -124,6 +124,17 @@ def test_a_missing_report_folder_is_created_and_said(fake_env, tmp_path):
     assert not any("created the folder" in n for n in one_json(again.stdout)["notes"])  # it exists now
 
 
+def test_a_walk_says_the_report_folder_it_created(fake_env, tmp_path):
+    target = tmp_path / "walk" / "r"
+    done = cli(["run", "--json", "-q", "--profile", "quick", "--no-preflight", "--store", str(tmp_path / "s.db"),
+                "-o", str(target), "--", *app("vec_add")], fake_env)
+    doc = one_json(done.stdout)
+    assert doc["status"] == "ok" and done.returncode == 0
+    said = f"created the folder {target.parent} for the report"
+    assert any(said in n for s in doc["steps"] if s["attempt"] for n in s["attempt"]["notes"])
+    assert done.stderr.count(said) == 1
+
+
 def test_a_newline_in_the_report_name_is_refused(fake_env, tmp_path):
     done = cli(["run", "--json", "-o", str(tmp_path / "a\nb"), "--", *app("vec_add")], fake_env)
     doc = refused(done, "-o ", "control character")

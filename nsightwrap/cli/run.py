@@ -187,9 +187,7 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     screen.close()
     if args.json:
         print(attempt.to_json())
-        notes = without_logged("\n".join(f"note: {n}" for n in attempt.notes), log)
-        if notes:  # the JSON holds them too; said where a person reads them
-            print(notes, file=sys.stderr)
+        _say_notes([attempt], log)  # the JSON holds them too; said where a person reads them
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code
@@ -221,7 +219,16 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
         print_json(_walk_doc(result, status))
     else:
         print("\n" + result.summary(), file=sys.stderr)
+    _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created
     return EXIT_CODES[status]
+
+
+def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
+    """The attempts' notes on stderr, each once (and none that --verbose's log already printed)."""
+    notes = dict.fromkeys(n for a in attempts for n in a.notes)
+    text = without_logged("\n".join(f"note: {n}" for n in notes), log)
+    if text:
+        print(text, file=sys.stderr)
 
 
 def _walk_doc(result: Any, status: str) -> dict[str, Any]:
