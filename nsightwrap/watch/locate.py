@@ -135,7 +135,7 @@ def check_program(command: Sequence[str], env: Optional[Mapping[str, str]] = Non
             return found
         here = os.path.join(cwd or os.getcwd(), program)
         hint = (f"It is in {os.path.dirname(here)}: run it as ./{program}" if os.path.lexists(here)
-                else "Install it, or give its path (a program in the current folder is ./NAME)")
+                else f"Install it, or give its path (a program in the current folder is ./{program})")
         raise ProgramNotRunnable(program, "not found on PATH", hint)
     path = os.path.join(cwd or os.getcwd(), program)
     problem = _path_problem(path)
