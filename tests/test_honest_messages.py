@@ -270,3 +270,20 @@ def test_a_ladder_files_errors_keep_its_keys(fake_env, tmp_path):
                 *app("vec_add")], fake_env)
     doc = refused(done, "stall_timeout must be a number of seconds > 0")
     assert "--stall-timeout" not in doc["error"]
+
+
+@pytest.mark.parametrize("args", [["--timeout", "-1"], ["--silence-timeout", "0"]])
+def test_nsys_profile_refuses_a_bad_timeout_without_a_traceback(fake_env, args):
+    env = dict(fake_env, NSIGHTWRAP_NSYS=str(ROOT / "tests" / "fake_nsys" / "nsys"))
+    done = cli(["nsys", "profile", *args, "--", "true"], env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and f"{args[0]}: must be > 0" in done.stderr
+
+
+def test_in_flags_reads_the_options_of_the_sub_command_typed():
+    parser = Parser(prog="x")
+    nsys = parser.add_subparsers(dest="cmd").add_parser("profile")
+    nsys.add_argument("--nsys")
+    message = "nsys=: /x (does not exist)\nnsys= names '/x'; or pass nsys=/path/to/nsys."
+    assert in_flags(message, parser, ["profile", "--nsys", "/x"]) == \
+        "--nsys: /x (does not exist)\n--nsys names '/x'; or pass --nsys /path/to/nsys."
+    assert in_flags(message, parser, ["other"]) == message

@@ -53,7 +53,8 @@ PARAMETER_DESTS: dict[str, tuple[str, ...]] = {
     "KernelFilter.pattern": ("kernel", "kernel_name"),
     "KernelFilter.base": ("kernel_name_base",),
 }
-_ASSIGNED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=\S)")
+_ASSIGNED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=\S)(?![:;,)])")
+_BARE = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=[\s:;,)]|$)")
 _NAMED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[a-z]+(?:_[a-z]+)+|KernelFilter\.[a-z]+)(?![\w=])")
 
 
@@ -64,7 +65,7 @@ def in_flags(message: str, parser: Optional[argparse.ArgumentParser], argv: Sequ
     if parser is None:
         return message
     typed = [a.split("=", 1)[0] for a in (argv[: list(argv).index("--")] if "--" in argv else argv)]
-    flags = {a.dest: _spelling(a.option_strings, typed) for a in parser._actions if a.option_strings}
+    flags = {a.dest: _spelling(a.option_strings, typed) for a in _actions(parser, typed) if a.option_strings}
 
     def flag(name: str) -> Optional[str]:
         dests = PARAMETER_DESTS.get(name, (name,))
@@ -72,11 +73,22 @@ def in_flags(message: str, parser: Optional[argparse.ArgumentParser], argv: Sequ
         return next((f for f in found if f in typed), found[0] if found else None)
 
     said = message
+    message = _BARE.sub(lambda m: flag(m[1]) or m[0], message)  # `nsys=` names the parameter itself
     message = _ASSIGNED.sub(lambda m: f"{flag(m[1])} " if flag(m[1]) else m[0], message)
     message = _NAMED.sub(lambda m: flag(m[1]) or m[0], message)
     if message != said:  # a Python value has no command-line spelling: an option left out is "None"
         message = message.replace(" or None", "").replace("use None", "leave the option out")
     return message
+
+
+def _actions(parser: argparse.ArgumentParser, typed: Sequence[str]) -> list[argparse.Action]:
+    """The options of `parser` and of the sub-commands typed (`nsys profile`)."""
+    found = list(parser._actions)
+    for action in parser._actions:
+        for name, sub in (action.choices or {}).items() if isinstance(action.choices, dict) else ():
+            if name in typed:
+                found += _actions(sub, typed)
+    return found
 
 
 def _spelling(options: Sequence[str], typed: Sequence[str]) -> str:
