@@ -30,6 +30,7 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.secrets import mask_text
 from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
@@ -228,7 +229,7 @@ def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
     notes = dict.fromkeys(n for a in attempts for n in a.notes)
     text = without_logged("\n".join(f"note: {n}" for n in notes), log)
     if text:
-        print(text, file=sys.stderr)
+        print(mask_text(text), file=sys.stderr)
 
 
 def _walk_doc(result: Any, status: str) -> dict[str, Any]:
