@@ -23,6 +23,16 @@ Steps (all by default; choose with --steps hang,spin,walk,sweep,overhead):
   sweep     `sweep-sections --set basic` on `app hang`, every section hangs: <= 25 s
   overhead  a run that does not stall (`app ok`, --set basic) against raw ncu, alternating: <= 0.3 s;
             and the longest silence between two progress marks with --set full (what the floor covers)
+Issue 19 (fast verdicts without nsys: the CUPTI tracer), run with no --nsys on the machine as it comes:
+  torchhang tests/gpu/torch_then_hang.py (a PyTorch process of >= 10 s whose kernels take milliseconds, one
+            hangs under ncu): first run, last mark to verdict including calibration <= plain time + 5 s;
+            second run (calibration stored) <= 3 s
+  selfhang  `app selfhang`: a kernel that hangs without ncu too: a program fault naming wait_forever within
+            the stated limit (60 s after the stall by default), nothing recorded as an ncu hang
+  varied    `app varied 0.1,8,0.2` (one templated, namespaced kernel, very different times) and
+  graph     `app graph 8` (kernels launched inside a CUDA graph), one metric: not called hung
+  torchrun  `run --profile default --set basic` on a 2-rank torchrun job with all-reduces (two GPUs):
+            first walk <= 45 s, second <= 30 s; every other kernel of both ranks profiled, the collective on one
 
 Each step is the real command line (python -m nsightwrap ...) in its own session under a timeout,
 every step with a fresh hang store unless it says otherwise; the whole benchmark stops starting steps
@@ -59,7 +69,9 @@ FAKE_NSYS = ROOT / "tests/fake_nsys/nsys"
 FAKE_APP = ROOT / "tests/fake_ncu/app.py"
 ONE_METRIC = ["--metrics", "gpu__time_duration.sum"]
 SPINS = ((8.0, ONE_METRIC), (14.0, ONE_METRIC), (30.0, ONE_METRIC), (2.0, ["--section", "SpeedOfLight"]))
-STEPS = ("hang", "spin", "walk", "sweep", "overhead")
+STEPS = ("hang", "spin", "walk", "sweep", "overhead", "torchhang", "selfhang", "varied", "graph", "torchrun")
+TORCH_PY = "/opt/torch/.venv/bin/python3"
+MULTI_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def _step_text(step: dict) -> str:
@@ -214,6 +226,95 @@ class Bench:
                      "not hang" + (" (ran again after calibrating)" if again else ""),
                      met(a.get("status") == "ok"))
 
+    # --- issue 19 ------------------------------------------------------------------------------
+    def torch_prog(self, *args: str) -> list[str]:
+        if self.args.fake:
+            return [sys.executable, str(FAKE_APP), "vec_add", "sleep:2", "wait_for_host@hang", "vec_add"]
+        return [self.args.python, str(ROOT / "tests/gpu/torch_then_hang.py"), *args]
+
+    def plain_time(self, command: list[str], timeout: float = 120.0) -> float:
+        t = time.monotonic()
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                       env=self.env, timeout=max(1.0, min(timeout, self.left())), check=False)
+        return time.monotonic() - t
+
+    def step_torchhang(self) -> None:
+        prog = self.torch_prog("10", "60")
+        plain = self.plain_time(prog)
+        self.add("torch_then_hang alone (s)", f"{plain:.1f}", ">= 10 s")
+        store = self.store()
+        for label in ("first", "second"):
+            d = self.cli("run", "-q", "--json", "--store", store, *self.tools, "--set", "basic", "--", *prog,
+                         timeout=240)
+            a = d.json()
+            silent = a.get("detection_s")
+            cal = a.get("calibration") or {}
+            goal = plain + 5.0 if label == "first" else 3.0
+            self.add(f"torch hang, {label} run: last mark to verdict (s)", f"{silent}", f"<= {goal:.1f} s",
+                     met(a.get("status") == "hang" and silent is not None and silent <= goal))
+            self.add(f"torch hang, {label} run: status, whole command (s), calibration source",
+                     f"{a.get('status')}, {d.seconds:.1f}, {cal.get('source')}", a.get("allowance_basis") or "")
+
+    def step_selfhang(self) -> None:
+        store = self.store()
+        prog = ([sys.executable, str(FAKE_APP), "vec_add", "wait_forever@always"] if self.args.fake
+                else self.app("selfhang", "150"))
+        d = self.cli("run", "-q", "--json", "--store", store, *self.tools, "--set", "basic", "--", *prog,
+                     timeout=200)
+        a = d.json()
+        fault = json.dumps(a.get("program_fault") or "")
+        named = "wait_forever" in fault or "wait_forever" in (a.get("reason") or "")
+        self.add("hangs by itself: status, program fault names the kernel",
+                 f"{a.get('status')}, {named}", "timeout, True", met(a.get("status") == "timeout" and named))
+        self.add("hangs by itself: whole command (s)", f"{d.seconds:.1f}", "<= 60 s after the stall + start-up",
+                 met(d.rc is not None and d.seconds <= 75.0))
+        listed = self.cli("hangs", "list", "--json", "--store", store, timeout=30).json()
+        hangs = listed.get("kernels", listed.get("records", [])) if isinstance(listed, dict) else listed
+        self.add("hangs by itself: hangs recorded", f"{len(hangs or [])}", "0", met(not hangs))
+        self.details.append({"selfhang": a.get("reason"), "program_fault": a.get("program_fault")})
+
+    def _one_metric(self, label: str, prog: list[str]) -> None:
+        d = self.cli("run", "-q", "--json", "--store", self.store(), *self.tools, *ONE_METRIC, "--", *prog,
+                     timeout=180)
+        a = d.json()
+        cal = a.get("calibration") or {}
+        self.add(f"{label}: status, whole command (s), calibration source",
+                 f"{a.get('status', 'stopped' if d.rc is None else d.rc)}, {d.seconds:.1f}, {cal.get('source')}",
+                 "not hang", met(a.get("status") == "ok"))
+
+    def step_varied(self) -> None:
+        prog = ([sys.executable, str(FAKE_APP), "tmpl_spin@spin=0.1", "tmpl_spin@spin=8", "tmpl_spin@spin=0.2"]
+                if self.args.fake else self.app("varied", "0.1,8,0.2"))
+        self._one_metric("nsw::detail::tmpl_spin<float, 4> of 0.1, 8 and 0.2 s", prog)
+
+    def step_graph(self) -> None:
+        prog = ([sys.executable, str(FAKE_APP), "vec_add", "spin_cycles@spin=8", "block_reduce"] if self.args.fake
+                else self.app("graph", "8"))
+        self._one_metric("CUDA graph with an 8 s kernel", prog)
+
+    def step_torchrun(self) -> None:
+        env = dict(self.env, **MULTI_ENV, NSIGHTWRAP_CACHE_DIR=str(self.work / "tool-cache-torchrun"))
+        if self.args.fake:
+            ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL@collective"
+            job = [str(ROOT / "tests/fake_dist/torchrun"), "--nproc-per-node", "2", str(FAKE_APP), "gemm", ar, "gemm"]
+        else:
+            torchrun = str(Path(self.args.python).with_name("torchrun"))
+            job = [torchrun, "--nproc-per-node", "2", str(ROOT / "tests/gpu/multi_allreduce.py")]
+        self.add("torchrun job alone (s)", f"{self.plain_time(job):.1f}")
+        store = self.store()
+        for label, goal in (("first", 45.0), ("second", 30.0)):
+            d = self.cli("run", "-q", "--json", "--store", store, *self.tools, "--profile", "default", "--set",
+                         "basic", "--", *job, timeout=300, env=env)
+            w = d.json()
+            steps = w.get("steps", [])
+            self.add(f"torchrun walk, {label} time (s)", f"{d.seconds:.1f}", f"<= {goal:g} s",
+                     met(d.rc is not None and d.seconds <= goal and w.get("status") == "ok"))
+            self.add(f"torchrun walk, {label}: status, attempts", f"{w.get('status')}, "
+                     f"{sum(s['attempt'] is not None for s in steps)}",
+                     "; ".join(_step_text(s) for s in steps if s["attempt"] is not None))
+            keep = ("status", "hangs", "kernels")
+            self.details.append({"torchrun walk": label, "result": {k: w.get(k) for k in keep}})
+
     def step_walk(self) -> None:
         """The first walk knows nothing: a fresh hang store, and a fresh tool cache (ncu is probed inside it)."""
         store = self.store()
@@ -349,6 +450,8 @@ def main() -> int:
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
     ap.add_argument("--budget", type=float, default=480.0, help="no step starts after this many seconds")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side in the overhead step")
+    ap.add_argument("--python", default=TORCH_PY if os.path.exists(TORCH_PY) else sys.executable,
+                    help="the Python with PyTorch (and CuPy) for torchhang and torchrun")
     ap.add_argument("--keep", action="store_true", help="keep the reports and hang stores made (a temporary folder)")
     args = ap.parse_args()
     if not args.fake and not args.app:

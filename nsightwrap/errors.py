@@ -1,6 +1,6 @@
 """One exception hierarchy. Every message says what to do next.
 
-Imports nothing from the package, so every layer can raise from here;
+Imports nothing from the package but nsightwrap.secrets (its own layer), so every layer can raise from here;
 `did_you_mean` is the one close-match helper those messages use.
 """
 
@@ -10,6 +10,8 @@ import difflib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence, Union
+
+from nsightwrap.secrets import mask_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
@@ -34,7 +36,11 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
 
 
 class NsightwrapError(Exception):
-    """Base of every error nsightwrap raises on purpose."""
+    """Base of every error nsightwrap raises on purpose; its message has secret values masked
+    (nsightwrap.secrets), wherever it is printed or logged."""
+
+    def __str__(self) -> str:
+        return mask_text(super().__str__())
 
 
 class ToolNotFound(NsightwrapError):
@@ -127,6 +133,18 @@ class ChildError(NsightwrapError):
 
 class NotProfilable(NsightwrapError):
     """fn or its arguments cannot travel to a child process."""
+
+
+class ProgramNotRunnable(NsightwrapError):
+    """The program to profile is missing (not on PATH, no such file) or not executable; found before launching.
+
+    Carries ``program`` (as given) and ``problem``; the message says what to do.
+    """
+
+    def __init__(self, program: str, problem: str, hint: str) -> None:
+        self.program = program
+        self.problem = problem
+        super().__init__(f"cannot run the program {program!r}: {problem}. {hint}")
 
 
 class ProfileInterrupted(KeyboardInterrupt):

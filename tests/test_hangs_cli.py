@@ -123,8 +123,8 @@ def test_json_errors_are_one_json_object_too(tmp_path):
     for argv in (["list"], ["show", "k"]):
         rc, out, err = run_cli("hangs", *argv, "--json", "--store", str(bad))
         doc = one_json(out)
-        assert rc == 2 and doc["status"] == "error" and "damaged" in doc["error"] and doc["store"] == str(bad)
-        assert "damaged" in err and "Traceback" not in err
+        assert rc == 2 and doc["status"] == "error" and "not a nsightwrap hang store" in doc["error"]
+        assert doc["store"] == str(bad) and "not a nsightwrap hang store" in err and "Traceback" not in err
 
 
 def _show_into_closed_pipe(db: str, *extra: str) -> subprocess.CompletedProcess:

@@ -130,7 +130,7 @@ def test_corrupt_file_gives_store_error_naming_it(tmp_path):
     with pytest.raises(StoreError) as e:
         HangStore(bad)
     assert str(bad) in str(e.value) and ENV_STORE in str(e.value)
-    assert "delete" in str(e.value) and e.value.path == bad
+    assert "not a nsightwrap hang store" in str(e.value) and "delete" not in str(e.value) and e.value.path == bad
     assert isinstance(e.value, NsightwrapError)
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
+import re
 import sys
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S
+from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import settle
+from nsightwrap.watch.writer import lost_output, silence
 
 EPILOG = ("exit codes: " + ", ".join(f"{v} {k}" for k, v in EXIT_CODES.items())
           + f", {USAGE_EXIT_CODE} usage/set-up error")
@@ -31,10 +34,71 @@ class UsageError(NsightwrapError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error raises UsageError (sub-parsers inherit the class)."""
+    """argparse, but a usage error raises UsageError (sub-parsers inherit the class).
+
+    ``commands``: the sub-command parsers by name (set where they are added), so that a command's
+    library messages can be spelled in its flags (:func:`in_flags`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}", self.format_usage())
+
+
+#: The library's parameter names (as its messages spell them) that a CLI option sets under another
+#: dest; every other name is its option's dest (launch_skip -> --launch-skip). A tuple: the first of
+#: those options that the user typed names it.
+PARAMETER_DESTS: dict[str, tuple[str, ...]] = {
+    "set": ("section_set",),
+    "sections": ("section",),
+    "kernel": ("kernel", "kernel_name"),
+    "KernelFilter.pattern": ("kernel", "kernel_name"),
+    "KernelFilter.base": ("kernel_name_base",),
+}
+_ASSIGNED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=\S)(?![:;,)])")
+_BARE = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=[\s:;,)]|$)")
+_NAMED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[a-z]+(?:_[a-z]+)+|KernelFilter\.[a-z]+)(?![\w=])")
+
+
+def in_flags(message: str, parser: Optional[argparse.ArgumentParser], argv: Sequence[str]) -> str:
+    """A library message as the command line's user reads it: `launch_count=0 ...; use None` becomes
+    `--launch-count 0 ...; leave the option out`, and `stall_timeout` `--stall-timeout`. Only names
+    that an option of `parser` sets are changed, each to the spelling the user typed (-o or --export)."""
+    if parser is None:
+        return message
+    typed = [a.split("=", 1)[0] for a in (argv[: list(argv).index("--")] if "--" in argv else argv)]
+    flags = {a.dest: _spelling(a.option_strings, typed) for a in _actions(parser, typed) if a.option_strings}
+
+    def flag(name: str) -> Optional[str]:
+        dests = PARAMETER_DESTS.get(name, (name,))
+        found = [flags[d] for d in dests if d in flags]
+        return next((f for f in found if f in typed), found[0] if found else None)
+
+    said = message
+    message = _BARE.sub(lambda m: flag(m[1]) or m[0], message)  # `nsys=` names the parameter itself
+    message = _ASSIGNED.sub(lambda m: f"{flag(m[1])} " if flag(m[1]) else m[0], message)
+    message = _NAMED.sub(lambda m: flag(m[1]) or m[0], message)
+    if message != said:  # a Python value has no command-line spelling: an option left out is "None"
+        message = message.replace(" or None", "").replace("use None", "leave the option out")
+    return message
+
+
+def _actions(parser: argparse.ArgumentParser, typed: Sequence[str]) -> list[argparse.Action]:
+    """The options of `parser` and of the sub-commands typed (`nsys profile`)."""
+    found = list(parser._actions)
+    for action in parser._actions:
+        for name, sub in (action.choices or {}).items() if isinstance(action.choices, dict) else ():
+            if name in typed:
+                found += _actions(sub, typed)
+    return found
+
+
+def _spelling(options: Sequence[str], typed: Sequence[str]) -> str:
+    """The option string the user typed, else its long form."""
+    return next((o for o in options if o in typed), max(options, key=len))
 
 
 def positive(text: str) -> float:
@@ -43,6 +107,22 @@ def positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
     return value
+
+
+def add_calibration_limit(parser: argparse.ArgumentParser) -> None:
+    """--calibration-limit SEC (run, run --profile, sweep-sections): RunConfig.calibration_limit."""
+    parser.add_argument(
+        "--calibration-limit", type=positive, default=DEFAULT_CALIBRATION_LIMIT_S, metavar="SEC",
+        help="when a stall is calibrated, how long the stalled kernel may run without ncu (a plain run: this "
+             "long after the program reached it under ncu) before the program is reported as hanging by itself "
+             f"(status timeout, program_fault), never as an ncu hang (default {DEFAULT_CALIBRATION_LIMIT_S:g})")
+
+
+def given(text: str) -> str:
+    """argparse type: a value that is not empty, since an empty one would silently mean "not given"."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty, got {text!r}; leave the option out for its default")
+    return text
 
 
 def split_command(extra: Sequence[str]) -> list[str]:
@@ -61,14 +141,15 @@ def wants_json(argv: Sequence[str]) -> bool:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    """The one JSON object of a command, on stdout; after it, signals change neither it nor the exit code.
+    """The one JSON object of a command, on stdout, secret values masked; after it, signals change
+    neither it nor the exit code.
 
     Output that stderr's writer could not write (nobody read it) is said in `warnings`. A reader of
     stdout that went away costs no traceback: stdout then points at /dev/null.
     """
     settle()
     try:
-        print(json.dumps(_with_lost_output(doc)), flush=True)
+        print(json.dumps(mask_doc(_with_lost_output(doc))), flush=True)
     except BrokenPipeError:
         silence(sys.stdout)
 
@@ -82,26 +163,6 @@ def _with_lost_output(doc: dict[str, Any]) -> dict[str, Any]:
     if not lost:
         return doc
     return {**doc, "warnings": [*doc.get("warnings", []), lost_output(lost)]}
-
-
-def lost_output(size: int) -> str:
-    """What to say about output that stderr's writer dropped."""
-    return (f"{size} bytes of output (ncu's, the program's, nsightwrap's) could not be written to stderr "
-            "(nobody read it, or more came than a terminal can show) and were dropped")
-
-
-def silence(stream: Any) -> None:
-    """After the reader went away: point the stream's descriptor at /dev/null, so that the flush at exit
-    does not print a BrokenPipeError of its own (Python's documented idiom for SIGPIPE)."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):  # not a real file
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 def error_doc(message: str, exit_code: int = USAGE_EXIT_CODE, **more: Any) -> dict[str, Any]:
@@ -122,7 +183,7 @@ class LineLog(logging.Handler):
         self.printed: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
+        message = mask_text(record.getMessage())
         self.printed.add(message)
         self.write(f"nsightwrap: {record.levelname.lower()}: {message}")
 

@@ -120,9 +120,14 @@ def _fmt_s(value: Optional[float]) -> Optional[str]:
     return None if value is None else f"{value:.1f}"
 
 
+def _there(path: Path) -> bool:
+    """Is there something at `path` (a dangling link too: the store's check says what is wrong with it)?"""
+    return path.exists() or path.is_symlink()
+
+
 def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
     rows, uncalibrated = [], {}
-    if path.exists():
+    if _there(path):
         with HangStore(path, readonly=True) as store:
             rows = store.kernels()
             uncalibrated = store.uncalibrated_hangs()
@@ -144,7 +149,7 @@ def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
 
 def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
     recs, markdown = [], None
-    if path.exists():
+    if _there(path):
         with HangStore(path, readonly=True) as store:
             recs = store.records(kernel=args.kernel) or store.records(pattern=args.kernel)
             markdown = debug_log(store, args.kernel) if args.markdown else None
@@ -181,7 +186,7 @@ def _print_records(recs, out: IO[str]) -> None:
 
 
 def _export(args, path: Path, out: IO[str], err: IO[str]) -> int:
-    if not path.exists():
+    if not _there(path):
         print(f"nsightwrap hangs: no hang store at {path} yet: nothing to export", file=err)
         return USAGE_EXIT_CODE
     with HangStore(path, readonly=True) as store:

@@ -21,10 +21,9 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, NoReturn, Optional, Sequence
 
-from nsightwrap.cli.common import lost_output, silence
 from nsightwrap.status import EXIT_CODES, INTERRUPTED
 from nsightwrap.watch.signals import Interrupts, ignore_stop_signals, settle
-from nsightwrap.watch.writer import OutputWriter, TextOut
+from nsightwrap.watch.writer import OutputWriter, TextOut, lost_output, silence
 
 #: Exit code when the reader of stdout went away in the middle of the output (128 + SIGPIPE).
 BROKEN_PIPE_EXIT = 141

@@ -26,7 +26,8 @@ from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.listen import SILENT
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
-from nsightwrap.store.paths import store_path, unwritable_reason
+from nsightwrap.store.check import store_problem
+from nsightwrap.store.paths import repair_sidecars, store_path
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.locate import version_key
@@ -252,17 +253,19 @@ def check_nsys(f: Facts) -> Check:
 
 
 def check_store(f: Facts) -> Check:
+    """What a command that records does first (repair_sidecars, then store_problem), then the store's mode."""
     path = f.store
-    if path.exists():
-        problem = unwritable_reason(path)
+    if path.exists() or path.is_symlink():
+        repaired = repair_sidecars(path)
+        problem = store_problem(path, writing=True)
         if problem:
-            return Check("store", FAIL, f"{path}: {problem}",
-                         "make it writable (chmod u+w), or set NSIGHTWRAP_STORE / --store to a file you can write")
+            return Check("store", FAIL, problem, "do as it says, or set NSIGHTWRAP_STORE / --store to another file")
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o077:
             return Check("store", WARN, f"{path} is readable by others (mode {mode:o}); it holds command lines "
                                         "and host names", f"chmod 600 {path}")
-        return Check("store", OK, f"{path} (mode {mode:o}, writable)")
+        fixed = f"; made {', '.join(s.name for s in repaired)} writable again" if repaired else ""
+        return Check("store", OK, f"{path} (mode {mode:o}, writable{fixed})")
     parent = next((p for p in path.parents if p.exists()), Path("/"))
     problem = folder_problem(parent, create=False)
     if problem:

@@ -13,7 +13,9 @@ from nsightwrap.cli.common import (
     EPILOG,
     LineLog,
     UsageError,
+    add_calibration_limit,
     configure_logging,
+    given,
     interrupted_doc,
     positive,
     print_json,
@@ -23,15 +25,18 @@ from nsightwrap.cli.common import (
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import PlainScreen, open_screen
 from nsightwrap.errors import AttemptFailed, ProfileInterrupted
-from nsightwrap.fallback.collectives import one_rank_hint
+from nsightwrap.fallback.collectives import one_rank_hint, without_collectives
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
+from nsightwrap.secrets import mask_text
+from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
 
 
@@ -45,8 +50,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--metrics", action="append", default=[], metavar="M",
                      help="metric names, comma separated (repeatable)")
     run.add_argument("--replay-mode", default="kernel", choices=list(REPLAY_MODES))
-    run.add_argument("--kernel", metavar="REGEX", help="profile only kernels whose name matches REGEX")
-    run.add_argument("--kernel-name", metavar="NAME", help="profile only the kernel named exactly NAME")
+    run.add_argument("--kernel", type=given, metavar="REGEX", help="profile only kernels whose name matches REGEX")
+    run.add_argument("--kernel-name", type=given, metavar="NAME", help="profile only the kernel named exactly NAME")
     run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
     run.add_argument("--launch-skip", type=int, metavar="N")
     run.add_argument("--launch-count", type=int, metavar="N")
@@ -58,10 +63,14 @@ def add_parser(sub: Any) -> None:
                      help="time the program without ncu first (nsys, else a plain run; kept in the hang store), "
                           "so that each kernel gets its own stall allowance from the start")
     run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
+    add_calibration_limit(run)
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
+    run.add_argument("--stuck-timeout", type=positive, default=DEFAULT_STUCK_TIMEOUT, metavar="SEC",
+                     help="after the program has ended, how long ncu may stay silent without exiting before it is "
+                          f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
-    run.add_argument("-o", "--export", metavar="REPORT",
+    run.add_argument("-o", "--export", type=given, metavar="REPORT",
                      help="report path (never overwritten; default: ./nsightwrap-reports/)")
     run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
     run.add_argument("--profile", metavar="NAME|FILE",
@@ -83,9 +92,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _kernel(args: argparse.Namespace) -> Optional[KernelFilter]:
-    if args.kernel:
+    if args.kernel is not None:
         return KernelFilter.from_user(args.kernel, args.kernel_name_base)
-    if args.kernel_name:
+    if args.kernel_name is not None:
         return KernelFilter.from_user(args.kernel_name, args.kernel_name_base, exact=True)
     return None
 
@@ -97,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "  python -m nsightwrap run --set basic -- ./my_app 1024")
     if args.kernel and args.kernel_name:
         raise UsageError("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both")
+    check_program(command)  # before calibrating or launching: a missing program is not a crash
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
@@ -104,7 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                              rank=None if args.profile else args.rank)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
-                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
+                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate,
+                       stuck_timeout=args.stuck_timeout, calibration_limit=args.calibration_limit)
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:
@@ -147,7 +158,10 @@ def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScree
 
 
 def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
-    doc = {"status": calibration.status, "reason": calibration.reason,
+    """An up-front calibration that failed: the program hangs or fails by itself (timeout, crashed: a program
+    fault), or could not be run (error)."""
+    fault = calibration.reason if calibration.status in (TIMEOUT, CRASHED) else None
+    doc = {"status": calibration.status, "reason": calibration.reason, "program_fault": fault,
            "exit_code": EXIT_CODES[calibration.status], "calibration": calibration.to_dict()}
     if args.json:
         print_json(doc)
@@ -158,6 +172,9 @@ def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
 
 def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
               screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator) -> int:
+    options, left_out = without_collectives(command, options)  # they would hang with every rank profiled
+    if left_out and not args.quiet:
+        screen.say(f"[nsightwrap] {left_out}\n")
     try:
         attempt = calibrator.run(lambda ctx: profile_command(command, options, context=ctx,
                                                              on_output=screen.on_output), context, options)
@@ -166,9 +183,12 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
     if hint and options.rank is None:
         attempt = dataclasses.replace(attempt, notes=(*attempt.notes, hint))
+    if left_out:
+        attempt = dataclasses.replace(attempt, notes=(*attempt.notes, left_out))
     screen.close()
     if args.json:
         print_json(attempt.to_dict())
+        _say_notes([attempt], log)  # the JSON holds them too; said where a person reads them
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code
@@ -195,12 +215,21 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
                         "reason": str(e), "attempt": e.attempt.to_dict()})
         return e.attempt.exit_code
     screen.close()
-    status = ERROR if result.stopped else HANG if result.unprofiled else OK
+    status = result.status
     if args.json:
         print_json(_walk_doc(result, status))
     else:
         print("\n" + result.summary(), file=sys.stderr)
+    _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created
     return EXIT_CODES[status]
+
+
+def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
+    """The attempts' notes on stderr, each once (and none that --verbose's log already printed)."""
+    notes = dict.fromkeys(n for a in attempts for n in a.notes)
+    text = without_logged("\n".join(f"note: {n}" for n in notes), log)
+    if text:
+        print(mask_text(text), file=sys.stderr)
 
 
 def _walk_doc(result: Any, status: str) -> dict[str, Any]:
@@ -212,4 +241,5 @@ def _walk_doc(result: Any, status: str) -> dict[str, Any]:
         "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
         "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
         "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
+        "program_fault": result.program_fault.program_fault if result.program_fault else None,
         "reports": result.report_paths}

@@ -40,7 +40,7 @@ class Tally:
 
     def add(self, attempt: Attempt, stage: str = "") -> None:
         self.attempts += 1
-        self.kernels += len(attempt.finished_kernels)
+        self.kernels += attempt.finished_count
         if attempt.report is not None and attempt.report.exists() and str(attempt.report) not in self.reports:
             self.reports.append(str(attempt.report))
         if attempt.status == HANG:
@@ -53,11 +53,12 @@ class Tally:
 
 
 def _allowance(rule: Optional[WatchRule], state: WatchState) -> Optional[float]:
-    """The stall allowance now, from the rule (or the rules combined in it) that has one."""
+    """The stall allowance now, from the first rule (of those combined in it) that gives one now."""
     for r in getattr(rule, "rules", (rule,)):
         allowance = getattr(r, "allowance", None)
-        if callable(allowance):
-            return allowance(state)
+        seconds = allowance(state) if callable(allowance) else None
+        if seconds is not None:  # a known cause's rule gives one only for the kernels it judges
+            return seconds
     return None
 
 

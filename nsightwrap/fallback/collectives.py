@@ -14,36 +14,61 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
-from nsightwrap.fallback.ladder import Ladder
+from nsightwrap.fallback.ladder import Ladder, exclude_kernels
 from nsightwrap.ncu.attempt import SERIALISED
 from nsightwrap.ncu.context import RunContext
+from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family  # the families; defined with the rule
 from nsightwrap.ncu.options import KernelFilter
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch.launchers import Launch, parse_launch
 
-__all__ = ["COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "collective_family", "family_filter", "unprofiled_reason"]
+__all__ = ["COLLECTIVES_JOB", "COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "UpFront", "collective_family",
+           "family_filter", "unprofiled_reason", "up_front", "without_collectives"]
 
-#: Kernel families that are collectives: every rank's kernel waits for the others' (NCCL, NVSHMEM).
-#: One member hanging in a multi-process job excludes the whole family from the main run.
-COLLECTIVE_PREFIXES = ("nccl", "nvshmem")
 #: Why a kernel of a collective family was not tried with every rank profiled.
 COLLECTIVE_ALL_RANKS = f"a collective with every rank profiled: {SERIALISED}"
 
 
-def collective_family(kernel: Optional[str]) -> Optional[str]:
-    """The collective family (prefix) of a kernel name, or None for other kernels."""
-    return next((p for p in COLLECTIVE_PREFIXES if kernel and kernel.startswith(p)), None)
+#: The walk's job that profiles every collective family on one rank, made up front when a launcher is
+#: recognised (its name in steps, the store and `unprofiled`).
+COLLECTIVES_JOB = "|".join(f"{p}*" for p in COLLECTIVE_PREFIXES)
 
 
-def family_filter(prefix: str, user: Optional[KernelFilter]) -> KernelFilter:
-    """Every kernel of a collective family that the user's filter (if any) also selects."""
+def family_filter(prefix: Union[str, Sequence[str]], user: Optional[KernelFilter]) -> KernelFilter:
+    """Every kernel of a collective family (or of several) that the user's filter (if any) also selects."""
+    prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
+    start = "|".join(re.escape(p) for p in prefixes)
+    start = start if len(prefixes) == 1 else f"(?:{start})"
     base = user.base if user else "function"
     if user is None:
-        return KernelFilter(f"^{re.escape(prefix)}", True, base)
+        return KernelFilter(f"^{start}", True, base)
     wanted = user.pattern if user.regex else f"^{re.escape(user.pattern)}$"
-    return KernelFilter(f"^(?=.*?(?:{wanted})){re.escape(prefix)}", True, base)
+    return KernelFilter(f"^(?=.*?(?:{wanted})){start}", True, base)
+
+
+@dataclass(frozen=True)
+class UpFront:
+    """What a walk of a recognised multi-process launch does before any collective can hang: leave the
+    collective families out of the runs that profile every rank (`main`), and profile them on one rank
+    (`collectives`)."""
+
+    main: bool = True
+    collectives: bool = True
+
+
+def up_front(shape: "JobShape", options: Any) -> Optional[UpFront]:
+    """The plan for a job of this shape under ProfileOptions `options`; None where nothing is left out: no
+    launcher recognised (or it runs one process), one rank chosen for every run (options.rank), or a filter
+    naming one kernel exactly that is no collective. A filter naming one collective exactly needs no run of
+    every rank."""
+    if not shape.launched or options.rank is not None:
+        return None
+    user = options.kernel
+    if user is not None and not user.regex and user.base == "function":
+        return UpFront(main=False) if collective_family(user.pattern) else None
+    return UpFront()
 
 
 @dataclass(frozen=True)
@@ -76,6 +101,12 @@ class JobShape:
     @property
     def multi(self) -> bool:
         return self.processes > 1
+
+    @property
+    def launched(self) -> bool:
+        """A launcher nsightwrap recognises starts this command, not known to run one process: with every
+        rank profiled, its collectives would hang (FACTS.md), so walks leave them out up front."""
+        return self.launch is not None and not (self.counted and self.processes == 1)
 
     @property
     def one_rank_possible(self) -> bool:
@@ -120,6 +151,22 @@ def unprofiled_reason(kernel: str, shape: JobShape, ladder: Ladder, tried_one_ra
                 "kernel), and here the single-pass ones hung as well: ncu cannot profile this kernel in this "
                 "job; time it with nsys (`python -m nsightwrap nsys profile`)")
     return f"{head}; the one-rank rungs were not reached"
+
+
+def without_collectives(command: Sequence[str], options: Any) -> tuple[Any, Optional[str]]:
+    """A single `run` of a recognised launcher (no ladder): ProfileOptions that leave its collectives out,
+    which would hang with every rank profiled, and the note that says so and what to run for them; the
+    options as given, and None, where up_front leaves nothing out."""
+    shape = JobShape.of(command)
+    plan = up_front(shape, options)
+    if plan is None or not plan.main:
+        return options, None
+    kept = exclude_kernels(options.kernel, (), COLLECTIVE_PREFIXES)
+    note = (f"in this {shape.describe()} the collectives ({COLLECTIVES_JOB}) are left out of the run "
+            f"(--kernel-name {kept.value}): with every rank profiled they would hang, as {SERIALISED}. Profile "
+            "them on one rank with a single-pass collection (--rank 0 --metrics gpu__time_duration.sum), or let "
+            "a ladder do both (--profile default)")
+    return options.replace(kernel=kept), note
 
 
 def one_rank_hint(command: Sequence[str], connected: int, kernel: Optional[str]) -> Optional[str]:

@@ -9,7 +9,8 @@ import pandas as pd
 
 from nsightwrap.fallback.ladder import Ladder, Rung
 from nsightwrap.ncu.attempt import Attempt
-from nsightwrap.status import HANG
+from nsightwrap.secrets import mask_text
+from nsightwrap.status import ERROR, HANG, OK
 
 __all__ = ["ATTEMPT_COLUMN", "JOB_COLUMN", "KNOWN_EMPTY", "KNOWN_HANG", "LadderResult", "RUNG_COLUMN", "Step",
            "merged_attrs"]
@@ -38,7 +39,7 @@ class Step:
         if self.skipped:
             return f"{what}: skipped, {self.skipped}"
         a = self.attempt
-        return f"{what}: {a.status}, {len(a.kernels)} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
+        return f"{what}: {a.status}, {a.n_kernels} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
 
 
 @dataclass
@@ -66,6 +67,21 @@ class LadderResult:
         return out
 
     @property
+    def program_fault(self) -> Optional[Attempt]:
+        """The attempt that found the program hanging or failing by itself, without ncu (the walk stopped
+        there; see Attempt.program_fault), if one did."""
+        return next((a for a in self.attempts if a.program_fault), None)
+
+    @property
+    def status(self) -> str:
+        """A program fault's own status (timeout, crashed); else error when the walk stopped early, hang when
+        a kernel hung at every rung, else ok."""
+        fault = self.program_fault
+        if fault is not None:
+            return fault.status
+        return ERROR if self.stopped else HANG if self.unprofiled else OK
+
+    @property
     def report_paths(self) -> list[str]:
         return [str(a.report) for a in self.attempts if a.report]
 
@@ -88,7 +104,7 @@ class LadderResult:
             lines += [f"  {k}: {self.why_unprofiled[k]}" for k in self.unprofiled if k in self.why_unprofiled]
         if self.stopped:
             lines.append("stopped early: " + self.stopped)
-        return "\n".join(lines)
+        return mask_text("\n".join(lines))
 
 
 def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:

@@ -9,12 +9,15 @@ kernel that hangs before its first pass finishes is tried at the ladder's
 floor first, which may spare the rungs above it (nsightwrap.fallback.floor).
 
 A multi-process job (torchrun, mpirun, srun, or a run where ncu connects to
-several processes at once) differs in three ways (see
+several processes at once) differs in four ways (see
 nsightwrap.fallback.collectives): the program restarts from its first
 launch after a hang (ncu counts launches per process, so a skip count means
-nothing across ranks); a hung collective (NCCL, NVSHMEM) leaves the main run
-with its whole family, and the family goes down the ladder together,
-skipping rungs that profile every rank (they all hang); and the store
+nothing across ranks); a recognised launch leaves every collective family
+(NCCL, NVSHMEM) out of the main run from the start and profiles them in one
+job of their own, as they would hang with every rank profiled (FACTS.md);
+without a launcher, a hung collective (called at once: nsightwrap.ncu.known)
+leaves the main run with its whole family; a family's job goes down the
+ladder skipping rungs that profile every rank (they all hang); and the store
 records the job's size, so its hangs are not applied to single-process runs.
 """
 
@@ -33,10 +36,13 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
+    COLLECTIVE_PREFIXES,
+    COLLECTIVES_JOB,
     JobShape,
     collective_family,
     family_filter,
     unprofiled_reason,
+    up_front,
 )
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
@@ -56,6 +62,7 @@ from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.watch.locate import check_program
 
 log = logging.getLogger("nsightwrap")
 
@@ -103,11 +110,15 @@ class _Job:
     skip: int = 0
     excluded: tuple[str, ...] = ()
     done: list[str] = field(default_factory=list)  # names of results kept, main job only
-    family: Optional[str] = None  # a collective family (prefix) profiled together, multi-process jobs only
+    #: A collective family (prefix) profiled together, multi-process jobs only; all of them (a tuple) for
+    #: the job made up front (`upfront`) when a launcher is recognised.
+    family: "Optional[str | tuple[str, ...]]" = None
     tried_one_rank: bool = False
     then: Optional[tuple[int, ...]] = None  # the rungs after this one, in order (None: the ladder's order)
     floor_first: bool = False  # at the floor before the rungs above it (nsightwrap.fallback.floor)
     provisional: Optional[int] = None  # the step whose rows (at the floor) stand unless a rung above works
+    collectives_out: bool = False  # main job: every collective family left out up front (a recognised launcher)
+    upfront: bool = False  # the collectives' job made up front: when it profiles nothing, the program has none
 
     @property
     def name(self) -> str:
@@ -120,7 +131,8 @@ class _Job:
         else:
             index, then = (self.then[0], self.then[1:]) if self.then else (END, ())
         return _Job(self.kernel, index, self.skip if skip is None else skip, family=self.family,
-                    tried_one_rank=self.tried_one_rank or one_rank, then=then, provisional=self.provisional)
+                    tried_one_rank=self.tried_one_rank or one_rank, then=then, provisional=self.provisional,
+                    upfront=self.upfront)
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,7 @@ def walk_ladder(
     """
     options = options or ProfileOptions()
     context = RunContext.resolve(config, context)
+    check_program(command, context.env, context.config.cwd)  # before the ladder's probe of ncu
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
@@ -213,16 +226,26 @@ class _Walk:
         self.result.gpus = self.env.gpus if self.env is not None else None
 
     def _first_jobs(self) -> list[_Job]:
-        """The main program; kernels of it known to hang at the first rung start lower down."""
-        main = _Job(None, 0)
+        """The main program; kernels of it known to hang at the first rung start lower down.
+
+        A recognised launcher's collectives (nsightwrap.fallback.collectives.up_front) are left out of
+        the main program from the start and profiled in a job of their own, so no attempt waits on them.
+        """
+        plan = up_front(self.shape, self.options)
+        main = _Job(None, 0, collectives_out=plan is not None)
+        jobs = [main] if plan is None or plan.main else []
+        families = set(COLLECTIVE_PREFIXES) if plan is not None else set()  # the up-front job covers them
+        if plan is not None and plan.collectives:
+            jobs.append(_Job(COLLECTIVES_JOB, 0, family=COLLECTIVE_PREFIXES, upfront=True))
+            log.info(f"a {self.shape.describe()}: its collectives ({', '.join(COLLECTIVE_PREFIXES)}) are left out of "
+                     "the runs of every rank and profiled on one rank, as they would hang with every rank profiled")
         if self.s.store is None or self.s.retry_known_hangs:
-            return [main]
+            return jobs
         first_opts, _ = self.ladder[0].apply(self.options, self.s.rank)
         known = self.s.store.hanging_kernels(ProfileKey.from_options(first_opts), self.env, self.command)
         main.excluded = tuple(known)
-        jobs, families = [main], set()
         for k in known:
-            family = collective_family(k) if self.shape.multi else None
+            family = collective_family(k) if self.shape.multi or plan is not None else None
             if family is None or family not in families:  # one job profiles a whole family
                 jobs.append(_Job(k, 0, family=family))
                 families.add(family)
@@ -249,7 +272,8 @@ class _Walk:
         skipped = self._skip_reason(job, opts)
         if skipped:
             self.result.steps.append(Step(job.name, rung, job.rung_index, skipped=skipped))
-            self.jobs.insert(0, job.lower())
+            if not (job.upfront and skipped == KNOWN_EMPTY):  # else: the program launches no collective
+                self.jobs.insert(0, job.lower())
             return True
         why = ", the floor first: it hung before its first pass finished" if job.floor_first else ""
         self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
@@ -275,6 +299,7 @@ class _Walk:
         if count is not None and count <= 0:
             return None
         families = {collective_family(k) for k in job.excluded} - {None} if self.shape.multi else set()
+        families |= set(COLLECTIVE_PREFIXES) if job.collectives_out else set()
         return rung.apply(o.replace(kernel=exclude_kernels(o.kernel, job.excluded, sorted(families)),
                                     launch_skip=skip or None, launch_count=count), self.s.rank)
 
@@ -287,7 +312,7 @@ class _Walk:
             key = ProfileKey.from_options(opts)
             if store.hangs_for(job.kernel, key, self.env):
                 return KNOWN_HANG
-            if store.profiled_nothing(job.kernel, key, self.env, self.command):
+            if store.profiled_nothing(job.kernel, key, self.env, self._program(job)):
                 return KNOWN_EMPTY
         if self._implied(job):
             return IMPLIED_HANG.format(floor=self.ladder[self.floor].name)
@@ -296,6 +321,12 @@ class _Walk:
         if job.family and self.shape.multi and opts.rank is None and not self.s.retry_known_hangs:
             return COLLECTIVE_ALL_RANKS
         return None
+
+    def _program(self, job: _Job) -> list[str]:
+        """The command as the store recorded this job's attempts: a one-rank rung's command is rewritten
+        around the launch's program, which it ends with."""
+        launch = self.shape.launch
+        return list(launch.program) if job.upfront and launch is not None else self.command
 
     def _no_ranges(self) -> bool:
         """The calibration at hand saw the program call no cu(da)ProfilerStart."""
@@ -406,6 +437,11 @@ class _Walk:
             return True
         if status == OK or (status == NO_KERNELS and job.kernel is None):
             return True
+        if status == NO_KERNELS and job.upfront:  # the filter is the same at every rung: none would find any
+            step = self.result.steps[-1]
+            self.result.steps[-1] = replace(step, notes=step.notes + (
+                f"no collective kernel ({job.name}) ran: the program launches none, so nothing is left to profile",))
+            return True
         if status == HANG and attempt.stall is not None:
             self._after_hang(job, attempt, one_rank)
             return True
@@ -439,7 +475,8 @@ class _Walk:
         kept = [k for k in job.done + finished if k not in excluded]
         if multi:
             self.result.frames[-1] = pd.DataFrame()
-        self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept))
+        self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept,
+                                 collectives_out=job.collectives_out))
         family = collective_family(hung) if multi else None
         if family is None or not any(j.family == family for j in self.jobs):
             self.jobs.append(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))

@@ -21,8 +21,8 @@ from typing import Any, Mapping, Optional
 from nsightwrap.ncu.names import function_core
 from nsightwrap.status import OK
 
-__all__ = ["Allowance", "AllowancePolicy", "BASE_CLOCK_FACTOR", "Calibration", "FLOOR_S", "KernelAllowances",
-           "MARGIN", "estimate_passes", "kernel_allowance"]
+__all__ = ["Allowance", "AllowancePolicy", "BASE_CLOCK_FACTOR", "Calibration", "FLOOR_S", "KNOWN_CAUSE_S",
+           "KernelAllowances", "MARGIN", "estimate_passes", "kernel_allowance"]
 
 #: ncu locks the SM clock to base by default (--clock-control base), so cycle-bound work runs longer.
 #: Measured on an H100 with ncu 2025.3.1 (FACTS.md, "Slow kernels and clocks"): 1.59 GHz under base
@@ -45,10 +45,16 @@ FLOOR_S = 2.5
 #: One gap may hold more than its share of passes: a 2 s kernel with 10 passes printed its marks every
 #: 2-8 s (FACTS.md), up to three passes' time between two marks; 4 covers that.
 MARGIN = 4.0
+#: Silence after a kernel's last mark before a hang of a known cause (nsightwrap.ncu.known) is called: such
+#: a kernel never moves again, so this need only cover the gap between its header and its first burst of
+#: marks (0.1 s on the GPU machine) and a busy host.
+KNOWN_CAUSE_S = 1.0
 
 CALIBRATED = "from calibration"
 NOT_CALIBRATED = "default (not calibrated)"
 GIVEN = "given (--stall-timeout / stall_timeout=)"
+#: A hang called at once by a cause FACTS.md records (nsightwrap.ncu.known): trusted, never calibrated.
+KNOWN_CAUSE = "known cause"
 
 
 def kernel_allowance(kernel_s: float, *, passes: int, clock_factor: float = BASE_CLOCK_FACTOR,
@@ -106,6 +112,8 @@ class Calibration:
     #: Whether the program called cu(da)ProfilerStart, which range replay needs (nsys saw its API calls);
     #: None when not known (a plain run, a stored calibration).
     marks_ranges: Optional[bool] = None
+    #: (kernel, seconds it had run) in flight without ncu when the run ended
+    unfinished: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_call(cls, seconds: float, source: str = "profile(fn) calibration call") -> "Calibration":
@@ -198,14 +206,16 @@ class Allowance:
 
 @dataclass(frozen=True)
 class AllowancePolicy:
-    """The margin and floor of `kernel_allowance` (tests shrink the floor; the defaults are FACTS-based)."""
+    """The margin and floor of `kernel_allowance`, and the grace of a known cause (tests shrink the floor
+    and the grace; the defaults are FACTS-based)."""
 
     margin: float = MARGIN
     floor_s: float = FLOOR_S
+    known_cause_s: float = KNOWN_CAUSE_S
 
     def __post_init__(self) -> None:
-        if not (self.margin > 0 and self.floor_s > 0):
-            raise ValueError("allowance margin and floor must be > 0")
+        if not (self.margin > 0 and self.floor_s > 0 and self.known_cause_s > 0):
+            raise ValueError("allowance margin, floor and known-cause grace must be > 0")
 
 
 @dataclass(frozen=True)

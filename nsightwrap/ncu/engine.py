@@ -16,19 +16,24 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
+
+import psutil
 
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
-from nsightwrap.ncu.attempt import Attempt, build_attempt
+from nsightwrap.ncu.attempt import Attempt, build_attempt, tally_of
 from nsightwrap.ncu.calltime import reported_calibration
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.events import Connected, Event
+from nsightwrap.ncu.events import Event
+from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.listen import RunListener
-from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
+from nsightwrap.ncu.options import ProfileOptions, build_argv, control_character, validate
 from nsightwrap.ncu.progress import NcuObserver
+from nsightwrap.secrets import mask_argv
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.process import OWNER_VAR, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
@@ -41,6 +46,7 @@ REPORT_SUFFIX = ".ncu-rep"
 
 
 def _slug(command: Sequence[str]) -> str:
+    command = mask_argv(command)  # a report's name is written too: no secret in it
     words = [os.path.basename(command[0])] + [os.path.basename(a) for a in command[1:3] if not a.startswith("-")]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
 
@@ -91,11 +97,27 @@ def plan_report(options: ProfileOptions, command: Sequence[str],
         path = unique_report_path(wanted)
         if options.export and path.name != wanted.name and path.name != wanted.name + REPORT_SUFFIX:
             notes.append(f"{wanted} already exists and is kept; this run writes {path}")
+    _refuse_report_path(path)
+    missing = not path.parent.exists()
     problem = folder_problem(path.parent)
     if problem:
         raise OptionsError(f"cannot write the report {path}: {problem}. Choose a writable place with -o/--export "
                            f"(export= in Python), or make {path.parent} writable")
+    if missing and options.export:
+        notes.append(f"created the folder {path.parent.absolute()} for the report: it did not exist")
     return options.replace(export=str(path.absolute())), path.absolute(), notes
+
+
+def _refuse_report_path(path: Path) -> None:
+    """A report path ncu must not be given: one its output line would cut, or a dangling symbolic link."""
+    bad = control_character(str(path.absolute()))
+    if bad is not None:
+        raise OptionsError(f"cannot use the report path {str(path)!r}: it holds the control character {bad!r}, "
+                           "which would cut or garble ncu's `==PROF== Report:` line. Choose a report path without one")
+    if path.is_symlink() and not path.exists():
+        raise OptionsError(f"cannot write the report {path}: it is a symbolic link to {os.readlink(path)}, which "
+                           "does not exist, and ncu would write through it. Remove the link, or choose another "
+                           "name with -o/--export (export= in Python)")
 
 
 def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]:
@@ -110,12 +132,23 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
         time.sleep(0.5)
 
 
-def _foreign_on_gpu() -> list[str]:
-    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs)."""
+def _foreign_on_gpu() -> list[gpu.GpuProcess]:
+    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs), as far as can be
+    told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had)."""
     held = gpu.compute_processes()
-    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too.
-    ours = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
-    return [f"{p.pid} ({p.name}, {p.used_memory})" for p in gpu.foreign(held, ours)]
+    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
+    # dropped its environment descends from one that carries it.
+    owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    ours = owners | {p.pid for p in held or () if _descends(p.pid, owners)}
+    return gpu.foreign(held, ours)
+
+
+def _descends(pid: int, ancestors: set[int]) -> bool:
+    """`pid` is a live descendant of one of `ancestors`."""
+    try:
+        return any(p.pid in ancestors for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
 
 
 class _ForeignCheck:
@@ -127,7 +160,7 @@ class _ForeignCheck:
     """
 
     def __init__(self, enabled: bool) -> None:
-        self.found: list[str] = []
+        self.found: list[gpu.GpuProcess] = []
         self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
         if self.thread:
             self.thread.start()
@@ -135,14 +168,18 @@ class _ForeignCheck:
     def _run(self) -> None:
         self.found = _foreign_on_gpu()
 
-    def result(self, notes: list[str]) -> list[str]:
+    def result(self, notes: list[str], run_pids: Iterable[int] = ()) -> list[str]:
+        """The foreign processes found, less any the run's own tree had (run_pids: every member the watch saw,
+        those that exited during the run too): a process of the run itself is never foreign."""
         if self.thread is None:
             return []
         self.thread.join(timeout=20.0)
-        if self.found:
+        mine = set(run_pids)
+        found = [f"{p.pid} ({p.name}, {p.used_memory})" for p in self.found if p.pid not in mine]
+        if found:
             _note(notes, "the GPU already holds compute processes that are not this run's: "
-                  + ", ".join(self.found) + "; a hang recorded now may be caused by them")
-        return list(self.found)
+                  + ", ".join(found) + "; a hang recorded now may be caused by them")
+        return found
 
 
 def _heard(make: Callable[[float], NcuObserver], listener: RunListener,
@@ -189,6 +226,7 @@ def profile_command(
         raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
     context = RunContext.resolve(config, context)
     config, env = context.config, dict(context.env)
+    check_program(command, env, config.cwd)  # missing or not executable: said now, not as a crash of the program
     if config.validate:
         validate(options, context.info)
     if options.rank is not None:
@@ -206,19 +244,20 @@ def profile_command(
     if orphans:
         _note(notes, orphans)
 
-    rule = rules or config.rules(options)
+    rule = rules or run_rules(command, options, config)
     try:
-        outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
-                        on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
+        outcome = watch(argv, config.watched(rule), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=_heard(NcuObserver, context.listener, rule),
+                        tool_log=tool_log)
     finally:
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
 
-    foreign_before = foreign_check.result(notes)
-    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look:
-    # at the tree's members, and every process ncu connected to (each rank of a multi-process job).
+    # The tree's members, and every process ncu connected to (each rank of a multi-process job).
+    pids = {*outcome.pids, *tally_of(outcome).pids.items()}
+    foreign_before = foreign_check.result(notes, pids)
+    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look.
     stopped = outcome.stop is not None
-    pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
     left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)

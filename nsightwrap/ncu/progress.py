@@ -14,6 +14,8 @@ from typing import Optional
 from nsightwrap.ncu.allowance import NOT_CALIBRATED, Allowance, KernelAllowances
 from nsightwrap.ncu.events import (
     SLOW_LAUNCH_WARNING,
+    Connected,
+    Disconnected,
     Event,
     KernelDone,
     KernelStarted,
@@ -24,6 +26,7 @@ from nsightwrap.ncu.events import (
     ReportCreation,
 )
 from nsightwrap.ncu.output import OutputParser
+from nsightwrap.ncu.tally import RunTally
 from nsightwrap.status import HANG
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
@@ -64,12 +67,17 @@ class WatchState(RunState):
     current: Optional[KernelInProgress] = None
     longest_gap: float = 0.0
     kernels_done: int = 0
-    slow_warnings: list = field(default_factory=list)
+    slow_warnings: int = 0  # ncu's slow-launch warnings so far
+    last_slow_warning_at: float = -math.inf  # when the last one came
     max_passes: int = 0  # the most replay passes a finished kernel of this run needed
+    connected: set = field(default_factory=set)  # pids ncu is connected to now
+    most_connected: int = 0  # the most processes ncu was connected to at once (2+: a multi-process program)
 
     def observe(self, event: Event, now: float) -> None:
         """Fold one event (received at `now`) into the state."""
         cur = self.current
+        if isinstance(event, (Connected, Disconnected)):
+            self._connection(event, now)  # and, as any other line, ends an application-replay pass below
         if isinstance(event, KernelStarted):
             self.current = KernelInProgress(event.name, event.kernel_id, now, now)
         elif isinstance(event, Progress):
@@ -93,10 +101,22 @@ class WatchState(RunState):
                                             replay_pass=event.pass_number, marks=1)
         elif isinstance(event, NcuWarning):
             if SLOW_LAUNCH_WARNING in event.text:
-                self.slow_warnings.append(now)  # recorded, never a verdict
+                self.slow_warnings += 1  # recorded, never a verdict
+                self.last_slow_warning_at = now
         elif cur is not None and cur.replay_pass is not None:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
+
+    def _connection(self, event: "Connected | Disconnected", now: float) -> None:
+        """Who ncu is connected to; the program ended when the last of them left (see RunState)."""
+        if isinstance(event, Connected):
+            self.connected.add(event.pid)
+            self.most_connected = max(self.most_connected, len(self.connected))
+            self.program_ended_at = None
+        else:
+            self.connected.discard(event.pid)
+            if not self.connected:
+                self.program_ended_at = now
 
     def header_seen(self, header: KernelStarted, now: float) -> None:
         """A kernel's header is complete but undecided (see OutputParser.pending_header)."""
@@ -132,6 +152,9 @@ class Stall:
     #: Silent after an application-replay pass line with no slow-launch warning since: the silence may
     #: be the program's own work (StallRule.quiet_replay_factor, KernelAllowances.for_stall).
     quiet_replay: bool = False
+    #: Called at once by a cause FACTS.md records (nsightwrap.ncu.known; `basis` says which): a trusted
+    #: verdict that needs no calibration.
+    known_cause: bool = False
 
     def evidence(self) -> str:
         """`silent 3.1 s; allowance 3.0 s from calibration (...)`: the verdict's grounds in one line."""
@@ -141,7 +164,7 @@ class Stall:
         kid = "" if self.kernel_id is None else f" (id {self.kernel_id})"
         text = (f'kernel "{self.kernel}"{kid} stalled at {self.where}: no progress for '
                 f"{self.silent_s:.1f} s (allowance {self.allowance_s:.1f} s {self.basis})")
-        if self.before_first_progress and not self.calibrated:
+        if self.before_first_progress and not (self.calibrated or self.known_cause):
             text += (". A single replay pass longer than the stall timeout looks the same: if this "
                      "kernel is merely slow, raise the timeout (--stall-timeout SEC, or "
                      "stall_timeout=SEC in Python)")
@@ -151,7 +174,7 @@ class Stall:
 def _warned(state: WatchState) -> bool:
     """ncu's slow-launch warning came since the current kernel (or replay pass) started."""
     cur = state.current
-    return cur is not None and any(t >= cur.started_at for t in state.slow_warnings)
+    return cur is not None and state.last_slow_warning_at >= cur.started_at
 
 
 def _quiet_replay(state: WatchState, warned: bool) -> bool:
@@ -238,7 +261,9 @@ class NcuObserver:
     of ncu's own channel (or of the merged stdout, for an ncu that cannot
     log to a file) and `close` at the end; it knows nothing of ncu beyond
     this object. Progress marks and program lines are folded into the state
-    and counted, not kept (`keep`): a flood of them costs no memory.
+    and counted, not kept (`keep`): a flood of them costs no memory. Every
+    event is folded into `summary` (a RunTally), which the attempt reads:
+    its counts are exact however many events the run's log kept.
     """
 
     @staticmethod
@@ -248,6 +273,7 @@ class NcuObserver:
     def __init__(self, now: float):
         self.parser = OutputParser()
         self.state = WatchState(started_at=now, last_output_at=now)
+        self.summary = RunTally()
 
     def feed(self, text: str, now: float) -> list[Event]:
         events = self.parser.feed(text) if text else []
@@ -259,6 +285,7 @@ class NcuObserver:
     def _fold(self, events: list[Event], now: float) -> list[Event]:
         state = self.state
         for ev in events:
+            self.summary.add(ev)
             if type(ev) is Output and (state.current is None or state.current.replay_pass is None):
                 continue  # a program line changes nothing but the time of the last output
             state.observe(ev, now)

@@ -41,6 +41,7 @@ from nsightwrap.nsys.options import (
     nsys_stem,
     plan_nsys_report,
 )
+from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, OK
 from nsightwrap.watch.notes import orphans_note, stop_notes
 from nsightwrap.watch.process import RunOutcome, StopRecord, watch
@@ -127,7 +128,7 @@ class NsysRun:
 
     def describe(self) -> str:
         where = f"; report: {self.report}" if self.report else "; no report"
-        return f"nsys {self.status}: {self.reason}{where}"
+        return mask_text(f"nsys {self.status}: {self.reason}{where}")
 
     def raise_for_status(self) -> "NsysRun":
         if not self.ok:
@@ -135,10 +136,11 @@ class NsysRun:
         return self
 
     def to_json(self) -> dict[str, Any]:
+        """Plain types for JSON, secret values masked."""
         d = asdict(self)
         d["report"] = str(self.report) if self.report else None
         d["report_kind"] = self.report_kind
-        return d
+        return mask_doc(d)
 
 
 def generated_files(log: str) -> list[Path]:
@@ -233,7 +235,7 @@ def build_nsys_run(outcome: RunOutcome, *, command: Sequence[str], expected: Opt
     notes = [*notes, *stop_notes(outcome, "nsys")]
     return NsysRun(status=status, reason=reason, command=tuple(command), argv=tuple(outcome.argv), report=report,
                    returncode=outcome.returncode, elapsed_s=outcome.elapsed_s, log=outcome.log, stop=outcome.stop,
-                   cookie=outcome.cookie, nsys=nsys, notes=tuple(notes), warnings=tuple(warnings))
+                   cookie=outcome.cookie, nsys=nsys, notes=tuple(notes), warnings=(*warnings, *outcome.warnings))
 
 
 def profile_nsys(

@@ -2,7 +2,8 @@
 
 Layers inside, each importing only those before it: ``keys`` (kernel-name
 patterns, ProfileKey, Environment), ``paths`` (where the store lives, private
-files), ``schema`` (Record, migrations), ``export`` (CSV/YAML), ``hangstore``
+files), ``schema`` (Record, migrations), ``check`` (is it a store the commands can use: the one
+check of every command and doctor), ``export`` (CSV/YAML), ``hangstore``
 (HangStore), then ``debuglog`` (the Markdown log, written from a store;
 nothing in the store imports it). The ``hangs`` command is in
 :mod:`nsightwrap.cli.hangs`.

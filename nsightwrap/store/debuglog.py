@@ -17,6 +17,7 @@ import shlex
 from typing import Optional, Sequence
 
 from nsightwrap.ncu.attempt import SERIALISED
+from nsightwrap.secrets import mask_text
 from nsightwrap.status import (
     CRASHED,
     ERROR,
@@ -401,4 +402,4 @@ def debug_log(store: HangStore, kernel: str, env: Optional[Environment] = None) 
     lines += ["## What to try next", ""]
     steps = _next_steps(kernel, attempts, records, working, hanging)
     lines += [f"- {s}" for s in steps] or ["- nothing: these records give no advice"]
-    return "\n".join(lines).rstrip() + "\n"
+    return mask_text("\n".join(lines).rstrip() + "\n")  # the records' commands are masked already; so is the rest

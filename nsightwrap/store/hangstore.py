@@ -12,7 +12,9 @@ one SQLite file (stdlib ``sqlite3``; its schema in :mod:`nsightwrap.store.schema
   IMMEDIATE``: several processes may write at once, and a process killed
   mid-write loses at most its own uncommitted record.
 - ``readonly=True`` opens a store this user cannot write (a read-only file
-  or folder) for reading; writing to it raises :class:`StoreError`.
+  or folder) for reading, leaving no file beside it
+  (:func:`~nsightwrap.store.check.readonly_connection`); writing to it raises :class:`StoreError`.
+- Every open first runs :func:`~nsightwrap.store.check.store_problem`, the check doctor runs too.
 
 Only trusted records decide anything: a hang recorded while someone else's
 kernel spun on the GPU says nothing about the settings (every run hung then).
@@ -29,8 +31,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from nsightwrap.errors import StoreError
-from nsightwrap.ncu.allowance import CALIBRATED, Calibration
-from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
+from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE, Calibration
+from nsightwrap.secrets import mask_argv, mask_text
+from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, INTERRUPTED, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.calibrations import (
     calibration_from_rows,
     calibration_rows,
@@ -38,9 +41,10 @@ from nsightwrap.store.calibrations import (
     match_sql,
     newest_row_sql,
 )
+from nsightwrap.store.check import read_only_advice, readonly_connection, store_problem
 from nsightwrap.store.export import write_csv, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
-from nsightwrap.store.paths import ENV_STORE, create_private, store_path, unwritable_reason
+from nsightwrap.store.paths import ENV_STORE, create_private, repair_sidecars, store_path, unwritable_reason
 from nsightwrap.store.schema import (
     COLUMNS,
     SCHEMA_VERSION,
@@ -51,7 +55,6 @@ from nsightwrap.store.schema import (
     Record,
     command_json,
     migrate,
-    refuse_newer,
     row_to_record,
     stored_version,
 )
@@ -69,18 +72,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _read_only_advice(path: Path, reason: str) -> str:
-    return (f"cannot record in the hang store {path}: {reason}. Make it writable (chmod u+w {path} "
-            f"{path.parent}), or set {ENV_STORE} to a file in a writable folder; `python -m nsightwrap "
-            "hangs list|show|export` can still read it.")
-
-
 def _connect_writable(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """Open (creating it private if missing) and migrate the store for writing."""
-    if path.exists():
-        reason = unwritable_reason(path)
-        if reason:
-            raise StoreError(path, _read_only_advice(path, reason))
+    """Open (creating it private if missing) and migrate the store for writing, once :func:`store_problem`
+    (the check doctor runs too) finds nothing wrong with it."""
+    if path.exists() or path.is_symlink():
+        repair_sidecars(path)
+        problem = store_problem(path, writing=True)
+        if problem:
+            raise StoreError(path, problem)
     else:
         create_private(path)
     conn = sqlite3.connect(str(path), timeout=busy_timeout, isolation_level=None)
@@ -109,13 +108,16 @@ def _setup(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def _connect_readonly(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """Open an existing store for reading only; never creates or migrates anything."""
-    if not path.is_file():
+    """Open an existing store for reading only; never creates, migrates or leaves anything."""
+    if not path.exists() and not path.is_symlink():
         raise StoreError(path, f"no hang store at {path}: nothing recorded yet (the first run that records "
                          f"creates it; {ENV_STORE} or --store names another file).")
-    conn, version = _first_readonly_connection(path, busy_timeout)
+    problem = store_problem(path, writing=False)
+    if problem:
+        raise StoreError(path, problem)
+    conn = readonly_connection(path, busy_timeout)
     try:
-        refuse_newer(version, path)
+        version = stored_version(conn)
         if version != SCHEMA_VERSION:
             raise StoreError(path, f"the hang store {path} has schema version {version or 0}, older than this "
                              f"nsightwrap's ({SCHEMA_VERSION}), and a read-only store cannot be upgraded: open "
@@ -124,27 +126,6 @@ def _connect_readonly(path: Path, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-def _first_readonly_connection(path: Path, busy_timeout: float) -> tuple[sqlite3.Connection, Optional[int]]:
-    """A read-only connection and the store's schema version: plainly, else (a
-    read-only folder, where SQLite cannot create the -shm file) as an immutable file."""
-    uri = path.absolute().as_uri()
-    try:
-        return _readonly_connection(f"{uri}?mode=ro", busy_timeout)
-    except sqlite3.OperationalError as e:
-        if "unable to open" not in str(e):
-            raise
-    return _readonly_connection(f"{uri}?mode=ro&immutable=1", busy_timeout)
-
-
-def _readonly_connection(uri: str, busy_timeout: float) -> tuple[sqlite3.Connection, Optional[int]]:
-    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
-    try:
-        return conn, stored_version(conn)
-    except BaseException:
-        conn.close()
-        raise
 
 
 class HangStore:
@@ -173,11 +154,12 @@ class HangStore:
         text = str(e)
         if isinstance(e, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text
                                                      or "corrupt" in text):
-            return StoreError(self.path, f"the hang store {self.path} is damaged ({text}). Move or delete "
-                              f"{self.path} (its records are lost), or set {ENV_STORE} to another file.")
+            return StoreError(self.path, f"the hang store {self.path} is damaged ({text}). Move it aside (mv "
+                              f"{self.path} {self.path}.bad: the next run starts a new store), or set {ENV_STORE} "
+                              "to another file.")
         reason = unwritable_reason(self.path)
         if reason and not self.readonly and doing != "read":
-            return StoreError(self.path, _read_only_advice(self.path, f"{reason} ({text})"))
+            return StoreError(self.path, read_only_advice(self.path, f"{reason} ({text})"))
         if "readonly" in text or "unable to open" in text or "disk I/O" in text:
             return StoreError(self.path, f"cannot {doing} the hang store {self.path} ({text}). Make it and "
                               f"its folder writable, or set {ENV_STORE} to a file in a writable folder.")
@@ -261,7 +243,7 @@ class HangStore:
             "stall_s": None if stall_s is None else float(stall_s),
             "elapsed_s": None if elapsed_s is None else float(elapsed_s),
             "command": command, "trusted": 1 if trusted else 0,
-            "rung": rung, "ladder": ladder, "note": note or "", "run_id": run_id,
+            "rung": rung, "ladder": ladder, "note": mask_text(note or ""), "run_id": run_id,
             "allowance_s": None if allowance_s is None else float(allowance_s), "basis": basis,
             "processes": int(env.processes), "gpus": env.gpus, "ranks": key.ranks,
         }
@@ -271,7 +253,7 @@ class HangStore:
         sql = (f"INSERT INTO records ({', '.join(SQL_NAME.get(c, c) for c in cols)}) "
                f"VALUES ({', '.join('?' * len(cols))})")
         ids = [c.lastrowid for c in self._write((sql, [r[c] for c in cols]) for r in rows)]
-        return [row_to_record((rid, *[r[c] for c in cols])) for rid, r in zip(ids, rows)]
+        return [row_to_record((rid, *[r[c] for c in cols]), self.path) for rid, r in zip(ids, rows)]
 
     def record(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], outcome: str, *, env: Environment,
                passes: Optional[int] = None, stall_s: Optional[float] = None,
@@ -303,11 +285,15 @@ class HangStore:
 
         Kernels profiled several times give one row (the most passes). The
         records are untrusted when foreign processes held the GPU before the
-        run (``attempt.gpu_foreign_before``), or when the program itself hangs
-        or fails without ncu (``attempt.program_fault``). A hang row keeps the
-        allowance and its basis (calibrated or not).
+        run (``attempt.gpu_foreign_before``). A program that hangs or fails by
+        itself, without ncu (``attempt.program_fault``), says nothing about
+        ncu's settings: nothing is recorded (an empty list), and no rung is
+        ever taken to hang from it; nor for an interrupted run. A hang row keeps the allowance and its
+        basis (calibrated or not).
         """
-        common = dict(command=attempt.command, trusted=not attempt.gpu_foreign_before and not attempt.program_fault,
+        if attempt.program_fault or attempt.status == INTERRUPTED:
+            return []
+        common = dict(command=attempt.command, trusted=not attempt.gpu_foreign_before,
                       rung=rung, ladder=ladder, time=attempt.started_at or None, elapsed_s=attempt.elapsed_s,
                       run_id=attempt.cookie or uuid.uuid4().hex)
         stall = attempt.stall
@@ -389,13 +375,13 @@ class HangStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(int(limit))
-        return [row_to_record(r) for r in self._query(sql, params)]
+        return [row_to_record(r, self.path) for r in self._query(sql, params)]
 
     def _matching(self, kernel: str, env: Environment, extra: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (SELECT + " WHERE kernel_pattern = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1"
                + extra + " ORDER BY id DESC")
         rows = self._query(sql, [normalize_kernel(kernel), env.gpu, env.ncu_version, int(env.processes), *params])
-        return [row_to_record(r) for r in rows]
+        return [row_to_record(r, self.path) for r in rows]
 
     def known_hangs(self, kernel: str, env: Environment) -> list[Record]:
         """Trusted hang/timeout records of kernels like this one (same pattern)
@@ -428,7 +414,7 @@ class HangStore:
         canonical = as_key(key).canonical()
         rows = self._matching(kernel, env, " AND key = ? AND outcome IN (?, ?, ?, ?)",
                               (canonical, OK, NO_KERNELS, *HANG_OUTCOMES))
-        program = list(program)
+        program = mask_argv(program)  # as it is kept
         mine = [r for r in rows if r.kernel == kernel.strip() and list(r.command[-len(program):]) == program]
         return bool(mine) and mine[0].outcome == NO_KERNELS
 
@@ -440,10 +426,11 @@ class HangStore:
         return [KernelSummary(k, int(n), int(h or 0), t) for k, n, h, t, _ in rows]
 
     def uncalibrated_hangs(self) -> dict[str, int]:
-        """Per kernel, its trusted hang records judged without a calibrated allowance (older ones included)."""
+        """Per kernel, its trusted hang records judged without a calibrated allowance (older ones included),
+        and not called by a known cause."""
         rows = self._query("SELECT kernel, COUNT(*) FROM records WHERE outcome IN (?, ?) AND trusted = 1 "
-                           "AND (basis IS NULL OR basis NOT LIKE ?) GROUP BY kernel",
-                           (*HANG_OUTCOMES, CALIBRATED + "%"))
+                           "AND (basis IS NULL OR (basis NOT LIKE ? AND basis NOT LIKE ?)) GROUP BY kernel",
+                           (*HANG_OUTCOMES, CALIBRATED + "%", KNOWN_CAUSE + "%"))
         return {k: int(n) for k, n in rows}
 
     def __len__(self) -> int:
@@ -457,7 +444,7 @@ class HangStore:
             raise ValueError(f"a calibration needs a subject and seconds >= 0, not {subject!r}, {seconds!r}")
         row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
                "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source,
-               "run_id": uuid.uuid4().hex, "note": note, "marks_ranges": None}
+               "run_id": uuid.uuid4().hex, "note": mask_text(note), "marks_ranges": None}
         rid = self._write([insert_row(row)])[0].lastrowid
         return CalibrationRow(id=rid, **row)
 
@@ -476,7 +463,14 @@ class HangStore:
     def calibration_for(self, command: Sequence[str], env: Environment) -> Optional[Calibration]:
         """The newest calibration of this very command on this GPU model and driver, or None."""
         sql, params = match_sql(command, env)
-        return calibration_from_rows(self._query(sql, params))
+        rows = self._query(sql, params)
+        try:
+            return calibration_from_rows(rows)
+        except (TypeError, ValueError) as e:  # a row changed by hand: name it and the way out
+            raise StoreError(self.path, f"a row of the table calibrations in the hang store {self.path} cannot be "
+                             f"read ({e}): its seconds are not a number. Delete the bad rows (sqlite3 {self.path} "
+                             "\"DELETE FROM calibrations WHERE typeof(seconds) NOT IN ('real', 'integer')\"), or "
+                             f"set {ENV_STORE} to another file.") from None
 
     # --- export --------------------------------------------------------------
     def export_csv(self, path_or_file: Union[str, Path, IO[str]], kernel: Optional[str] = None) -> int:
@@ -499,13 +493,13 @@ class HangStore:
         sql = (SELECT + " WHERE key = ? AND gpu IS ? AND ncu_version IS ? AND processes = ? AND trusted = 1 AND "
                + where + " ORDER BY id DESC")
         rows = self._query(sql, [as_key(key).canonical(), env.gpu, env.ncu_version, int(env.processes), *params])
-        return [row_to_record(r) for r in rows]
+        return [row_to_record(r, self.path) for r in rows]
 
     def hanging_kernels(self, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
                         command: Sequence[str]) -> list[str]:
         """Kernels (exact names, each once, newest first) recorded as hanging with this exact key here, in
         this same program (a command line ending with `command`)."""
-        program = list(command)
+        program = mask_argv(command)  # as it is kept
         names: list[str] = []
         for r in self._here("outcome IN (?, ?) AND kernel != '*'", key, env, HANG_OUTCOMES):
             if list(r.command[-len(program):]) == program and r.kernel not in names:

@@ -9,13 +9,14 @@ its mode: a store shared on purpose stays shared.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from nsightwrap.errors import StoreError
 
-__all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path", "store_path",
-           "unwritable_reason"]
+__all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path", "repair_sidecars",
+           "sidecars", "store_path", "unwritable_reason"]
 
 ENV_STORE = "NSIGHTWRAP_STORE"
 ENV_XDG_CACHE = "XDG_CACHE_HOME"
@@ -78,15 +79,54 @@ def create_private(path: Path) -> None:
     os.close(fd)
 
 
+def sidecars(path: Path) -> list[Path]:
+    """SQLite's ``-wal`` and ``-shm`` files beside the store (whether they exist or not)."""
+    return [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+
+
+def _stuck_sidecars(path: Path) -> list[Path]:
+    """The -wal/-shm files beside the store that exist and that this user cannot write."""
+    return [s for s in sidecars(path) if s.exists() and not os.access(s, os.W_OK)]
+
+
+def repair_sidecars(path: Path) -> list[Path]:
+    """Make this user's read-only -wal/-shm files beside a store it may write writable again; those repaired.
+
+    An older nsightwrap's read-only open (``hangs list``) of a 0400 store left them 0400, and SQLite then
+    refuses every write even once the store is writable. Only files of this user are changed (chmod to the
+    store's own mode, so nothing is lost: the WAL keeps its pages); others are left for
+    :func:`unwritable_reason` to explain.
+    """
+    if not path.is_file() or not os.access(path, os.W_OK):
+        return []
+    mode = stat.S_IMODE(path.stat().st_mode) | stat.S_IRUSR | stat.S_IWUSR
+    repaired = []
+    for side in _stuck_sidecars(path):
+        try:
+            if side.stat().st_uid == os.geteuid():
+                side.chmod(mode)
+                repaired.append(side)
+        except OSError:  # gone meanwhile, or not ours after all: unwritable_reason says what to do
+            pass
+    return repaired
+
+
 def unwritable_reason(path: Path) -> Optional[str]:
     """Why this user cannot record in the store at ``path`` (None: it can).
 
     SQLite writes the file and creates ``-wal``/``-shm`` files beside it, so
-    both the file and its folder must be writable.
+    the file, its folder and those two files where they exist must be writable.
     """
     if path.exists() and not os.access(path, os.W_OK):
         return f"the file {path} is read-only for this user"
     folder = path.parent
     if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
         return f"its folder {folder} is read-only for this user"
+    stuck = _stuck_sidecars(path)
+    if stuck:
+        names = " ".join(str(s) for s in stuck)
+        return (f"SQLite's file(s) {names} beside it are read-only for this user (left by a read-only open, "
+                f"e.g. an older nsightwrap's `hangs list`): remove them (rm {names}, or ask their owner "
+                "to) while no nsightwrap uses the store, if the -wal file is empty "
+                "(else it holds the newest records)")
     return None

@@ -70,7 +70,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from nsightwrap.errors import StoreError
-from nsightwrap.ncu.allowance import CALIBRATED
+from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE
+from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ALL_RANKS, HANG_OUTCOMES
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.paths import ENV_STORE
@@ -115,8 +116,9 @@ class Record:
 
     @property
     def calibrated(self) -> bool:
-        """Was the verdict judged against the kernel's calibrated allowance?"""
-        return bool(self.basis) and self.basis.startswith(CALIBRATED)
+        """Was the verdict judged against the kernel's calibrated allowance, or called by a known cause
+        (nsightwrap.ncu.known), which needs no calibration?"""
+        return bool(self.basis) and self.basis.startswith((CALIBRATED, KNOWN_CAUSE))
 
     @property
     def profile_key(self) -> ProfileKey:
@@ -244,20 +246,32 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def command_json(command: Sequence[str]) -> str:
-    """A command line as it is kept (``records.command``, ``calibrations.subject``): a JSON list of strings."""
+    """A command line as it is kept (``records.command``, ``calibrations.subject``): a JSON list of strings,
+    secret values masked (nsightwrap.secrets.mask_argv)."""
     if isinstance(command, str):
         raise TypeError(f"command must be a list of arguments, not the string {command!r}")
-    return json.dumps([str(c) for c in command])
+    return json.dumps(mask_argv(command))
 
 
-def row_to_record(row: Sequence[Any]) -> Record:
-    """A Record from a row selected with :data:`SELECT` (JSON lists decoded)."""
+def row_to_record(row: Sequence[Any], path: Optional[Path] = None) -> Record:
+    """A Record from a row selected with :data:`SELECT` (JSON lists decoded); a row that cannot be read
+    raises StoreError naming its table, id and column, and what to do."""
     d = dict(zip(COLUMNS, row))
-    d["sections"] = tuple(json.loads(d["sections"]))
-    d["metrics"] = tuple(json.loads(d["metrics"]))
-    d["command"] = tuple(json.loads(d["command"]))
+    for name in ("sections", "metrics", "command"):
+        try:
+            value = json.loads(d[name])
+            if not isinstance(value, list):
+                raise ValueError(f"a JSON list expected, not {type(value).__name__}")
+        except (TypeError, ValueError) as e:
+            raise StoreError(path, f"row {d['id']} of the table records in the hang store {path} cannot be read: "
+                             f"its column {name} holds {str(d[name])[:60]!r}, not a JSON list ({e}). Delete the "
+                             f"row (python -m nsightwrap hangs forget --id {d['id']}"
+                             f"{'' if path is None else f' --store {path}'}), or set {ENV_STORE} to another "
+                             "file.") from None
+        d[name] = tuple(value)
+    d["command"] = tuple(mask_argv(d["command"]))  # a store written before secrets were masked
     d["trusted"] = bool(d["trusted"])
-    d["note"] = d["note"] or ""
+    d["note"] = mask_text(d["note"] or "")
     return Record(**d)
 
 

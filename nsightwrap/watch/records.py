@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.secrets import mask_argv
 from nsightwrap.watch.tree import same_process
 
 RUNTIME_VAR = "NSIGHTWRAP_RUNTIME_DIR"
@@ -80,7 +81,7 @@ def write_record(folder: Path, record: RunRecord) -> Path:
     tmp = folder / f".{record.cookie}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(asdict(record), f)
+        json.dump(dict(asdict(record), argv=mask_argv(record.argv)), f)  # the record is read, never run
     os.replace(tmp, path)
     return path
 

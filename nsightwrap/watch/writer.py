@@ -20,9 +20,9 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
-__all__ = ["OutputWriter", "TextOut"]
+__all__ = ["OutputWriter", "TextOut", "lost_output", "silence"]
 
 #: Bytes waiting to be written at most; more is dropped and counted.
 BUFFER_LIMIT = 1 << 20
@@ -164,3 +164,23 @@ class TextOut:
     @property
     def closed(self) -> bool:
         return False
+
+
+def lost_output(size: int) -> str:
+    """What to say about output that a writer dropped."""
+    return (f"{size} bytes of output (ncu's, the program's, nsightwrap's) could not be written to stderr "
+            "(nobody read it, or more came than a terminal can show) and were dropped")
+
+
+def silence(stream: Any) -> None:
+    """After the reader went away: point the stream's descriptor at /dev/null, so that the flush at exit
+    does not print a BrokenPipeError of its own (Python's documented idiom for SIGPIPE)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

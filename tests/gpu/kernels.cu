@@ -23,6 +23,11 @@
 //   app chatty N      a host thread prints "step I loss 0.5" every 150 ms while N vec_add/spin pairs
 //                     (0.2 s spins) run: program output interleaved with ncu's progress lines
 //   app none          no kernel at all
+//   app selfhang [S]  vec_add, then wait_forever, a kernel that spins on a device flag nobody sets: it hangs
+//                     without ncu too (the program's own bug). Gives up after S seconds (default 90).
+//   app graph [S]     a CUDA graph of vec_add, spin_cycles (S seconds, default 1) and block_reduce, launched twice
+//   app varied A,B,.. launches of nsw::detail::tmpl_spin<float, 4> (a templated kernel in a namespace) that run
+//                     A, B, ... seconds each: one kernel name, very different times
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -105,6 +110,22 @@ static void spin(double seconds, int* r) {
   spin_cycles<<<1, 32>>>(cycles_for(seconds), r);
   CHECK(cudaGetLastError());
 }
+
+__global__ void wait_forever(volatile int* flag, unsigned long long limit_ns, int* result) {
+  unsigned long long t0 = gtime();
+  while (*flag == 0) {
+    if (gtime() - t0 > limit_ns) { *result = -1; return; }
+  }
+}
+
+namespace nsw { namespace detail {
+template <typename T, int K>
+__global__ void tmpl_spin(long long cycles, T* out) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+  if (threadIdx.x == 0) out[0] = T(K);
+}
+}}  // namespace nsw::detail
 
 static const int N = 1 << 20;
 static float *da, *db, *dc, *dsum;
@@ -233,6 +254,36 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; i++) { add(); CHECK(cudaDeviceSynchronize()); spin(0.2, r); CHECK(cudaDeviceSynchronize()); }
     done = true;
     talk.join();
+  } else if (!strcmp(mode, "selfhang")) {
+    double s = argc > 2 ? atof(argv[2]) : 90.0;
+    int *flag, *r;
+    CHECK(cudaMalloc(&flag, sizeof(int))); CHECK(cudaMemset(flag, 0, sizeof(int)));
+    CHECK(cudaMalloc(&r, sizeof(int)));
+    add(); CHECK(cudaDeviceSynchronize());
+    wait_forever<<<1, 1>>>(flag, (unsigned long long)(s * 1e9), r);
+    CHECK(cudaGetLastError());
+  } else if (!strcmp(mode, "graph")) {
+    double s = argc > 2 ? atof(argv[2]) : 1.0;
+    int* r; CHECK(cudaMalloc(&r, sizeof(int)));
+    cudaStream_t st; CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t g; cudaGraphExec_t ge;
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    vec_add<<<N / 256, 256, 0, st>>>(da, db, dc, N);
+    spin_cycles<<<1, 32, 0, st>>>(cycles_for(s), r);
+    block_reduce<<<N / 256, 256, 0, st>>>(da, dsum, N);
+    CHECK(cudaStreamEndCapture(st, &g));
+    CHECK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 2; i++) CHECK(cudaGraphLaunch(ge, st));
+    CHECK(cudaStreamSynchronize(st));
+  } else if (!strcmp(mode, "varied")) {
+    float* out; CHECK(cudaMalloc(&out, sizeof(float)));
+    char* list = argc > 2 ? argv[2] : (char*)"0.1,2,0.3";
+    for (char* t = strtok(list, ","); t; t = strtok(nullptr, ",")) {
+      nsw::detail::tmpl_spin<float, 4><<<1, 32>>>(cycles_for(atof(t)), out);
+      CHECK(cudaGetLastError());
+      CHECK(cudaDeviceSynchronize());
+      printf("tmpl_spin %s s done\n", t); fflush(stdout);
+    }
   } else if (!strcmp(mode, "none")) {
   } else {
     fprintf(stderr, "unknown mode %s\n", mode); return 2;

@@ -1,0 +1,112 @@
+"""Secrets are masked in everything nsightwrap writes; the command run keeps them.
+
+A profiled program's command line often carries a credential (``--token=...``,
+``HF_TOKEN=... python train.py``, ``--db postgres://me:pw@host/db``). nsightwrap
+keeps command lines in the hang store, prints them in ``--json``, ``hangs
+show|export``, the debug log and its messages; each of those goes through
+this module, so that the value is written as :data:`MASK`:
+
+- an argument ``--NAME=VALUE`` or ``-NAME=VALUE``, and ``--NAME VALUE`` (the
+  next argument), where NAME looks secret;
+- ``NAME=VALUE`` (an environment assignment, as ``env`` takes), same rule;
+- the password of a URL: ``scheme://user:***@host``;
+- ``Bearer VALUE`` (an ``Authorization`` header).
+
+A name looks secret when one of its words (split at ``-``, ``_``, ``.``) is a
+short secret word (``key``, ``auth``, ``pwd``, ``pass``), or ends with
+a long one (``token``, ``password``, ``passwd``, ``secret``, ``credential``,
+``apikey``...): ``--token``, ``--api-key``, ``AWS_SECRET_ACCESS_KEY``,
+``PGPASSWORD``, ``--auth-token``; not ``--tokenizer``, ``--max-tokens`` nor
+``--kernel-name``. Short options (``-p 123``) are not masked: their meaning
+is the program's own (a port, a path, a password).
+
+Imports nothing from the package: every layer may mask.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+__all__ = ["MASK", "is_secret_name", "mask_argv", "mask_doc", "mask_env", "mask_text"]
+
+#: What a secret's value is written as.
+MASK = "***"
+
+_SHORT_WORDS = frozenset({"key", "auth", "pwd", "pass"})
+_LONG_WORDS = ("token", "password", "passwd", "passphrase", "secret", "credential", "credentials", "apikey",
+               "accesskey", "privatekey", "secretkey", "authkey")
+_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+#: NAME=VALUE or -NAME=VALUE / --NAME=VALUE at the start of a word; or --NAME VALUE (two dashes, text only).
+_ASSIGNMENT = re.compile(rf"(?<![\w./-])(-{{0,2}}{_NAME})=([^\s'\"]+)")
+_SPACED = re.compile(rf"(?<![\w./-])(--{_NAME})(\s+)(?!-)([^\s'\"]+)")
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)([^\s/@]+)(@)")
+_BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Does this option or variable name (dashes allowed) look like it holds a secret?"""
+    words = [w for w in re.split(r"[-_.]+", name.strip("-").lower()) if w]
+    return any(w in _SHORT_WORDS or w.endswith(_LONG_WORDS) for w in words)
+
+
+def _mask_urls(text: str) -> str:
+    return _BEARER.sub(lambda m: m.group(1) + MASK, _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text))
+
+
+def mask_text(text: str) -> str:
+    """`text` (a message, a log line, a joined command line) with secret values replaced by MASK."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = _mask_urls(text)
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret_name(m.group(1)) else m.group(0), text)
+    return _SPACED.sub(lambda m: m.group(1) + m.group(2) + MASK if is_secret_name(m.group(1)) else m.group(0), text)
+
+
+def _is_option(arg: str) -> bool:
+    return arg.startswith("--") and len(arg) > 2 and "=" not in arg
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """A command line as it may be written: each secret value replaced by MASK (see the module's rules)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in (str(a) for a in argv):
+        if hide_next and not _is_option(arg):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = _is_option(arg) and is_secret_name(arg)
+        name, eq, _ = arg.partition("=")
+        if eq and re.fullmatch(rf"-{{0,2}}{_NAME}", name) and is_secret_name(name):
+            out.append(f"{name}={MASK}")
+        else:
+            out.append(_mask_urls(arg))
+    return out
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """An environment as it may be written: the values of secret-looking variables replaced by MASK."""
+    return {k: MASK if is_secret_name(k) else _mask_urls(str(v)) for k, v in env.items()}
+
+
+#: Keys of a document whose strings are kernel names, kept as ncu printed them (``void f<key=1>`` is no secret).
+_KERNEL_KEYS = frozenset({"name", "kernel", "stalled_kernel"})
+
+
+def _masked_item(key: Any, value: Any) -> Any:
+    if key in ("command", "argv") and isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        return mask_argv(value)
+    if key in _KERNEL_KEYS and isinstance(value, str):
+        return value
+    return mask_doc(value)
+
+
+def mask_doc(doc: Any) -> Any:
+    """A JSON-able document as it may be written: lists under a key ``command`` or ``argv`` masked as command
+    lines, kernel names kept, every other string masked as text."""
+    if isinstance(doc, Mapping):
+        return {k: _masked_item(k, v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [mask_doc(v) for v in doc]
+    return mask_text(doc) if isinstance(doc, str) else doc
