@@ -78,6 +78,7 @@ class RunOutcome:
     exception: Optional[BaseException] = None
     stop: Optional[StopRecord] = None
     pids: list[int] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # other users' processes of the run, not signalled
 
 
 class _Watch:
@@ -295,7 +296,8 @@ class _Watch:
             events=self.events.events, log=self.log.text(), state=self.state, elapsed_s=self.clock() - self.t0,
             started_wall=self.started_wall, verdict=self.verdict,
             interrupted=self.interrupted or bool(self.signals.count), exception=self.exception, stop=stop,
-            pids=self.tree.seen_pids if self.tree else [])
+            pids=self.tree.seen_pids if self.tree else [],
+            foreign=sorted(self.tree.foreign.values()) if self.tree else [])
 
 
 def watch(
