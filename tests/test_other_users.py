@@ -21,9 +21,10 @@ import pytest
 from helpers import fast_stop
 
 from nsightwrap.watch.guard import Guard
+from nsightwrap.watch.notes import stop_notes
 from nsightwrap.watch.records import RUNTIME_VAR
-from nsightwrap.watch.rules import TotalTimeout
-from nsightwrap.watch.run import watch
+from nsightwrap.watch.rules import RunState, TotalTimeout
+from nsightwrap.watch.run import RunOutcome, watch
 from nsightwrap.watch.tree import COOKIE_VAR, ProcessTree, StopPolicy, alive, sleeping_wait, stop_tree
 
 NOBODY = 65534
@@ -196,3 +197,10 @@ def test_a_helper_that_cleared_its_environment_is_found_by_its_session(env):
     finally:
         root.kill()
         root.wait()
+
+
+def test_the_result_names_other_users_processes_that_were_not_stopped():
+    outcome = RunOutcome(argv=["x"], cookie="c", returncode=0, events=[], log="", state=RunState(), elapsed_s=0.1,
+                         started_wall=0.0, foreign=["4242 (helper) of uid 0"])
+    notes = stop_notes(outcome, "the program")
+    assert len(notes) == 1 and "4242 (helper) of uid 0" in notes[0] and "not stopped" in notes[0]
