@@ -200,7 +200,7 @@ def test_a_helper_that_cleared_its_environment_is_found_by_its_session(env):
 
 
 def test_the_result_names_other_users_processes_that_were_not_stopped():
-    outcome = RunOutcome(argv=["x"], cookie="c", returncode=0, events=[], log="", state=RunState(), elapsed_s=0.1,
-                         started_wall=0.0, foreign=["4242 (helper) of uid 0"])
+    outcome = RunOutcome(argv=["x"], cookie="c", returncode=0, events=[], log="", state=RunState(0.0, 0.0),
+                         elapsed_s=0.1, started_wall=0.0, foreign=["4242 (helper) of uid 0"])
     notes = stop_notes(outcome, "the program")
     assert len(notes) == 1 and "4242 (helper) of uid 0" in notes[0] and "not stopped" in notes[0]
