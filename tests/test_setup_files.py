@@ -198,3 +198,32 @@ def test_cleanup_removes_what_a_killed_calibration_left(private_tmp, tmp_path):
     assert dry.returncode == 0 and "would remove 1 temporary folder(s)" in dry.stdout and left.exists()
     r = run_cli(["cleanup"], env)
     assert r.returncode == 0 and str(left) in r.stdout and not left.exists()
+
+
+# -- the tests' own files --------------------------------------------------------------------------
+
+
+def test_the_checkout_check_sees_a_file_a_test_left():
+    from conftest import checkout_files
+
+    before = checkout_files()
+    probe = ROOT / "nsightwrap-reports" / f"leak-probe-{os.getpid()}.ncu-rep"
+    made_folder = not probe.parent.exists()
+    probe.parent.mkdir(exist_ok=True)
+    try:
+        probe.write_text("x")
+        assert checkout_files() - before >= {str(probe.relative_to(ROOT))}
+    finally:
+        probe.unlink()
+        if made_folder:
+            probe.parent.rmdir()
+    assert checkout_files() == before
+
+
+def test_each_test_runs_in_its_own_folder_with_its_own_records_and_tmpdir(tmp_path):
+    from nsightwrap.watch.records import RUNTIME_VAR
+
+    assert not Path.cwd().is_relative_to(ROOT)
+    for var in (RUNTIME_VAR, "TMPDIR"):
+        assert not Path(os.environ[var]).is_relative_to(ROOT) and Path(os.environ[var]).is_dir()
+    (Path.cwd() / "nsightwrap-reports").mkdir()  # where a run without -o writes: not the checkout
