@@ -18,9 +18,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import fast_stop
+from helpers import app, fast_stop, run_config
 
+from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.watch.guard import Guard
+from nsightwrap.watch.launchers import WRAPPER_MODULE
 from nsightwrap.watch.notes import stop_notes
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.rules import RunState, TotalTimeout
@@ -204,3 +207,21 @@ def test_the_result_names_other_users_processes_that_were_not_stopped():
                          elapsed_s=0.1, started_wall=0.0, foreign=["4242 (helper) of uid 0"])
     notes = stop_notes(outcome, "the program")
     assert len(notes) == 1 and "4242 (helper) of uid 0" in notes[0] and "not stopped" in notes[0]
+
+
+def test_no_process_of_a_one_rank_profile_shows_the_cookie_in_ps(fake_env, tmp_path):
+    """The fake ncu around rank 0 of the fake torchrun, through the rank wrapper: no argv of the tree holds it."""
+    seen: list[list[str]] = []
+
+    def look(text: str) -> None:
+        for line in text.splitlines():
+            if line.startswith(f"{COOKIE_VAR}=") and not seen:
+                seen.append(argv_holding(line.split("=", 1)[1]))
+
+    dist = Path(__file__).parent / "fake_dist" / "torchrun"
+    command = [str(dist), "--nproc-per-node", "2", *app("env:" + COOKIE_VAR, "sleep:0.3", "vec_add")[1:]]
+    a = profile_command(command, ProfileOptions(metrics=("gpu__time_duration.sum",), rank=0),
+                        run_config(tmp_path, report_dir=str(tmp_path / "r"), stop=fast_stop()), on_output=look)
+    assert a.status == "ok", a.log
+    assert WRAPPER_MODULE in a.command
+    assert seen == [[]]
