@@ -32,11 +32,14 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence, Union
 
+from nsightwrap.calibrate.cupti.trace import StalledKernel
 from nsightwrap.calibrate.measure import measure as default_measure
+from nsightwrap.calibrate.traced import DEFAULT_KERNEL_LIMIT_S
 from nsightwrap.errors import ProfileInterrupted, StoreError
 from nsightwrap.ncu.allowance import Allowance, Calibration, KernelAllowances
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.status import HANG
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
@@ -96,11 +99,12 @@ class Calibrator:
     def __init__(self, command: Sequence[str], *, store: StoreSource = None, env: Optional[Environment] = None,
                  nsys: Optional[str] = None, use_nsys: bool = True, limit_s: Optional[float] = None,
                  say: Optional[Callable[[str], None]] = None, measure: Callable[..., Calibration] = default_measure,
-                 lazy: bool = False):
+                 lazy: bool = False, kernel_limit_s: float = DEFAULT_KERNEL_LIMIT_S):
         self.command = list(command)
         self._store_source = store
         self._env = env
         self.nsys, self.use_nsys, self.limit_s = nsys, use_nsys, limit_s
+        self.kernel_limit_s = kernel_limit_s  # how long the stalled kernel may run without ncu
         self._say = say
         self._measure = measure
         self.lazy = lazy
@@ -143,16 +147,20 @@ class Calibrator:
                     self._calibration = store.calibration_for(self.command, self._environment())
             return self._calibration
 
-    def calibrate(self, config: RunConfig, limit_s: Optional[float] = None) -> Calibration:
-        """known(), else measured now (once per Calibrator) and kept in the store when it worked."""
+    def calibrate(self, config: RunConfig, limit_s: Optional[float] = None, *,
+                  stalled: Optional[StalledKernel] = None, listener: RunListener = SILENT) -> Calibration:
+        """known(), else measured now (once per Calibrator) and kept in the store when it worked.
+
+        stalled: the kernel it is for (the traced run stops once that kernel has finished without ncu)."""
         with self._lock:
             found = self.known()
             if found is not None:
                 return found
             limit = self.limit_s or config.timeout or limit_s or DEFAULT_LIMIT_S
-            self._tell(f"timing the program without ncu ({'nsys, else ' if self.use_nsys else ''}a plain run; "
-                       f"at most {limit:g} s) so that each kernel gets its own stall allowance")
-            found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys)
+            self._tell(f"timing the program without ncu (the CUPTI tracer, else {'nsys, else ' if self.use_nsys else ''}"
+                       f"a plain run; at most {limit:g} s) so that each kernel gets its own stall allowance")
+            found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys,
+                                  stalled=stalled, kernel_limit_s=self.kernel_limit_s, listener=listener)
             self.measured += 1
             self._calibration = found
             self._tell(found.describe())
@@ -198,7 +206,8 @@ class Calibrator:
         self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
         limit = max(MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR * attempt.elapsed_s)
         try:
-            calibration = config.calibration if config.calibration is not None else self.calibrate(config, limit)
+            calibration = config.calibration if config.calibration is not None else self.calibrate(
+                config, limit, stalled=StalledKernel(stall.kernel, stall.kernel_id), listener=context.listener)
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
             notes = attempt.notes + ("interrupted while calibrating",)
             raise ProfileInterrupted(replace(attempt, notes=notes)) from None

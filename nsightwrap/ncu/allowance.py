@@ -112,6 +112,7 @@ class Calibration:
     #: Whether the program called cu(da)ProfilerStart, which range replay needs (nsys saw its API calls);
     #: None when not known (a plain run, a stored calibration).
     marks_ranges: Optional[bool] = None
+    unfinished: tuple[tuple[str, float], ...] = ()  # (kernel, seconds it had run) in flight without ncu when the run ended
 
     @classmethod
     def from_call(cls, seconds: float, source: str = "profile(fn) calibration call") -> "Calibration":
@@ -190,7 +191,8 @@ class Calibration:
         return {"source": self.source, "status": self.status, "reason": self.reason,
                 "kernels": {k: round(v, 6) for k, v in self.kernels},
                 "bound_s": self.bound_s, "program_s": self.program_s, "measured_at": self.measured_at,
-                "marks_ranges": self.marks_ranges, "notes": list(self.notes)}
+                "marks_ranges": self.marks_ranges, "notes": list(self.notes),
+                "unfinished": [[k, round(v, 3)] for k, v in self.unfinished]}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,215 @@
+"""Follow the CUPTI tracer's files while they grow: kernel times, launches in flight, dead processes.
+
+Each traced process appends whole JSON lines to
+``$NSIGHTWRAP_TRACE_DIR/trace-<pid>.jsonl`` (events: init, launch, graph,
+kernel, range, error, exit; see tracer.cpp). A TraceFollower reads them
+incrementally (a last line without a newline is kept for the next read, a
+new process's file is picked up), and keeps bounded memory: per kernel
+name its longest duration and count, and only the launches still in
+flight. Time is injected (`clock`, seconds on the monotonic clock that the
+tracer's mono_ns also uses), so is whether a process is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import psutil
+
+from nsightwrap.ncu.names import function_core
+
+__all__ = ["GRAPH_LAUNCH", "TRACE_DIR_VAR", "InFlight", "StalledKernel", "TraceFollower", "pid_alive"]
+
+TRACE_DIR_VAR = "NSIGHTWRAP_TRACE_DIR"
+#: How a cuGraphLaunch whose kernels have not come yet is named among the launches in flight.
+GRAPH_LAUNCH = "cuGraphLaunch"
+#: Bytes read from one file per poll: a flood of events cannot stall the watch loop.
+READ_BUDGET = 4 << 20
+
+
+@dataclass(frozen=True)
+class StalledKernel:
+    """The kernel a calibration is for: its name as ncu printed it, and ncu's launch ID when known."""
+
+    name: str
+    launch_id: Optional[int] = None
+
+    @property
+    def core(self) -> str:
+        return function_core(self.name)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A launch with no finished kernel yet: queued or running since `since` (monotonic seconds)."""
+
+    pid: int
+    corr: int
+    name: str
+    seq: Optional[int]
+    since: float
+
+    def seconds(self, now: float) -> float:
+        return max(0.0, now - self.since)
+
+
+@dataclass
+class _Process:
+    """One traced process's file and what it has said so far."""
+
+    path: Path
+    pid: Optional[int] = None
+    offset: int = 0
+    partial: bytes = b""
+    offset_s: Optional[float] = None  # CUPTI time -> monotonic seconds: add this
+    exited: bool = False
+    error: str = ""
+    launches: dict[int, InFlight] = field(default_factory=dict)
+
+
+@dataclass
+class _Kernel:
+    longest_s: float = 0.0
+    count: int = 0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+class TraceFollower:
+    """What the trace files of one traced run say so far; `poll()` reads what was added."""
+
+    def __init__(self, folder: Path, *, clock: Callable[[], float] = time.monotonic,
+                 alive: Callable[[int], bool] = pid_alive):
+        self.folder = Path(folder)
+        self.clock = clock
+        self._alive = alive
+        self._procs: dict[str, _Process] = {}
+        self._kernels: dict[str, _Kernel] = {}  # by the tracer's (demangled) name
+        self._finished: dict[str, int] = {}  # function_core -> highest launch seq finished (-1: a graph's)
+        self.ranges = False
+        self.bad_lines = 0
+
+    # --- reading ---------------------------------------------------------------
+    def poll(self) -> None:
+        """Read what every trace file gained since the last poll (new files included)."""
+        try:
+            names = sorted(p.name for p in self.folder.glob("trace-*.jsonl"))
+        except OSError:
+            return
+        for name in names:
+            proc = self._procs.setdefault(name, _Process(self.folder / name))
+            self._read(proc)
+
+    def _read(self, proc: _Process) -> None:
+        try:
+            with open(proc.path, "rb") as f:
+                f.seek(proc.offset)
+                data = f.read(READ_BUDGET)
+        except OSError:
+            return
+        proc.offset += len(data)
+        *lines, proc.partial = (proc.partial + data).split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._take(proc, line)
+
+    def _take(self, proc: _Process, line: bytes) -> None:
+        try:
+            ev = json.loads(line)
+            kind = ev["ev"]
+        except (ValueError, TypeError, KeyError):
+            self.bad_lines += 1
+            return
+        if proc.pid is None and isinstance(ev.get("pid"), int):
+            proc.pid = ev["pid"]
+        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
+        if handler is not None:
+            try:
+                handler(proc, ev)
+            except (KeyError, TypeError, ValueError):
+                self.bad_lines += 1
+
+    def _on_init(self, proc: _Process, ev: dict) -> None:
+        proc.offset_s = (int(ev["mono_ns"]) - int(ev["cupti_ns"])) / 1e9
+
+    def _on_launch(self, proc: _Process, ev: dict) -> None:
+        corr = int(ev["corr"])
+        proc.launches[corr] = InFlight(proc.pid or 0, corr, str(ev["name"]), int(ev["seq"]), ev["mono_ns"] / 1e9)
+
+    def _on_graph(self, proc: _Process, ev: dict) -> None:
+        corr = int(ev["corr"])
+        proc.launches[corr] = InFlight(proc.pid or 0, corr, GRAPH_LAUNCH, None, ev["mono_ns"] / 1e9)
+
+    def _on_kernel(self, proc: _Process, ev: dict) -> None:
+        name = str(ev["name"])
+        seconds = max(0, int(ev["end_ns"]) - int(ev["start_ns"])) / 1e9
+        k = self._kernels.setdefault(name, _Kernel())
+        k.longest_s, k.count = max(k.longest_s, seconds), k.count + 1
+        launch = proc.launches.pop(int(ev["corr"]), None)
+        seq = -1 if ev.get("graph") or launch is None or launch.seq is None else launch.seq
+        core = function_core(name)
+        self._finished[core] = max(seq, self._finished.get(core, seq))
+
+    def _on_range(self, proc: _Process, ev: dict) -> None:
+        if ev["api"] == "cuProfilerStart":
+            self.ranges = True
+
+    def _on_error(self, proc: _Process, ev: dict) -> None:
+        proc.error = str(ev.get("what", "unknown error"))
+
+    def _on_exit(self, proc: _Process, ev: dict) -> None:
+        proc.exited = True
+
+    # --- answers ---------------------------------------------------------------
+    @property
+    def traced(self) -> bool:
+        """Whether the tracer works in at least one process (an init line and no error)."""
+        return any(p.offset_s is not None and not p.error for p in self._procs.values())
+
+    def errors(self) -> list[str]:
+        """The tracer's own set-up failures, one line per process."""
+        return [f"process {p.pid}: {p.error}" for p in self._procs.values() if p.error]
+
+    def kernel_times(self) -> dict[str, float]:
+        """name -> longest seconds of the kernels finished so far (Calibration.from_kernels)."""
+        return {name: k.longest_s for name, k in self._kernels.items()}
+
+    def launch_count(self) -> int:
+        return sum(k.count for k in self._kernels.values())
+
+    def in_flight(self) -> list[InFlight]:
+        """Launches with no finished kernel yet, oldest first."""
+        return sorted((f for p in self._procs.values() for f in p.launches.values()), key=lambda f: f.since)
+
+    def ages(self, now: Optional[float] = None) -> list[tuple[str, float]]:
+        """(kernel, seconds it has been in flight) for each launch in flight, oldest first."""
+        now = self.clock() if now is None else now
+        return [(f.name, f.seconds(now)) for f in self.in_flight()]
+
+    def finished(self, kernel: StalledKernel) -> bool:
+        """Whether `kernel` (by function_core; its launch ID or a later one, when known) has finished."""
+        seq = self._finished.get(kernel.core)
+        if seq is None:
+            return False
+        return kernel.launch_id is None or seq < 0 or seq >= kernel.launch_id
+
+    def running(self, kernel: StalledKernel) -> list[InFlight]:
+        """The launches of `kernel` (by function_core) in flight, oldest first."""
+        return [f for f in self.in_flight() if function_core(f.name) == kernel.core]
+
+    def died(self) -> list[int]:
+        """Processes whose file has no "exit" line and that are gone: they died or were killed."""
+        return [p.pid for p in self._procs.values() if p.pid is not None and not p.exited and not self._alive(p.pid)]
+
+    def files(self) -> int:
+        return len(self._procs)
