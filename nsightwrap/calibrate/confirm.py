@@ -157,8 +157,9 @@ class Calibrator:
             if found is not None:
                 return found
             limit = self.limit_s or config.timeout or limit_s or DEFAULT_LIMIT_S
-            self._tell(f"timing the program without ncu (the CUPTI tracer, else {'nsys, else ' if self.use_nsys else ''}"
-                       f"a plain run; at most {limit:g} s) so that each kernel gets its own stall allowance")
+            nsys = "nsys, else " if self.use_nsys else ""
+            self._tell(f"timing the program without ncu (the CUPTI tracer, else {nsys}a plain run; at most "
+                       f"{limit:g} s) so that each kernel gets its own stall allowance")
             found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys,
                                   stalled=stalled, kernel_limit_s=self.kernel_limit_s, listener=listener)
             self.measured += 1

@@ -37,8 +37,8 @@ from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
 from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import TotalTimeout
 
-__all__ = ["CUPTI", "NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain", "measure_with_nsys",
-           "program_verdict"]
+__all__ = ["CUPTI", "NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain",
+           "measure_with_nsys", "program_verdict"]
 
 NSYS, PLAIN = "nsys", "plain run"
 #: What nsys is asked for: CUDA kernels only; no CPU sampling, context switches or backtraces. On an H100

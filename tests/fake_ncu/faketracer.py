@@ -57,7 +57,8 @@ def launch(name):
     if not _ready():
         return None
     corr = _corr()
-    _write({"ev": "launch", "corr": corr, "seq": _state["seq"], "name": demangled(name), "mono_ns": time.monotonic_ns()})
+    _write({"ev": "launch", "corr": corr, "seq": _state["seq"], "name": demangled(name),
+            "mono_ns": time.monotonic_ns()})
     _state["seq"] += 1
     return corr
 
