@@ -151,9 +151,9 @@ def _first_line(text: str, limit: int = 240) -> str:
     return pick[:limit]
 
 
-def _compiler_version(cxx: str, run: Run) -> tuple[Optional[str], str]:
+def _compiler_version(cxx: str, run: Run, env: Mapping[str, str]) -> tuple[Optional[str], str]:
     try:
-        done = run([cxx, "--version"], capture_output=True, text=True, timeout=60)
+        done = run([cxx, "--version"], capture_output=True, text=True, timeout=60, env=dict(env))
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"the C++ compiler {cxx} does not run ({e})"
     if done.returncode != 0:
@@ -166,12 +166,12 @@ def _private_dir(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
-def _compile(cxx: str, cupti: Cupti, folder: Path, run: Run) -> str:
+def _compile(cxx: str, cupti: Cupti, folder: Path, run: Run, env: Mapping[str, str]) -> str:
     """Compile into folder/LIBRARY through a temp name; "" when built, else the one-line reason (remembered)."""
     tmp = folder / f".{LIBRARY}.{os.getpid()}.tmp"
     try:
         done = run(compile_command(cxx, SOURCE, tmp, cupti), capture_output=True, text=True,
-                   timeout=COMPILE_TIMEOUT_S)
+                   timeout=COMPILE_TIMEOUT_S, env=dict(env))
         if done.returncode == 0 and tmp.is_file():
             os.replace(tmp, folder / LIBRARY)
             return ""
@@ -203,7 +203,7 @@ def _prepare(env: Mapping[str, str], roots: Optional[Sequence[Path]],
     cupti, why = find_cupti(roots)
     if cupti is None:
         return None, why
-    version, why = _compiler_version(cxx, run)
+    version, why = _compiler_version(cxx, run, env)
     if version is None:
         return None, why
     try:
@@ -235,7 +235,7 @@ def find_tracer(env: Mapping[str, str], *, roots: Optional[Sequence[Path]] = Non
             fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent run builds it; this one then finds it
             if (folder / LIBRARY).is_file():
                 return TracerBuild(folder / LIBRARY, "cached")
-            why = _compile(cxx, cupti, folder, run)
+            why = _compile(cxx, cupti, folder, run, env)
     except OSError as e:
         return TracerBuild(None, reason=f"the tracer cache {folder} cannot be written ({e})")
     return TracerBuild(folder / LIBRARY, "built") if not why else TracerBuild(None, reason=why)
