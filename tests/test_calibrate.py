@@ -26,6 +26,7 @@ from nsightwrap.ncu.allowance import (
 from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuWarning, Progress, ReplayPass
+from nsightwrap.ncu.listen import SILENT
 from nsightwrap.ncu.names import function_core
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall, StallRule, WatchState
@@ -200,7 +201,9 @@ def _attempt(status=HANG, silent=10.0, kernel="k", calibrated=False, kernels=(),
 
 
 class FakeContext:
-    """What Calibrator needs of a RunContext: its config and replace(**changes)."""
+    """What Calibrator needs of a RunContext: its config, its listener and replace(**changes)."""
+
+    listener = SILENT
 
     def __init__(self, config: RunConfig):
         self.config = config

@@ -194,3 +194,13 @@ def test_the_real_tracer_compiles_with_gxx(tmp_path):
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(got.path)], capture_output=True, text=True).stdout
     assert "InitializeInjection" in symbols
     assert SOURCE.is_file()
+
+
+def test_the_tracer_source_ships_as_package_data():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "calibrate/cupti/tracer.cpp" in data["nsightwrap"]
+    assert SOURCE == root / "nsightwrap" / "calibrate" / "cupti" / "tracer.cpp"
+    assert "InitializeInjection" in SOURCE.read_text()
