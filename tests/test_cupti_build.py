@@ -204,3 +204,11 @@ def test_the_tracer_source_ships_as_package_data():
     assert "calibrate/cupti/tracer.cpp" in data["nsightwrap"]
     assert SOURCE == root / "nsightwrap" / "calibrate" / "cupti" / "tracer.cpp"
     assert "InitializeInjection" in SOURCE.read_text()
+
+
+def test_describe_says_which_tracer_or_why_none(box, tmp_path):
+    env, roots, _ = box
+    assert tracer_status(env, roots=roots).describe().startswith("the CUPTI tracer can be built (g++, CUPTI in ")
+    assert find_tracer(env, roots=roots).describe().startswith("the CUPTI tracer (built): ")
+    assert find_tracer({"NSIGHTWRAP_TRACER": "off"}).describe() == ("no CUPTI tracer: the CUPTI tracer is off "
+                                                                    "(NSIGHTWRAP_TRACER=off)")

@@ -131,3 +131,22 @@ def test_memory_is_bounded_by_kernel_names_not_launches(tmp_path):
     write(tmp_path, 1, data)
     f.poll()
     assert f.launch_count() == 2000 and len(f.kernel_times()) == 1 and f.in_flight() == []
+
+
+def test_a_name_ncu_cut_short_matches_the_full_one(tmp_path):
+    full = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    f = follower(tmp_path, [0.0])
+    write(tmp_path, 1, init(1) + launch(1, 1, 0, full, 1))
+    f.poll()
+    cut = StalledKernel("ncclDevKernel_AllReduce_Sum_f...")
+    assert [x.name for x in f.running(cut)] == [full] and not f.running(StalledKernel("ncclDevKernel_AllReduce"))
+    write(tmp_path, 1, kernel(1, 1, full, 1, 2))
+    f.poll()
+    assert f.finished(cut) and not f.finished(StalledKernel("ncclDevKernel_AllReduce"))
+
+
+def test_a_kernel_whose_correlation_id_matches_no_launch_ends_its_oldest_launch_of_that_name(tmp_path):
+    f = follower(tmp_path, [0.0])
+    write(tmp_path, 1, init(1) + launch(1, 1, 0, K, 1) + launch(1, 2, 1, K, 2) + kernel(1, 99, K, 1, 3))
+    f.poll()
+    assert [x.corr for x in f.in_flight()] == [2]  # not both left in flight for ever

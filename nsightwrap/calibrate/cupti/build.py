@@ -60,11 +60,8 @@ class TracerBuild:
     how: str = ""
     reason: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.path is not None or self.how == "buildable"
-
     def describe(self) -> str:
+        """One line: which tracer, or why there is none."""
         if self.how == "buildable":
             return f"the CUPTI tracer can be built ({self.reason})"
         if self.path is not None:

@@ -42,6 +42,14 @@ class StalledKernel:
     def core(self) -> str:
         return function_core(self.name)
 
+    def matches(self, name: str) -> bool:
+        """Whether the tracer's (full) `name` is this kernel: the same function_core, or, for a name ncu cut
+        short with "...", a core that starts with what is left of it (as Calibration.kernel_time matches)."""
+        core, mine = function_core(name), self.core
+        if not mine:
+            return False
+        return core.startswith(mine) if self.name.strip().endswith("...") else core == mine
+
 
 @dataclass(frozen=True)
 class InFlight:
@@ -156,9 +164,17 @@ class TraceFollower:
         k = self._kernels.setdefault(name, _Kernel())
         k.longest_s, k.count = max(k.longest_s, seconds), k.count + 1
         launch = proc.launches.pop(int(ev["corr"]), None)
+        if launch is None and not ev.get("graph"):  # a correlation id the launch line did not carry:
+            launch = self._oldest(proc, name)  # its oldest launch of that name, so none stays in flight forever
         seq = -1 if ev.get("graph") or launch is None or launch.seq is None else launch.seq
         core = function_core(name)
         self._finished[core] = max(seq, self._finished.get(core, seq))
+
+    @staticmethod
+    def _oldest(proc: _Process, name: str) -> Optional[InFlight]:
+        same = [f for f in proc.launches.values() if f.name == name]
+        first = min(same, key=lambda f: f.since, default=None)
+        return proc.launches.pop(first.corr) if first is not None else None
 
     def _on_range(self, proc: _Process, ev: dict) -> None:
         if ev["api"] == "cuProfilerStart":
@@ -198,14 +214,12 @@ class TraceFollower:
 
     def finished(self, kernel: StalledKernel) -> bool:
         """Whether `kernel` (by function_core; its launch ID or a later one, when known) has finished."""
-        seq = self._finished.get(kernel.core)
-        if seq is None:
-            return False
-        return kernel.launch_id is None or seq < 0 or seq >= kernel.launch_id
+        seqs = [seq for core, seq in self._finished.items() if kernel.matches(core)]
+        return any(kernel.launch_id is None or seq < 0 or seq >= kernel.launch_id for seq in seqs)
 
     def running(self, kernel: StalledKernel) -> list[InFlight]:
         """The launches of `kernel` (by function_core) in flight, oldest first."""
-        return [f for f in self.in_flight() if function_core(f.name) == kernel.core]
+        return [f for f in self.in_flight() if kernel.matches(f.name)]
 
     def died(self) -> list[int]:
         """Processes whose file has no "exit" line and that are gone: they died or were killed."""
