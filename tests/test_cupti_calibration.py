@@ -269,3 +269,16 @@ def test_the_live_screen_shows_the_calibration_in_place_of_the_attempt_line():
     assert "[rung 1/3 'requested']  calibrating without ncu (cupti, 3 s): kernel \"k\" running 2.5 s" in text
     screen.calibrating(CalibrationProgress("cupti", at=11.0, elapsed_s=3.0, done=True))
     assert "calibrating" not in screen.__rich__().plain
+
+
+def test_a_program_that_hangs_by_itself_is_a_program_fault_within_the_kernel_limit(env, tmp_path):
+    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, check_gpu=False, env=env,
+                    allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop())
+    command = app("vec_add", "k@always")
+    one = ProfileOptions(metrics=("gpu__time_duration.sum",))
+    calibrator = Calibrator(command, lazy=True, kernel_limit_s=0.5)
+    t = time.monotonic()
+    a = calibrator.run(lambda ctx: profile_command(command, one, context=ctx), RunContext.create(cfg), one)
+    assert a.status == TIMEOUT and time.monotonic() - t < 15
+    assert 'kernel "void fake::k<float>(float*, int)" did not finish' in a.program_fault
+    assert a.calibration.unfinished and a.calibration.unfinished[0][1] >= 0.5
