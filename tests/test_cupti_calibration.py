@@ -282,3 +282,10 @@ def test_a_program_that_hangs_by_itself_is_a_program_fault_within_the_kernel_lim
     assert a.status == TIMEOUT and time.monotonic() - t < 15
     assert 'kernel "void fake::k<float>(float*, int)" did not finish' in a.program_fault
     assert a.calibration.unfinished and a.calibration.unfinished[0][1] >= 0.5
+
+
+def test_records_dropped_once_traced_are_a_note_not_a_fallback(env, monkeypatch):
+    monkeypatch.setenv("FAKE_TRACER_DROPPED", "3")
+    cal, _ = timed(app("k@spin=0.1"), dict(env, FAKE_TRACER_DROPPED="3"))
+    assert cal.ok and cal.source == "cupti" and "k" in core_times(cal)
+    assert cal.notes[-1].startswith("the tracer: process ") and "CUPTI dropped 3 activity records" in cal.notes[-1]

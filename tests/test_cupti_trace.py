@@ -150,3 +150,13 @@ def test_a_kernel_whose_correlation_id_matches_no_launch_ends_its_oldest_launch_
     write(tmp_path, 1, init(1) + launch(1, 1, 0, K, 1) + launch(1, 2, 1, K, 2) + kernel(1, 99, K, 1, 3))
     f.poll()
     assert [x.corr for x in f.in_flight()] == [2]  # not both left in flight for ever
+
+
+def test_an_error_once_traced_is_trouble_not_a_failed_set_up(tmp_path):
+    f = follower(tmp_path, [0.0])
+    write(tmp_path, 1, init(1) + line(ev="error", pid=1, what="cuptiSubscribe: CUPTI_ERROR_UNKNOWN"))
+    write(tmp_path, 2, init(2) + launch(2, 1, 0, K, 1) + kernel(2, 1, K, 1, 2)
+          + line(ev="error", pid=2, what="CUPTI dropped 3 activity records"))
+    f.poll()
+    assert f.errors() == ["process 1: cuptiSubscribe: CUPTI_ERROR_UNKNOWN"]  # as the real tracer writes it
+    assert f.troubles() == ["process 2: CUPTI dropped 3 activity records"] and f.traced

@@ -133,6 +133,12 @@ def _judge(follower: TraceFollower, rule: TraceRule, outcome: RunOutcome, limit_
     return replace(cal, notes=notes, unfinished=unfinished)
 
 
+def _with_troubles(cal: Calibration, follower: TraceFollower) -> Calibration:
+    """The tracer's own trouble once it traced (CUPTI dropped records: some kernels have no time) as notes."""
+    troubles = tuple(f"the tracer: {t}" for t in follower.troubles())
+    return replace(cal, notes=cal.notes + troubles) if troubles else cal
+
+
 def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limit_s: float,
                    on_output: Optional[Callable[[str], None]] = None, *, env: Mapping[str, str],
                    stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_KERNEL_LIMIT_S,
@@ -157,6 +163,6 @@ def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limi
         follower.poll()
         if not follower.traced:
             return _untraced(follower, outcome)
-        return _judge(follower, rule, outcome, limit_s), "", None
+        return _with_troubles(_judge(follower, rule, outcome, limit_s), follower), "", None
     finally:
         shutil.rmtree(work, ignore_errors=True)

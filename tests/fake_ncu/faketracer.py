@@ -7,7 +7,8 @@ $NSIGHTWRAP_TRACE_DIR/trace-<pid>.jsonl (0600), in the format of nsightwrap/cali
 init (on the first CUDA call, as the driver loads the tracer at cuInit), launch, graph, kernel (CUPTI's
 clock: time.time_ns(), another clock than mono_ns, as CUPTI's is), range, exit (at a normal exit; a
 process ended by os._exit or a signal has none). FAKE_TRACER_ERROR=TEXT: the tracer cannot set itself up
-(an "error" line and nothing more).
+(an "error" line and nothing more); FAKE_TRACER_DROPPED=N: an "error" line after each kernel, as the real
+tracer writes when CUPTI dropped records.
 """
 import atexit
 import json
@@ -77,6 +78,8 @@ def kernel(name, corr, start_ns, end_ns, in_graph=False):
     if corr is not None and _active():
         _write({"ev": "kernel", "corr": corr, "name": demangled(name), "start_ns": start_ns, "end_ns": end_ns,
                 "graph": int(in_graph)})
+        if os.environ.get("FAKE_TRACER_DROPPED"):
+            _write({"ev": "error", "what": f"CUPTI dropped {os.environ['FAKE_TRACER_DROPPED']} activity records"})
 
 
 def profiler(api):

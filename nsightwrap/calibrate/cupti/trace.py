@@ -1,13 +1,35 @@
 """Follow the CUPTI tracer's files while they grow: kernel times, launches in flight, dead processes.
 
-Each traced process appends whole JSON lines to
-``$NSIGHTWRAP_TRACE_DIR/trace-<pid>.jsonl`` (events: init, launch, graph,
-kernel, range, error, exit; see tracer.cpp). A TraceFollower reads them
-incrementally (a last line without a newline is kept for the next read, a
-new process's file is picked up), and keeps bounded memory: per kernel
-name its longest duration and count, and only the launches still in
-flight. Time is injected (`clock`, seconds on the monotonic clock that the
-tracer's mono_ns also uses), so is whether a process is alive.
+The trace format (version 1; tracer.cpp beside this file writes it). The
+tracer does nothing unless NSIGHTWRAP_TRACE_DIR is set; then each traced
+process appends to its own ``$NSIGHTWRAP_TRACE_DIR/trace-<pid>.jsonl``
+(0600) one JSON object a line, each line written whole with one write(2),
+so the files are followed while they grow (a last line without a newline
+is incomplete: kept for the next read)::
+
+    {"ev":"init","pid":P,"mono_ns":M,"cupti_ns":C,"version":1}     first line
+    {"ev":"launch","pid":P,"corr":N,"seq":K,"name":"DEMANGLED","mono_ns":M}
+    {"ev":"graph","pid":P,"corr":N,"mono_ns":M}                    cuGraphLaunch
+    {"ev":"kernel","pid":P,"corr":N,"name":"DEMANGLED","start_ns":S,"end_ns":E,"graph":0|1}
+    {"ev":"range","pid":P,"api":"cuProfilerStart"|"cuProfilerStop","mono_ns":M}
+    {"ev":"error","pid":P,"what":"TEXT"}
+    {"ev":"exit","pid":P,"mono_ns":M}                              every record flushed before it
+
+mono_ns is CLOCK_MONOTONIC (Python's time.monotonic_ns()); cupti_ns is
+cuptiGetTimestamp() at the same moment, the clock of a kernel's start_ns and
+end_ns (a kernel's time is end_ns - start_ns). "launch" comes when a kernel
+launch API is entered (seq counts the process's launches from 0); "kernel"
+when it finished on the GPU (within about 0.2 s, by the tracer's periodic
+flush); a graph's kernels come with "graph":1 and the cuGraphLaunch's corr.
+A launch with no "kernel" yet is in flight (queued or running). An "error"
+before any launch means the tracer could not set itself up and stays out of
+the way; one later (CUPTI dropped records) is kept as a note. A process
+whose file has no "exit" line and that is gone died (or was killed).
+
+A TraceFollower reads the files incrementally (new per-process files are
+picked up) and keeps bounded memory: per kernel name its longest duration
+and count, and only the launches still in flight. Time is injected
+(`clock`, seconds on the monotonic clock), so is whether a process is alive.
 """
 
 from __future__ import annotations
@@ -75,7 +97,9 @@ class _Process:
     partial: bytes = b""
     offset_s: Optional[float] = None  # CUPTI time -> monotonic seconds: add this
     exited: bool = False
-    error: str = ""
+    error: str = ""  # the tracer could not set itself up (an error before any launch)
+    trouble: str = ""  # the last error once it traced (CUPTI dropped records)
+    events: int = 0  # launches, graphs and kernels seen
     launches: dict[int, InFlight] = field(default_factory=dict)
 
 
@@ -141,6 +165,8 @@ class TraceFollower:
         if proc.pid is None and isinstance(ev.get("pid"), int):
             proc.pid = ev["pid"]
         handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
+        if kind in ("launch", "graph", "kernel"):
+            proc.events += 1
         if handler is not None:
             try:
                 handler(proc, ev)
@@ -181,7 +207,11 @@ class TraceFollower:
             self.ranges = True
 
     def _on_error(self, proc: _Process, ev: dict) -> None:
-        proc.error = str(ev.get("what", "unknown error"))
+        what = str(ev.get("what", "unknown error"))
+        if proc.events:
+            proc.trouble = what
+        else:
+            proc.error = what
 
     def _on_exit(self, proc: _Process, ev: dict) -> None:
         proc.exited = True
@@ -195,6 +225,10 @@ class TraceFollower:
     def errors(self) -> list[str]:
         """The tracer's own set-up failures, one line per process."""
         return [f"process {p.pid}: {p.error}" for p in self._procs.values() if p.error]
+
+    def troubles(self) -> list[str]:
+        """What went wrong once a process was traced (its last such error), one line per process."""
+        return [f"process {p.pid}: {p.trouble}" for p in self._procs.values() if p.trouble]
 
     def kernel_times(self) -> dict[str, float]:
         """name -> longest seconds of the kernels finished so far (Calibration.from_kernels)."""
