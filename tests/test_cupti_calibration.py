@@ -49,7 +49,7 @@ def timed(command, env, **kw):
 
 def core_times(cal) -> dict[str, float]:
     """Kernel times by the name ncu prints (the fake tracer's names are templated, in a namespace)."""
-    return {name: cal.kernel_time(name)[0] for name in ("a", "k", "g1", "g2", "long") if cal.kernel_time(name)}
+    return {name: cal.kernel_time(name)[0] for name in ("a", "b", "k", "g1", "g2", "long") if cal.kernel_time(name)}
 
 
 # --- source order -------------------------------------------------------------------------------------------
@@ -289,3 +289,18 @@ def test_records_dropped_once_traced_are_a_note_not_a_fallback(env, monkeypatch)
     cal, _ = timed(app("k@spin=0.1"), dict(env, FAKE_TRACER_DROPPED="3"))
     assert cal.ok and cal.source == "cupti" and "k" in core_times(cal)
     assert cal.notes[-1].startswith("the tracer: process ") and "CUPTI dropped 3 activity records" in cal.notes[-1]
+
+
+def test_a_later_kernel_the_early_stopped_calibration_did_not_reach_is_calibrated_in_turn(env, tmp_path):
+    """Stopped after "a", the calibration has no time for "b": b's stall is confirmed by a second traced run
+    up to b, never judged without its time (a single pass of b is longer than the uncalibrated allowance)."""
+    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, stall_growth=1.2, check_gpu=False,
+                    env=env, allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop())
+    command = app("a@spin=0.6", "vec_add", "b@spin=1.2", "sleep:20")  # b's silence outgrows a's pace
+    one = ProfileOptions(metrics=("gpu__time_duration.sum",))
+    calibrator = Calibrator(command, lazy=True)
+    t = time.monotonic()
+    a = calibrator.run(lambda ctx: profile_command(command[:-1], one, context=ctx), RunContext.create(cfg), one)
+    assert a.status == OK and [k.name for k in a.kernels] == ["a", "vec_add", "b"], a.reason
+    assert calibrator.measured == 2 and time.monotonic() - t < 25
+    assert {"a", "b"} <= set(core_times(a.calibration))

@@ -86,6 +86,17 @@ def calibrated_allowance(attempt: Attempt, calibration: Calibration, options: An
     return replace(found, seconds=max(found.seconds, stall.pace_s))
 
 
+def _partial(calibration: Optional[Calibration]) -> bool:
+    """A calibration whose run stopped early (once the stalled kernel had finished): nothing bounds the
+    kernels it did not reach (a full run's wall time bounds every kernel)."""
+    return calibration is not None and calibration.ok and calibration.bound_s is None
+
+
+def _stopped_before(calibration: Calibration, stalled: Optional[StalledKernel]) -> bool:
+    """A partial calibration that says nothing of `stalled`: it is measured again, up to this kernel."""
+    return stalled is not None and _partial(calibration) and calibration.kernel_time(stalled.name) is None
+
+
 class Calibrator:
     """One program's calibration (stored, else measured once) and the confirm-before-record step.
 
@@ -111,7 +122,7 @@ class Calibrator:
         self._calibration: Optional[Calibration] = None
         self._looked_up = False
         self._lock = threading.RLock()
-        self.measured = 0  # calibration runs made (0 or 1)
+        self.measured = 0  # calibration runs made (0 or 1; more when one stopped before a later stalled kernel)
 
     # --- the calibration ---------------------------------------------------------
     def _store(self) -> Optional[HangStore]:
@@ -154,7 +165,7 @@ class Calibrator:
         stalled: the kernel it is for (the traced run stops once that kernel has finished without ncu)."""
         with self._lock:
             found = self.known()
-            if found is not None:
+            if found is not None and not _stopped_before(found, stalled):
                 return found
             limit = self.limit_s or config.timeout or limit_s or DEFAULT_LIMIT_S
             nsys = "nsys, else " if self.use_nsys else ""
@@ -207,7 +218,8 @@ class Calibrator:
         self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
         limit = max(MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR * attempt.elapsed_s)
         try:
-            calibration = config.calibration if config.calibration is not None else self.calibrate(
+            given = config.calibration
+            calibration = given if given is not None and given is not self._calibration else self.calibrate(
                 config, limit, stalled=StalledKernel(stall.kernel, stall.kernel_id), listener=context.listener)
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
             notes = attempt.notes + ("interrupted while calibrating",)
@@ -228,10 +240,23 @@ class Calibrator:
             return self._confirmed(attempt, calibration, allowance)
         self._tell(f'"{stall.kernel}" is explained by its own time ({allowance.basis}): running again with '
                    f"an allowance of {allowance.seconds:.1f} s")
-        again = attempt_fn(context.replace(calibration=calibration))
+        again = self._again(attempt_fn, context.replace(calibration=calibration), options)
         first = (f'a first run stalled on "{stall.kernel}" ({stall.evidence()}); calibrated, its allowance is '
                  f"{allowance.seconds:.1f} s {allowance.basis}, so it ran again")
         return replace(again, notes=again.notes + (first,))
+
+    def _again(self, attempt_fn: AttemptFn, context: RunContext, options: Any) -> Attempt:
+        """The rerun with the calibration. When that calibration stopped early (after the kernel that
+        stalled first), a later kernel it did not reach is suspected early and confirmed in turn (its
+        calibration runs up to that kernel), rather than judged by the patient rule without its time."""
+        calibration = context.config.calibration
+        if not _partial(calibration):  # a full run: every kernel is bounded
+            return attempt_fn(context)
+        again = attempt_fn(self._suspicious(context))
+        stall = again.stall
+        if needs_confirmation(again, context.config) and _stopped_before(calibration, StalledKernel(stall.kernel)):
+            return self.confirm(again, attempt_fn, context, options)
+        return again
 
     def _confirmed(self, attempt: Attempt, calibration: Calibration, allowance: Allowance) -> Attempt:
         stall = replace(attempt.stall, allowance_s=allowance.seconds, basis=allowance.basis, calibrated=True)
