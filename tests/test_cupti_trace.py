@@ -160,3 +160,13 @@ def test_an_error_once_traced_is_trouble_not_a_failed_set_up(tmp_path):
     f.poll()
     assert f.errors() == ["process 1: cuptiSubscribe: CUPTI_ERROR_UNKNOWN"]  # as the real tracer writes it
     assert f.troubles() == ["process 2: CUPTI dropped 3 activity records"] and f.traced
+
+
+def test_launches_in_flight_are_capped(tmp_path, monkeypatch):
+    import nsightwrap.calibrate.cupti.trace as trace
+
+    monkeypatch.setattr(trace, "MAX_IN_FLIGHT", 3)
+    f = follower(tmp_path, [0.0])
+    write(tmp_path, 1, init(1) + b"".join(launch(1, i, i, K, i) for i in range(5)))
+    f.poll()
+    assert [x.corr for x in f.in_flight()] == [0, 1, 2] and f.not_kept == 2  # the oldest are kept

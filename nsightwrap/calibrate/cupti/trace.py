@@ -51,6 +51,9 @@ TRACE_DIR_VAR = "NSIGHTWRAP_TRACE_DIR"
 GRAPH_LAUNCH = "cuGraphLaunch"
 #: Bytes read from one file per poll: a flood of events cannot stall the watch loop.
 READ_BUDGET = 4 << 20
+#: Launches kept in flight per process. A GPU queues about a thousand launches before the launch API
+#: blocks, so more means finished kernels are not coming (records lost): the newest are not kept.
+MAX_IN_FLIGHT = 10_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class TraceFollower:
         self._finished: dict[str, int] = {}  # function_core -> highest launch seq finished (-1: a graph's)
         self.ranges = False
         self.bad_lines = 0
+        self.not_kept = 0  # launches not kept in flight (MAX_IN_FLIGHT)
 
     # --- reading ---------------------------------------------------------------
     def poll(self) -> None:
@@ -178,6 +182,9 @@ class TraceFollower:
 
     def _on_launch(self, proc: _Process, ev: dict) -> None:
         corr = int(ev["corr"])
+        if len(proc.launches) >= MAX_IN_FLIGHT:
+            self.not_kept += 1
+            return
         proc.launches[corr] = InFlight(proc.pid or 0, corr, str(ev["name"]), int(ev["seq"]), ev["mono_ns"] / 1e9)
 
     def _on_graph(self, proc: _Process, ev: dict) -> None:
