@@ -212,3 +212,11 @@ def test_describe_says_which_tracer_or_why_none(box, tmp_path):
     assert find_tracer(env, roots=roots).describe().startswith("the CUPTI tracer (built): ")
     assert find_tracer({"NSIGHTWRAP_TRACER": "off"}).describe() == ("no CUPTI tracer: the CUPTI tracer is off "
                                                                     "(NSIGHTWRAP_TRACER=off)")
+
+
+def test_a_cache_that_cannot_be_written_is_a_reason(box, tmp_path):
+    env, roots, log = box
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    got = find_tracer(dict(env, XDG_CACHE_HOME=str(blocker)), roots=roots)
+    assert got.path is None and "cannot be written" in got.reason and compiles(log) == 0

@@ -222,7 +222,10 @@ def find_tracer(env: Mapping[str, str], *, roots: Optional[Sequence[Path]] = Non
     if (folder / LIBRARY).is_file():
         return TracerBuild(folder / LIBRARY, "cached")
     if (folder / FAILED_MARK).is_file():
-        return TracerBuild(None, reason=_first_line((folder / FAILED_MARK).read_text()))
+        try:
+            return TracerBuild(None, reason=_first_line((folder / FAILED_MARK).read_text(errors="replace")))
+        except OSError as e:
+            return TracerBuild(None, reason=f"the tracer cache {folder} cannot be read ({e})")
     if not build:
         return TracerBuild(None, "buildable", f"{Path(cxx).name}, CUPTI in {cupti.lib_dir}; built on first use")
     try:
