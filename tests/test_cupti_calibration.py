@@ -304,3 +304,13 @@ def test_a_later_kernel_the_early_stopped_calibration_did_not_reach_is_calibrate
     assert a.status == OK and [k.name for k in a.kernels] == ["a", "vec_add", "b"], a.reason
     assert calibrator.measured == 2 and time.monotonic() - t < 25
     assert {"a", "b"} <= set(core_times(a.calibration))
+
+
+def test_every_rank_of_a_job_is_traced_and_the_job_stops_after_its_collective(env):
+    """Each rank writes its own trace; a name ncu cut short ("...") matches the full one."""
+    dist = Path(__file__).parent / "fake_dist" / "torchrun"
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    command = [str(dist), "--nproc-per-node", "2", *app("gemm", f"{ar}@collective", "long@spin=3")[1:]]
+    cal, took = timed(command, env, stalled=StalledKernel("ncclDevKernel_AllReduce_Sum_f..."))
+    assert cal.ok and cal.source == "cupti" and took < 2.8, (took, cal)
+    assert cal.kernel_time(ar) is not None and cal.notes[0].startswith("stopped early after")
