@@ -314,3 +314,40 @@ def test_every_rank_of_a_job_is_traced_and_the_job_stops_after_its_collective(en
     cal, took = timed(command, env, stalled=StalledKernel("ncclDevKernel_AllReduce_Sum_f..."))
     assert cal.ok and cal.source == "cupti" and took < 2.8, (took, cal)
     assert cal.kernel_time(ar) is not None and cal.notes[0].startswith("stopped early after")
+
+
+def _stalled_attempt(kernel: str):
+    from nsightwrap.ncu.attempt import Attempt
+    from nsightwrap.ncu.progress import Stall
+    from nsightwrap.status import HANG
+
+    stall = Stall(kernel, None, "0%..", 10.0, 3.0, 11.0, True, True)
+    return Attempt(status=HANG, reason="r", command=("ncu", "app"), returncode=None, kernels=(), stall=stall,
+                   report=None, report_complete=False, elapsed_s=12.0, stop=None, warnings=(), errors=(),
+                   notes=(), log="", started_at="2026-11-27T00:00:00+00:00", cookie="c")
+
+
+def test_a_calibration_stopped_early_is_kept_and_measured_again_for_a_kernel_it_did_not_reach(env, tmp_path):
+    from nsightwrap.ncu.allowance import Calibration
+    from nsightwrap.store.hangstore import HangStore
+    from nsightwrap.store.keys import Environment
+
+    store, where = HangStore(tmp_path / "h.db"), Environment.detect()
+    partial = Calibration.from_kernels({"void fake::a<float>(float*, int)": 0.5}, source="cupti")
+    assert store.record_calibration(partial, ["app"], where) == 1  # its kernels, no program row
+    assert store.record_calibration(Calibration.from_call(1.0), ["app"], where) == 0  # a bare bound: not kept
+    kept = store.calibration_for(["app"], where)
+    assert kept.kernel_time("a")[0] == 0.5 and kept.bound_s is None and kept.kernel_time("b") is None
+    calls = []
+
+    def fake_measure(command, config, **kwargs):
+        calls.append(kwargs["stalled"])
+        return Calibration.from_kernels({"a": 0.5, "b": 4.0}, source="cupti")
+
+    calibrator = Calibrator(["app"], store=store, env=where, measure=fake_measure)
+    context = RunContext.create(RunConfig(check_gpu=False))
+    calibrator.confirm(_stalled_attempt("a"), lambda ctx: _stalled_attempt("a"), context)
+    assert calls == []  # "a" is in the kept calibration: nothing measured
+    calibrator.confirm(_stalled_attempt("b"), lambda ctx: _stalled_attempt("b"), context)
+    assert calls == [StalledKernel("b")] and calibrator.measured == 1
+    assert store.calibration_for(["app"], where).kernel_time("b")[0] == 4.0
