@@ -76,15 +76,15 @@ class TraceRule(WatchRule):
             return Verdict(TIMEOUT, f'"{stalled.name}" did not finish without ncu within {self.kernel_limit_s:g} s')
         return None
 
-    def progress(self, state: RunState, now: float, done: bool = False) -> CalibrationProgress:
+    def progress(self, state: RunState, now: float) -> CalibrationProgress:
         running = tuple((f.name, f.seconds(now)) for f in self.follower.in_flight())
         return CalibrationProgress(CUPTI, now, now - state.started_at, running, self.follower.launch_count(),
-                                   self.stalled.name if self.stalled else None, done)
+                                   self.stalled.name if self.stalled else None)
 
-    def tell(self, state: RunState, now: float, done: bool = False) -> None:
-        if done or now - self._told_at >= PROGRESS_EVERY_S:
+    def tell(self, state: RunState, now: float) -> None:
+        if now - self._told_at >= PROGRESS_EVERY_S:
             self._told_at = now
-            self.listener.calibrating(self.progress(state, now, done))
+            self.listener.calibrating(self.progress(state, now))
 
 
 def _unfinished(follower: TraceFollower, now: float) -> tuple[tuple[str, float], ...]:
@@ -150,9 +150,13 @@ def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limi
         follower = TraceFollower(work, clock=clock)
         rule = TraceRule(follower, stalled, kernel_limit_s, listener)
         run_env = dict(env, **{INJECTION_VAR: str(tracer), TRACE_DIR_VAR: str(work)})
-        outcome = watch(list(command), TotalTimeout(limit_s) | rule, policy=config.stop, env=run_env,
-                        cwd=config.cwd, clock=clock, on_output=on_output, frontend_names=())
-        rule.tell(outcome.state, clock(), done=True)
+        started = clock()
+        try:
+            outcome = watch(list(command), TotalTimeout(limit_s) | rule, policy=config.stop, env=run_env,
+                            cwd=config.cwd, clock=clock, on_output=on_output, frontend_names=())
+        finally:  # the live line drops the calibration whatever happened
+            now = clock()
+            listener.calibrating(CalibrationProgress(CUPTI, now, now - started, done=True))
         if outcome.interrupted:
             raise KeyboardInterrupt("calibration run interrupted; its process tree was stopped")
         if isinstance(outcome.exception, OSError):
