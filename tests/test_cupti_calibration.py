@@ -245,12 +245,12 @@ def test_confirm_hands_the_stalled_kernel_its_launch_id_and_the_kernel_limit_to_
                       report=None, report_complete=False, elapsed_s=12.0, stop=None, warnings=(), errors=(),
                       notes=(), log="", started_at="2026-11-27T00:00:00+00:00", cookie="c")
     heard = Heard()
-    context = RunContext.create(RunConfig(check_gpu=False)).with_listener(heard)
-    calibrator = C(["app"], env=Environment.detect(), measure=fake_measure, kernel_limit_s=7.0)
+    context = RunContext.create(RunConfig(check_gpu=False, calibration_limit=7.0)).with_listener(heard)
+    calibrator = C(["app"], env=Environment.detect(), measure=fake_measure)
     out = calibrator.confirm(attempt, lambda ctx: attempt, context)
-    assert calls[0]["stalled"] == StalledKernel("k", 3) and calls[0]["kernel_limit_s"] == 7.0
+    assert calls[0]["stalled"] == StalledKernel("k", 3) and calls[0]["kernel_limit_s"] == 7.0  # the setting
     assert calls[0]["listener"] is heard
-    assert out.status == TIMEOUT and out.program_fault == "k did not finish without ncu"
+    assert out.status == TIMEOUT and "not an ncu hang" in out.reason
 
 
 def test_the_live_screen_shows_the_calibration_in_place_of_the_attempt_line():
@@ -271,17 +271,19 @@ def test_the_live_screen_shows_the_calibration_in_place_of_the_attempt_line():
     assert "calibrating" not in screen.__rich__().plain
 
 
-def test_a_program_that_hangs_by_itself_is_a_program_fault_within_the_kernel_limit(env, tmp_path):
+def test_a_program_that_hangs_by_itself_is_a_program_fault_within_the_calibration_limit(env, tmp_path):
     cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, check_gpu=False, env=env,
-                    allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop())
+                    allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop(), calibration_limit=1.0)
     command = app("vec_add", "k@always")
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
-    calibrator = Calibrator(command, lazy=True, kernel_limit_s=0.5)
+    calibrator = Calibrator(command, lazy=True)
     t = time.monotonic()
     a = calibrator.run(lambda ctx: profile_command(command, one, context=ctx), RunContext.create(cfg), one)
     assert a.status == TIMEOUT and time.monotonic() - t < 15
-    assert 'kernel "void fake::k<float>(float*, int)" did not finish' in a.program_fault
-    assert a.calibration.unfinished and a.calibration.unfinished[0][1] >= 0.5
+    # The kernel limit, or the run's own limit (the calibration limit after the point where the program reached
+    # the kernel under ncu) at about the same moment: either way the kernel in flight is named.
+    assert '"void fake::k<float>(float*, int)" did not finish without ncu' in a.program_fault
+    assert [name for name, _ in a.calibration.unfinished] == ["void fake::k<float>(float*, int)"]
 
 
 def test_records_dropped_once_traced_are_a_note_not_a_fallback(env, monkeypatch):

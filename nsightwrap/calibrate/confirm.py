@@ -10,8 +10,15 @@ uncalibrated allowance, it calibrates (once) and then:
   is confirmed, and its evidence says so;
 - the kernel's own time explains the silence: it runs again with the right
   allowances, and that verdict stands;
-- the program itself hangs or fails without ncu: that is the status,
-  never an ncu hang.
+- the program itself hangs or fails without ncu: that is the status
+  (timeout, crashed) with `program_fault` naming the kernel that did not
+  finish without ncu, never an ncu hang. The stalled kernel may run
+  RunConfig.calibration_limit seconds without ncu (a plain run, which
+  cannot see kernels: that long after the point where the program reached
+  the kernel under ncu);
+- the calibration is interrupted: the attempt is `interrupted`
+  (ProfileInterrupted), nothing is recorded; a calibration run that cannot
+  start is an `error` that says what to do.
 
 Because no stall becomes a hang before calibration has its say, the first
 attempt need not wait the whole uncalibrated allowance (10 s) to suspect a
@@ -34,25 +41,25 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from nsightwrap.calibrate.cupti.trace import StalledKernel
 from nsightwrap.calibrate.measure import measure as default_measure
-from nsightwrap.calibrate.traced import DEFAULT_KERNEL_LIMIT_S
 from nsightwrap.errors import ProfileInterrupted, StoreError
 from nsightwrap.ncu.allowance import Allowance, Calibration, KernelAllowances
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.listen import SILENT, RunListener
-from nsightwrap.status import HANG
+from nsightwrap.ncu.names import function_core
+from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 
-__all__ = ["Calibrator", "DEFAULT_LIMIT_S", "SUSPECT_AFTER_S", "calibrated_allowance", "needs_confirmation"]
+__all__ = ["Calibrator", "DEFAULT_LIMIT_S", "SUSPECT_AFTER_S", "calibrated_allowance", "confirm_limit",
+           "needs_confirmation", "program_fault"]
 
 log = logging.getLogger("nsightwrap")
 
-#: How long a plain run may take when nothing else bounds it (no --timeout): a program that runs
-#: longer without ncu is reported as hanging by itself (or too long to calibrate).
+#: How long an up-front calibration (run --calibrate: no stall yet) may take when nothing else bounds it
+#: (no --timeout): a program that runs longer without ncu is reported as hanging by itself (or too long to
+#: calibrate). A stall's confirmation is bounded by the calibration limit instead (confirm_limit).
 DEFAULT_LIMIT_S = 300.0
-#: When confirming a stall: at least this, and this many times the attempt that stalled.
-MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR = 120.0, 4.0
 
 #: Silence after which an uncalibrated kernel is suspected and calibration is asked (seconds). Above
 #: the longest silence between two progress marks of small kernels (0.7 s with --set full on the H200,
@@ -97,6 +104,74 @@ def _stopped_before(calibration: Calibration, stalled: Optional[StalledKernel]) 
     return stalled is not None and _partial(calibration) and calibration.kernel_time(stalled.name) is None
 
 
+def confirm_limit(attempt: Attempt, config: RunConfig) -> tuple[float, float]:
+    """(seconds the confirming run of the program without ncu may take, seconds it took under ncu to reach the
+    stalled kernel): the calibration limit after that point. Without ncu the program reaches the kernel no later
+    than under ncu (ncu only slows it down), so a run that outlasts this did not finish the kernel within the
+    limit, or ran on long after it (a plain run cannot tell which)."""
+    stall = attempt.stall
+    reached = max(0.0, stall.detected_at_s - stall.silent_s) if stall is not None else attempt.elapsed_s
+    return reached + config.calibration_limit, reached
+
+
+def _in_flight(unfinished: Sequence[tuple[str, float]]) -> str:
+    return ", ".join(f'"{k}" ({s:.1f} s)' for k, s in unfinished)
+
+
+def _same_kernel(traced: str, stalled: str) -> bool:
+    """A traced kernel name (demangled) is the kernel ncu stalled on: same function_core, or ncu cut the
+    name short ("ncclDevKernel_AllReduce_Sum_f...") and the traced one starts that way."""
+    core, mine = function_core(traced), function_core(stalled)
+    return bool(mine) and (core == mine or (stalled.strip().endswith("...") and core.startswith(mine)))
+
+
+def program_fault(calibration: Calibration, stalled: str, calibration_limit: float, reached_s: float) -> str:
+    """The evidence of a program fault: which kernel did not finish without ncu (Calibration.unfinished, from a
+    kernel tracer), else the kernel ncu stalled on and that the program did not finish within the limit (a
+    plain run, allowed the calibration limit after reached_s, when the program reached that kernel under ncu)."""
+    unfinished = calibration.unfinished
+    mine = [u for u in unfinished if _same_kernel(u[0], stalled)]
+    others = [u for u in unfinished if u not in mine]
+    also = f"; also in flight: {_in_flight(others)}" if others else ""
+    if calibration.status == CRASHED:
+        where = (f"kernels in flight when it failed: {_in_flight(unfinished)}" if unfinished
+                 else f'under ncu it stalled in "{stalled}"')
+        return f"the program fails without ncu ({calibration.source}): {where}"
+    if mine:
+        kernel, ran = max(mine, key=lambda u: u[1])
+        return (f'"{kernel}" did not finish without ncu: it had run {ran:.1f} s when stopped, past the calibration '
+                f"limit of {calibration_limit:g} s ({calibration.source}){also}")
+    limit = reached_s + calibration_limit
+    if unfinished:
+        return (f"the program did not finish without ncu within {limit:g} s (the calibration limit of "
+                f'{calibration_limit:g} s after it reached "{stalled}", {calibration.source}); in flight when '
+                f"stopped: {_in_flight(unfinished)}")
+    return (f"the program did not finish without ncu within {limit:g} s: the calibration limit of "
+            f'{calibration_limit:g} s after it reached "{stalled}" (where ncu stalled, {reached_s:.1f} s in), '
+            f"{calibration.source}, which cannot see which kernel runs; it hangs by itself in or after "
+            f'"{stalled}", or runs on longer than that (give a longer --calibration-limit / calibration_limit=)')
+
+
+#: What to do about a calibration run that could not be started (said once, whatever the source said).
+CANNOT_START_ADVICE = ("check that the program exists and is executable and that the working folder exists, then "
+                       "run again; or give --stall-timeout SEC (stall_timeout=) to judge stalls without calibrating")
+
+
+def cannot_start(error: OSError, command: Sequence[str]) -> Calibration:
+    """A calibration run that could not be started: an error that says what to do, not a program fault."""
+    return Calibration.failed(
+        ERROR, f"the program could not be started without ncu, to calibrate it ({error.strerror or error}: "
+               f"{error.filename or command[0]}): {CANNOT_START_ADVICE}", "plain run")
+
+
+def _interrupted(attempt: Attempt) -> Attempt:
+    """The attempt of a stall whose calibration was interrupted: interrupted (130), never a hang."""
+    stalled = f' on "{attempt.stall.kernel}"' if attempt.stall is not None else ""
+    return replace(attempt, status=INTERRUPTED, reason=(
+        f"interrupted (Ctrl-C or a termination signal) while calibrating a stall{stalled}, before any verdict; "
+        "the tree was stopped"), notes=attempt.notes + ("interrupted while calibrating",))
+
+
 class Calibrator:
     """One program's calibration (stored, else measured once) and the confirm-before-record step.
 
@@ -110,12 +185,11 @@ class Calibrator:
     def __init__(self, command: Sequence[str], *, store: StoreSource = None, env: Optional[Environment] = None,
                  nsys: Optional[str] = None, use_nsys: bool = True, limit_s: Optional[float] = None,
                  say: Optional[Callable[[str], None]] = None, measure: Callable[..., Calibration] = default_measure,
-                 lazy: bool = False, kernel_limit_s: float = DEFAULT_KERNEL_LIMIT_S):
+                 lazy: bool = False):
         self.command = list(command)
         self._store_source = store
         self._env = env
         self.nsys, self.use_nsys, self.limit_s = nsys, use_nsys, limit_s
-        self.kernel_limit_s = kernel_limit_s  # how long the stalled kernel may run without ncu
         self._say = say
         self._measure = measure
         self.lazy = lazy
@@ -162,17 +236,23 @@ class Calibrator:
                   stalled: Optional[StalledKernel] = None, listener: RunListener = SILENT) -> Calibration:
         """known(), else measured now (once per Calibrator) and kept in the store when it worked.
 
-        stalled: the kernel it is for (the traced run stops once that kernel has finished without ncu)."""
+        limit_s bounds the run (a stall's confirm_limit); without it, this Calibrator's limit_s, else the
+        run's timeout, else DEFAULT_LIMIT_S. A run that cannot start gives a failed (error) Calibration.
+        stalled: the kernel it is for (the traced run stops once that kernel has finished without ncu, or
+        once it has run config.calibration_limit there)."""
         with self._lock:
             found = self.known()
             if found is not None and not _stopped_before(found, stalled):
                 return found
-            limit = self.limit_s or config.timeout or limit_s or DEFAULT_LIMIT_S
+            limit = self.limit_s or limit_s or config.timeout or DEFAULT_LIMIT_S
             nsys = "nsys, else " if self.use_nsys else ""
             self._tell(f"timing the program without ncu (the CUPTI tracer, else {nsys}a plain run; at most "
                        f"{limit:g} s) so that each kernel gets its own stall allowance")
-            found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys,
-                                  stalled=stalled, kernel_limit_s=self.kernel_limit_s, listener=listener)
+            try:
+                found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys,
+                                      stalled=stalled, kernel_limit_s=config.calibration_limit, listener=listener)
+            except OSError as e:  # no such program, no permission, no such working folder
+                found = cannot_start(e, self.command)
             self.measured += 1
             self._calibration = found
             self._tell(found.describe())
@@ -216,18 +296,16 @@ class Calibrator:
             return replace(attempt, notes=attempt.notes + (
                 "not calibrated: the GPU still runs processes of this run, so a plain run would hang too",))
         self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
-        limit = max(MIN_CONFIRM_LIMIT_S, CONFIRM_LIMIT_FACTOR * attempt.elapsed_s)
+        limit, reached = confirm_limit(attempt, config)
         try:
             given = config.calibration
+            listener = getattr(context, "listener", SILENT)  # what the live line hears (a context without one: none)
             calibration = given if given is not None and given is not self._calibration else self.calibrate(
-                config, limit, stalled=StalledKernel(stall.kernel, stall.kernel_id), listener=context.listener)
+                config, limit, stalled=StalledKernel(stall.kernel, stall.kernel_id), listener=listener)
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
-            notes = attempt.notes + ("interrupted while calibrating",)
-            raise ProfileInterrupted(replace(attempt, notes=notes)) from None
+            raise ProfileInterrupted(_interrupted(attempt)) from None
         if not calibration.ok:
-            return replace(attempt, status=calibration.status, reason=calibration.reason, calibration=calibration,
-                           program_fault=calibration.reason,
-                           notes=attempt.notes + (f"under ncu: {stall.message()}",))
+            return self._failed(attempt, calibration, config.calibration_limit, reached)
         allowance = calibrated_allowance(attempt, calibration, options, config)
         if allowance is None:  # nothing bounds this kernel: the patient uncalibrated rule decides
             if stall.allowance_s < config.stall_timeout:  # it was only suspected: judge it patiently
@@ -257,6 +335,21 @@ class Calibrator:
         if needs_confirmation(again, context.config) and _stopped_before(calibration, StalledKernel(stall.kernel)):
             return self.confirm(again, attempt_fn, context, options)
         return again
+
+    def _failed(self, attempt: Attempt, calibration: Calibration, calibration_limit: float,
+                reached: float) -> Attempt:
+        """The program hangs or fails by itself (timeout, crashed: a program fault), or could not be run
+        without ncu (error): never a hang."""
+        stall = attempt.stall
+        notes = attempt.notes + (f"under ncu: {stall.message()}",)
+        if calibration.status not in (TIMEOUT, CRASHED):
+            advice = "" if CANNOT_START_ADVICE in calibration.reason else f": {CANNOT_START_ADVICE}"
+            return replace(attempt, status=ERROR, reason=calibration.reason + advice, calibration=calibration,
+                           notes=notes)
+        fault = program_fault(calibration, stall.kernel, calibration_limit, reached)
+        self._tell(f"program fault: {fault}")
+        return replace(attempt, status=calibration.status, calibration=calibration, program_fault=fault,
+                       reason=f"program fault, not an ncu hang: {fault}", notes=notes + (calibration.reason,))
 
     def _confirmed(self, attempt: Attempt, calibration: Calibration, allowance: Allowance) -> Attempt:
         stall = replace(attempt.stall, allowance_s=allowance.seconds, basis=allowance.basis, calibrated=True)

@@ -53,7 +53,8 @@ def program_verdict(*, timed_out: bool, returncode: Optional[int], elapsed_s: fl
     if timed_out:
         return Calibration.failed(
             TIMEOUT, f"without ncu the program itself did not finish within {limit_s:g} s ({source}): it hangs "
-                     "by itself, or runs longer than that (give a longer --timeout / timeout=); not an ncu hang",
+                     "by itself, or runs longer than that (give a longer --calibration-limit, or --timeout for "
+                     "an up-front run --calibrate); not an ncu hang",
             source)
     if returncode:
         tail = f"; its last output: {log_tail.strip()[-300:]}" if log_tail.strip() else ""

@@ -54,6 +54,12 @@ class ProfileResult:
         return bool(self.hangs)
 
     @property
+    def program_fault(self) -> Optional[str]:
+        """Set when fn's program hangs or fails by itself, without ncu (the walk stopped there): never a hang."""
+        fault = self.walk.program_fault
+        return fault.program_fault if fault is not None else None
+
+    @property
     def value(self) -> Any:
         """fn's return value, when it pickles; unpickled here, on first use (a CUDA tensor would
         import its framework into the caller)."""

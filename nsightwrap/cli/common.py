@@ -8,6 +8,7 @@ import logging
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 
@@ -39,6 +40,15 @@ def positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
     return value
+
+
+def add_calibration_limit(parser: argparse.ArgumentParser) -> None:
+    """--calibration-limit SEC (run, run --profile, sweep-sections): RunConfig.calibration_limit."""
+    parser.add_argument(
+        "--calibration-limit", type=positive, default=DEFAULT_CALIBRATION_LIMIT_S, metavar="SEC",
+        help="when a stall is calibrated, how long the stalled kernel may run without ncu (a plain run: this "
+             "long after the program reached it under ncu) before the program is reported as hanging by itself "
+             f"(status timeout, program_fault), never as an ncu hang (default {DEFAULT_CALIBRATION_LIMIT_S:g})")
 
 
 def split_command(extra: Sequence[str]) -> list[str]:

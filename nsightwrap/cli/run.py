@@ -13,6 +13,7 @@ from nsightwrap.cli.common import (
     EPILOG,
     LineLog,
     UsageError,
+    add_calibration_limit,
     configure_logging,
     interrupted_doc,
     positive,
@@ -28,10 +29,11 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK, REPLAY_MODES
+from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
 
 
@@ -58,7 +60,11 @@ def add_parser(sub: Any) -> None:
                      help="time the program without ncu first (nsys, else a plain run; kept in the hang store), "
                           "so that each kernel gets its own stall allowance from the start")
     run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
+    add_calibration_limit(run)
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
+    run.add_argument("--stuck-timeout", type=positive, default=DEFAULT_STUCK_TIMEOUT, metavar="SEC",
+                     help="after the program has ended, how long ncu may stay silent without exiting before it is "
+                          f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
     run.add_argument("-o", "--export", metavar="REPORT",
@@ -104,7 +110,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                              rank=None if args.profile else args.rank)
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
-                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate)
+                       stop=StopPolicy(grace=args.grace), validate=not args.no_validate,
+                       stuck_timeout=args.stuck_timeout, calibration_limit=args.calibration_limit)
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:
@@ -147,7 +154,10 @@ def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScree
 
 
 def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
-    doc = {"status": calibration.status, "reason": calibration.reason,
+    """An up-front calibration that failed: the program hangs or fails by itself (timeout, crashed: a program
+    fault), or could not be run (error)."""
+    fault = calibration.reason if calibration.status in (TIMEOUT, CRASHED) else None
+    doc = {"status": calibration.status, "reason": calibration.reason, "program_fault": fault,
            "exit_code": EXIT_CODES[calibration.status], "calibration": calibration.to_dict()}
     if args.json:
         print_json(doc)
@@ -200,7 +210,7 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
                         "reason": str(e), "attempt": e.attempt.to_dict()})
         return e.attempt.exit_code
     screen.close()
-    status = ERROR if result.stopped else HANG if result.unprofiled else OK
+    status = result.status
     if args.json:
         print_json(_walk_doc(result, status))
     else:
@@ -217,4 +227,5 @@ def _walk_doc(result: Any, status: str) -> dict[str, Any]:
         "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
         "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
         "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
+        "program_fault": result.program_fault.program_fault if result.program_fault else None,
         "reports": result.report_paths}

@@ -37,7 +37,7 @@ class Tally:
 
     def add(self, attempt: Attempt, stage: str = "") -> None:
         self.attempts += 1
-        self.kernels += len(attempt.finished_kernels)
+        self.kernels += attempt.finished_count
         if attempt.report is not None and attempt.report.exists() and str(attempt.report) not in self.reports:
             self.reports.append(str(attempt.report))
         if attempt.status == HANG:

@@ -10,6 +10,7 @@ from typing import Any
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
     UsageError,
+    add_calibration_limit,
     configure_logging,
     interrupted_doc,
     positive,
@@ -23,7 +24,7 @@ from nsightwrap.fallback.ladder import load_ladder
 from nsightwrap.fallback.sweep import Probe, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import EXIT_CODES, NO_KERNELS
+from nsightwrap.status import EXIT_CODES, HANG, OK
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
@@ -45,6 +46,7 @@ def add_parser(sub: Any) -> None:
                        help="stall timeout of every probe, whatever the calibration (default: each kernel's "
                             f"calibrated allowance, else the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
     sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
+    add_calibration_limit(sweep)
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
@@ -78,7 +80,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     markdown = _markdown_path(args.markdown) if args.markdown else None
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
-                       stall_timeout_given=args.stall_timeout is not None)
+                       stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit)
     path = store_path(args.store)
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)
@@ -104,7 +106,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             attempt=attempt))
     finally:
         configure_logging(False, screen.line)
-    code = EXIT_CODES[NO_KERNELS] if result.status == NO_KERNELS else 0  # hangs found: the sweep did its job
+    # Hangs found: the sweep did its job (0); a program fault or nothing profiled: its own code.
+    code = EXIT_CODES[result.status] if result.status not in (OK, HANG) else 0
     print_json({"exit_code": code, **result.to_dict()}) if args.json else print(result.table())
     if markdown is not None:
         try:

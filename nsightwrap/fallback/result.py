@@ -10,7 +10,7 @@ import pandas as pd
 from nsightwrap.fallback.ladder import Ladder, Rung
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.secrets import mask_text
-from nsightwrap.status import HANG
+from nsightwrap.status import ERROR, HANG, OK
 
 __all__ = ["ATTEMPT_COLUMN", "JOB_COLUMN", "KNOWN_EMPTY", "KNOWN_HANG", "LadderResult", "RUNG_COLUMN", "Step",
            "merged_attrs"]
@@ -39,7 +39,7 @@ class Step:
         if self.skipped:
             return f"{what}: skipped, {self.skipped}"
         a = self.attempt
-        return f"{what}: {a.status}, {len(a.kernels)} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
+        return f"{what}: {a.status}, {a.n_kernels} kernel(s)" + (f", hung on {a.stalled_kernel}" if a.stall else "")
 
 
 @dataclass
@@ -65,6 +65,21 @@ class LadderResult:
         out = [(s.attempt.stalled_kernel, s.rung.name) for s in self.steps if s.attempt and s.attempt.status == HANG]
         out += [(s.job, s.rung.name) for s in self.steps if s.skipped == KNOWN_HANG]
         return out
+
+    @property
+    def program_fault(self) -> Optional[Attempt]:
+        """The attempt that found the program hanging or failing by itself, without ncu (the walk stopped
+        there; see Attempt.program_fault), if one did."""
+        return next((a for a in self.attempts if a.program_fault), None)
+
+    @property
+    def status(self) -> str:
+        """A program fault's own status (timeout, crashed); else error when the walk stopped early, hang when
+        a kernel hung at every rung, else ok."""
+        fault = self.program_fault
+        if fault is not None:
+            return fault.status
+        return ERROR if self.stopped else HANG if self.unprofiled else OK
 
     @property
     def report_paths(self) -> list[str]:

@@ -95,6 +95,8 @@ class SweepResult:
     kernels: list[KernelSweep] = field(default_factory=list)
     clean: bool = False  # the whole set worked on every kernel
     whole_runs: list[Attempt] = field(default_factory=list)  # step 1: the whole set on the whole program
+    #: The probe that found the program hanging or failing by itself, without ncu: the sweep stopped there.
+    program_fault: Optional[Attempt] = None
 
     @property
     def first(self) -> Optional[Attempt]:
@@ -103,8 +105,10 @@ class SweepResult:
 
     @property
     def status(self) -> str:
-        """no-kernels when the whole set profiled nothing (a mistyped --kernel?), hang when kernels
-        hung (see .kernels), else ok."""
+        """A program fault's own status (timeout, crashed); no-kernels when the whole set profiled nothing
+        (a mistyped --kernel?), hang when kernels hung (see .kernels), else ok."""
+        if self.program_fault is not None:
+            return self.program_fault.status
         if self.first is not None and self.first.status == NO_KERNELS:
             return NO_KERNELS
         return HANG if self.kernels else OK
@@ -138,11 +142,17 @@ class SweepResult:
             lines.append("the requested sections worked on every kernel: nothing to find")
         if self.status == NO_KERNELS:
             lines.append(f"nothing was profiled, so nothing was found: {self.first.reason}")
+        if self.program_fault is not None:
+            lines.append(f"stopped: {self.program_fault.reason}")
         return mask_text("\n".join(lines))
 
     def to_dict(self) -> dict:
         """Plain types for JSON, secret values masked."""
-        return mask_doc({"status": self.status, "clean": self.clean, "kernels": [{
+        fault = self.program_fault
+        return mask_doc({
+            "status": self.status, "clean": self.clean,
+            "program_fault": fault.program_fault if fault else None, "reason": fault.reason if fault else None,
+            "kernels": [{
             "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
             "hang_together": [list(c) for c in k.combinations], "largest_working_set": list(k.largest_working),
             "probes_run": k.probes_run, "naive_probes": k.naive_probes, "probe_goal": k.budget(),
@@ -340,19 +350,35 @@ def sweep_sections(
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
     result = SweepResult(tuple(universe))
+    try:
+        _sweep(runner, universe, user_filter, result, jobs)
+    except _ProgramFault as e:  # the program hangs or fails by itself: nothing more to learn about ncu
+        result.program_fault = e.attempt
+    return result
+
+
+class _ProgramFault(Exception):
+    """A probe found the program hanging or failing by itself, without ncu (Attempt.program_fault)."""
+
+    def __init__(self, attempt: Attempt) -> None:
+        super().__init__(attempt.reason)
+        self.attempt = attempt
+
+
+def _sweep(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[KernelFilter], result: SweepResult,
+           jobs: int) -> None:
     hanging = _hanging_kernels(runner, frozenset(universe), user_filter, result)
     if not hanging:
         result.clean = result.status == OK
-        return result
+        return
     # Each hanging kernel alone, in parallel where there are GPUs for it.
     with cf.ThreadPoolExecutor(max_workers=max(1, min(jobs, len(hanging)))) as pool:
         futures = [pool.submit(investigate, k, universe, runner.probe, least=runner.least) for k in hanging]
         try:
             result.kernels = [f.result() for f in futures]
         except BaseException:
-            runner.cancel.set()  # Ctrl-C reaches this thread only: stop the probes of the workers too
+            runner.cancel.set()  # Ctrl-C (or a program fault) reaches this thread only: stop the workers' probes
             raise
-    return result
 
 
 def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optional[KernelFilter],
@@ -438,6 +464,8 @@ class _ProbeRunner:
             self.gpus.put(gpu_id)
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
+        if attempt.program_fault:  # never recorded: it says nothing about ncu's settings
+            raise _ProgramFault(attempt)
         self._learn(attempt)
         if attempt.gpu_left_after:
             raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)

@@ -112,7 +112,8 @@ class Calibration:
     #: Whether the program called cu(da)ProfilerStart, which range replay needs (nsys saw its API calls);
     #: None when not known (a plain run, a stored calibration).
     marks_ranges: Optional[bool] = None
-    unfinished: tuple[tuple[str, float], ...] = ()  # (kernel, seconds it had run) in flight without ncu when the run ended
+    #: (kernel, seconds it had run) in flight without ncu when the run ended
+    unfinished: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_call(cls, seconds: float, source: str = "profile(fn) calibration call") -> "Calibration":

@@ -15,17 +15,9 @@ from typing import Any, Optional, Sequence
 
 from nsightwrap.errors import AttemptFailed, AttemptHung
 from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.events import (
-    SLOW_LAUNCH_WARNING,
-    Connected,
-    Disconnected,
-    KernelDone,
-    NcuError,
-    NcuWarning,
-    ReplayPass,
-    ReportWritten,
-)
+from nsightwrap.ncu.events import Connected, Disconnected
 from nsightwrap.ncu.progress import Stall
+from nsightwrap.ncu.tally import RunTally
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import (
     CRASHED,
@@ -107,6 +99,12 @@ class Attempt:
     calibration: Optional[Calibration] = None  # what the per-kernel allowances were based on
     #: Set when the program itself hangs or fails without ncu (found by calibrating): not an ncu verdict.
     program_fault: Optional[str] = None
+    #: Kernels profiled, exactly (None: len(kernels)); `kernels` keeps the first and last
+    #: nsightwrap.ncu.tally.KEPT_KERNELS of them.
+    kernel_count: Optional[int] = None
+    #: ncu's error and warning lines counted but not kept (the first and last KEPT_LINES are kept).
+    errors_not_kept: int = 0
+    warnings_not_kept: int = 0
 
     # --- derived -------------------------------------------------------------
     @property
@@ -129,6 +127,19 @@ class Attempt:
         return tuple(k for k in self.kernels
                      if (k.name, k.kernel_id) != stalled
                      and (k.replay == ReplayMode.KERNEL.value or (self.status == OK and stalled is None)))
+
+    @property
+    def n_kernels(self) -> int:
+        """Kernels profiled, exactly, however many `kernels` lists."""
+        return len(self.kernels) if self.kernel_count is None else self.kernel_count
+
+    @property
+    def finished_count(self) -> int:
+        """How many kernels finished (see finished_kernels), exactly, however many `kernels` lists."""
+        finished = self.finished_kernels
+        if self.kernels and not finished and self.kernels[0].replay != ReplayMode.KERNEL.value:
+            return 0  # application replay stopped: no kernel ran every pass
+        return self.n_kernels - (len(self.kernels) - len(finished))
 
     @property
     def stalled_kernel(self) -> Optional[str]:
@@ -155,9 +166,9 @@ class Attempt:
         if self.stall:
             lines.append(self.stall.evidence())
         if self.kernels:
-            lines.append(f"{len(self.kernels)} kernel(s) profiled: " + ", ".join(
+            lines.append(f"{self.n_kernels} kernel(s) profiled: " + ", ".join(
                 f"{k.name}#{k.kernel_id} ({k.passes} pass{'es' if k.passes != 1 else ''})" for k in self.kernels[:8])
-                + (" ..." if len(self.kernels) > 8 else ""))
+                + (" ..." if self.n_kernels > 8 else ""))
         if self.report:
             kind = "report" if self.report_complete else "partial report (kept)"
             lines.append(f"{kind}: {self.report}")
@@ -176,6 +187,7 @@ class Attempt:
             "exit_code": self.exit_code,
             "kernels": [{"name": k.name, "id": k.kernel_id, "passes": k.passes, "replay": k.replay}
                         for k in self.kernels],
+            "kernel_count": self.n_kernels,
             "stalled_kernel": self.stalled_kernel,
             "stall": None if self.stall is None else {
                 "kernel": self.stall.kernel, "id": self.stall.kernel_id, "where": self.stall.where,
@@ -200,6 +212,8 @@ class Attempt:
             "command": list(self.command),
             "warnings": list(self.warnings),
             "errors": list(self.errors),
+            "errors_not_kept": self.errors_not_kept,
+            "warnings_not_kept": self.warnings_not_kept,
             "notes": list(self.notes),
             "slow_launch_warnings": self.slow_launch_warnings,
             "gpu_foreign_before": list(self.gpu_foreign_before),
@@ -222,20 +236,20 @@ class Attempt:
         return self
 
     def __repr__(self) -> str:
-        return (f"<Attempt {self.status} kernels={len(self.kernels)} stalled={self.stalled_kernel!r} "
+        return (f"<Attempt {self.status} kernels={self.n_kernels} stalled={self.stalled_kernel!r} "
                 f"report={str(self.report) if self.report else None!r} {self.elapsed_s:.1f}s>")
 
 
-def _kernels(outcome: RunOutcome) -> tuple[KernelResult, ...]:
-    done = [KernelResult(e.name, e.kernel_id, e.passes) for _, e in outcome.events if isinstance(e, KernelDone)]
-    if done:
-        return tuple(done)
-    passes: dict[tuple[int, str], int] = {}
-    for _, e in outcome.events:
-        if isinstance(e, ReplayPass):
-            key = (e.kernel_id, e.name)
-            passes[key] = max(passes.get(key, 0), e.pass_number)
-    return tuple(KernelResult(name, kid, n, ReplayMode.APPLICATION.value) for (kid, name), n in sorted(passes.items()))
+def tally_of(outcome: RunOutcome) -> RunTally:
+    """The run's tally: the observer's, folded from every event, else one folded from the kept events."""
+    return outcome.summary if isinstance(outcome.summary, RunTally) else RunTally.of(outcome.events)
+
+
+def _kernels(tally: RunTally) -> tuple[KernelResult, ...]:
+    if not tally.application_replay:
+        return tuple(KernelResult(*k) for k in tally.done.items())
+    return tuple(KernelResult(name, kid, n, ReplayMode.APPLICATION.value)
+                 for (kid, name), n in sorted(tally.replay.items()))
 
 
 def most_connected(events: Sequence[tuple[float, Any]]) -> int:
@@ -262,9 +276,9 @@ def _hint(errors: tuple[str, ...]) -> str:
     return ""
 
 
-def classify(outcome: RunOutcome, kernels: Sequence[KernelResult], errors: Sequence[str],
+def classify(outcome: RunOutcome, kernels: int, errors: Sequence[str],
              warnings: Sequence[str]) -> tuple[str, str]:
-    """The status and a one-line reason, from how the run ended."""
+    """The status and a one-line reason, from how the run ended (`kernels`: how many were profiled)."""
     rc = outcome.returncode
     if outcome.interrupted:  # also while stopping a hang: the user asked to stop, and exit 130 says so
         during = f" while stopping a {outcome.verdict.status} ({outcome.verdict.reason})" if outcome.verdict else ""
@@ -276,7 +290,7 @@ def classify(outcome: RunOutcome, kernels: Sequence[KernelResult], errors: Seque
     app_rc = [int(m[1]) for e in errors for m in [_APP_RC.search(e)] if m]
     if rc == 0:
         if kernels:
-            return OK, f"{len(kernels)} kernel(s) profiled"
+            return OK, f"{kernels} kernel(s) profiled"
         if errors:
             # ncu can fail to profile and still exit 0 with "No kernels were profiled".
             return ERROR, errors[0] + _hint(errors)
@@ -295,16 +309,16 @@ def classify(outcome: RunOutcome, kernels: Sequence[KernelResult], errors: Seque
 def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: Sequence[str] = (),
                   ncu: Optional[str] = None, gpu_foreign_before: Sequence[str] = (),
                   gpu_left_after: Sequence[str] = (), calibration: Optional[Calibration] = None) -> Attempt:
-    kernels = _kernels(outcome)
-    errors = tuple(e.text for _, e in outcome.events if isinstance(e, NcuError))
-    warnings = tuple(e.text for _, e in outcome.events if isinstance(e, NcuWarning))
-    status, reason = classify(outcome, kernels, errors, warnings)
-    written = [Path(e.path) for _, e in outcome.events if isinstance(e, ReportWritten)]
-    report = written[-1] if written else (export if export is not None and export.exists() else None)
+    tally = tally_of(outcome)
+    kernels = _kernels(tally)
+    errors, warnings = tuple(tally.errors.items()), tuple(tally.warnings.items())
+    status, reason = classify(outcome, tally.kernel_count, errors, warnings)
+    written = Path(tally.report) if tally.report is not None else None
+    report = written or (export if export is not None and export.exists() else None)
     if status == OK and export is not None and (report is None or not report.exists()):
         # The kernels ran, but what they were profiled for is not on disk (full disk, a folder
         # that became unwritable): that is a failure, not "N kernel(s) profiled".
-        status, reason = ERROR, (f"ncu profiled {len(kernels)} kernel(s) but did not write the report {export}"
+        status, reason = ERROR, (f"ncu profiled {tally.kernel_count} kernel(s) but did not write the report {export}"
                                  + (f": {errors[0]}" if errors else "")
                                  + "; check that its folder is writable and the disk not full, then run again")
     notes = [*notes, *stop_notes(outcome, "the program")]
@@ -316,7 +330,7 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
         kernels=kernels,
         stall=outcome.verdict.stall if outcome.verdict else None,
         report=report,
-        report_complete=status == OK and bool(written),
+        report_complete=status == OK and written is not None,
         elapsed_s=outcome.elapsed_s,
         stop=outcome.stop,
         warnings=warnings,
@@ -325,10 +339,13 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
         log=outcome.log,
         started_at=datetime.fromtimestamp(outcome.started_wall, timezone.utc).isoformat(timespec="seconds"),
         cookie=outcome.cookie,
-        slow_launch_warnings=sum(SLOW_LAUNCH_WARNING in w for w in warnings),
+        slow_launch_warnings=tally.slow_warnings,
         gpu_foreign_before=tuple(gpu_foreign_before),
         gpu_left_after=tuple(gpu_left_after),
         ncu=ncu,
-        connected=most_connected(outcome.events),
+        connected=tally.most_connected,
         calibration=calibration,
+        kernel_count=tally.kernel_count,
+        errors_not_kept=tally.errors.not_kept,
+        warnings_not_kept=tally.warnings.not_kept,
     )

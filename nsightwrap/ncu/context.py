@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
+from nsightwrap.errors import OptionsError
 from nsightwrap.ncu.allowance import GIVEN, NOT_CALIBRATED, AllowancePolicy, Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import ReportedCallTime
 from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
@@ -20,9 +21,14 @@ from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
 from nsightwrap.watch.process import StopPolicy
-from nsightwrap.watch.rules import TotalTimeout, WatchRule
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, ToolStuck, TotalTimeout, WatchRule
 
-__all__ = ["FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
+__all__ = ["DEFAULT_CALIBRATION_LIMIT_S", "FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
+
+#: How long the stalled kernel may run without ncu when calibration confirms a stall (seconds): past it, the
+#: program is taken to hang by itself (a program fault, never an ncu hang). Without a kernel tracer the
+#: plain run is allowed this long after the point where the program reached the kernel under ncu.
+DEFAULT_CALIBRATION_LIMIT_S = 60.0
 
 FindNcu = Callable[[Optional[str], Mapping[str, str]], str]
 """find_ncu's shape: (explicit path or None, environment) -> ncu path."""
@@ -63,6 +69,19 @@ class RunConfig:
     #: Calibration.from_call for profile(fn)): each kernel then gets its own allowance.
     calibration: Optional[Calibration] = None
     allowance: AllowancePolicy = field(default_factory=AllowancePolicy)
+    #: After the program has ended (ncu's last `Disconnected`), how long ncu may go on silent before it
+    #: is called stuck and stopped (nsightwrap.watch.rules.ToolStuck; seconds); None: never.
+    stuck_timeout: Optional[float] = DEFAULT_STUCK_TIMEOUT
+    #: The calibration limit (--calibration-limit, calibration_limit=): how long the stalled kernel may run
+    #: without ncu before the program is taken to hang by itself (see DEFAULT_CALIBRATION_LIMIT_S).
+    calibration_limit: float = DEFAULT_CALIBRATION_LIMIT_S
+
+    def __post_init__(self) -> None:
+        if self.stuck_timeout is not None and not self.stuck_timeout > 0:
+            raise ValueError("stuck timeout must be > 0 seconds (or None: never)")
+        if not self.calibration_limit > 0:
+            raise OptionsError(f"calibration_limit={self.calibration_limit!r}: give the seconds the stalled kernel may "
+                               "run without ncu, a number > 0 (default 60)")
 
     def rules(self, options: Any = None) -> WatchRule:
         """The stall rule (with per-kernel allowances when calibrated) | the total timeout.
@@ -79,6 +98,10 @@ class RunConfig:
         if self.timeout is not None:
             rule = rule | TotalTimeout(self.timeout)
         return rule
+
+    def watched(self, rule: WatchRule) -> WatchRule:
+        """`rule` (the run's own rules) | ToolStuck: what the watch loop checks."""
+        return rule if self.stuck_timeout is None else rule | ToolStuck(self.stuck_timeout, "ncu")
 
     def replace(self, **changes: Any) -> "RunConfig":
         return replace(self, **changes)

@@ -16,13 +16,15 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
+
+import psutil
 
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
-from nsightwrap.ncu.attempt import Attempt, build_attempt
+from nsightwrap.ncu.attempt import Attempt, build_attempt, tally_of
 from nsightwrap.ncu.calltime import reported_calibration
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.events import Connected, Event
+from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
@@ -113,12 +115,23 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
         time.sleep(0.5)
 
 
-def _foreign_on_gpu() -> list[str]:
-    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs)."""
+def _foreign_on_gpu() -> list[gpu.GpuProcess]:
+    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs), as far as can be
+    told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had)."""
     held = gpu.compute_processes()
-    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too.
-    ours = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
-    return [f"{p.pid} ({p.name}, {p.used_memory})" for p in gpu.foreign(held, ours)]
+    # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
+    # dropped its environment descends from one that carries it.
+    owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    ours = owners | {p.pid for p in held or () if _descends(p.pid, owners)}
+    return gpu.foreign(held, ours)
+
+
+def _descends(pid: int, ancestors: set[int]) -> bool:
+    """`pid` is a live descendant of one of `ancestors`."""
+    try:
+        return any(p.pid in ancestors for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
 
 
 class _ForeignCheck:
@@ -130,7 +143,7 @@ class _ForeignCheck:
     """
 
     def __init__(self, enabled: bool) -> None:
-        self.found: list[str] = []
+        self.found: list[gpu.GpuProcess] = []
         self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
         if self.thread:
             self.thread.start()
@@ -138,14 +151,18 @@ class _ForeignCheck:
     def _run(self) -> None:
         self.found = _foreign_on_gpu()
 
-    def result(self, notes: list[str]) -> list[str]:
+    def result(self, notes: list[str], run_pids: Iterable[int] = ()) -> list[str]:
+        """The foreign processes found, less any the run's own tree had (run_pids: every member the watch saw,
+        those that exited during the run too): a process of the run itself is never foreign."""
         if self.thread is None:
             return []
         self.thread.join(timeout=20.0)
-        if self.found:
+        mine = set(run_pids)
+        found = [f"{p.pid} ({p.name}, {p.used_memory})" for p in self.found if p.pid not in mine]
+        if found:
             _note(notes, "the GPU already holds compute processes that are not this run's: "
-                  + ", ".join(self.found) + "; a hang recorded now may be caused by them")
-        return list(self.found)
+                  + ", ".join(found) + "; a hang recorded now may be caused by them")
+        return found
 
 
 def _heard(make: Callable[[float], NcuObserver], listener: RunListener,
@@ -211,17 +228,18 @@ def profile_command(
 
     rule = rules or run_rules(command, options, config)
     try:
-        outcome = watch(argv, rule, policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
-                        on_event=on_event, observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log)
+        outcome = watch(argv, config.watched(rule), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
+                        on_output=on_output, on_event=on_event, observer=_heard(NcuObserver, context.listener, rule),
+                        tool_log=tool_log)
     finally:
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
 
-    foreign_before = foreign_check.result(notes)
-    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look:
-    # at the tree's members, and every process ncu connected to (each rank of a multi-process job).
+    # The tree's members, and every process ncu connected to (each rank of a multi-process job).
+    pids = {*outcome.pids, *tally_of(outcome).pids.items()}
+    foreign_before = foreign_check.result(notes, pids)
+    # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look.
     stopped = outcome.stop is not None
-    pids = {*outcome.pids, *(e.pid for _, e in outcome.events if isinstance(e, Connected))}
     left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)

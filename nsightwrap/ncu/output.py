@@ -5,7 +5,8 @@ ncu prints a kernel's progress without a newline until the kernel is done
 kernel leaves that line open for good. This parser is a state machine fed
 chunk by chunk: it emits each event as soon as the text that decides it is
 complete, and gives the same events however the stream is split (up to how
-a run of marks is cut into Progress events: one per run in a chunk).
+a run of marks is cut into Progress events: one per run in a chunk, and one
+per _MARK_RUN_MAX characters of a longer run).
 
 It normally reads ncu's own channel (`--log-file`). It also reads ncu's
 output merged with the program's (stdout, for an ncu that cannot log to a
@@ -70,8 +71,11 @@ _TAIL_MAX = 40
 # A line of program text that ends with the rest of a suspended kernel's progress.
 _FINISHED = re.compile(r"(?:\.|\d{1,3}%)*100%\s*-\s*(\d+)\s*pass(?:es)?\s*$")
 _FINISHED_WINDOW = 4096
-# A run of progress marks, taken in one step.
-_MARK_RUN = re.compile(r"(?:\.|\d{1,3}%)+")
+# A run of progress marks, taken in one step of at most _MARK_RUN_MAX characters: the regex engine
+# keeps state for each repetition of a group, about 150 bytes, so a megabyte of marks matched at once
+# cost 150 MB (and 100 MB of dots parsed in one piece, 12 GB); `\.+` repeats without a group.
+_MARK_RUN = re.compile(r"(?:\.+|\d{1,3}%)+")
+_MARK_RUN_MAX = 64 * 1024
 _DIGITS = "0123456789"
 # ncu's line prefixes, which may follow program output on the same line.
 _MARKER = re.compile("==PROF== |==WARNING==|==ERROR==")
@@ -455,7 +459,7 @@ class OutputParser:
                     i += 1
                     continue
                 return self._not_progress(i)
-            m = _MARK_RUN.match(chunk, i)
+            m = _MARK_RUN.match(chunk, i, min(n, i + _MARK_RUN_MAX))
             if m:
                 run = m.group()
                 self._dots += run.count(".")

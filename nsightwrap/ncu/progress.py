@@ -26,6 +26,7 @@ from nsightwrap.ncu.events import (
     ReportCreation,
 )
 from nsightwrap.ncu.output import OutputParser
+from nsightwrap.ncu.tally import RunTally
 from nsightwrap.status import HANG
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
@@ -66,16 +67,17 @@ class WatchState(RunState):
     current: Optional[KernelInProgress] = None
     longest_gap: float = 0.0
     kernels_done: int = 0
-    slow_warnings: list = field(default_factory=list)
+    slow_warnings: int = 0  # ncu's slow-launch warnings so far
+    last_slow_warning_at: float = -math.inf  # when the last one came
     max_passes: int = 0  # the most replay passes a finished kernel of this run needed
     connected: set = field(default_factory=set)  # pids ncu is connected to now
     most_connected: int = 0  # the most processes ncu was connected to at once (2+: a multi-process program)
 
     def observe(self, event: Event, now: float) -> None:
         """Fold one event (received at `now`) into the state."""
-        if isinstance(event, (Connected, Disconnected)):
-            self._connection(event)
         cur = self.current
+        if isinstance(event, (Connected, Disconnected)):
+            self._connection(event, now)  # and, as any other line, ends an application-replay pass below
         if isinstance(event, KernelStarted):
             self.current = KernelInProgress(event.name, event.kernel_id, now, now)
         elif isinstance(event, Progress):
@@ -99,17 +101,22 @@ class WatchState(RunState):
                                             replay_pass=event.pass_number, marks=1)
         elif isinstance(event, NcuWarning):
             if SLOW_LAUNCH_WARNING in event.text:
-                self.slow_warnings.append(now)  # recorded, never a verdict
+                self.slow_warnings += 1  # recorded, never a verdict
+                self.last_slow_warning_at = now
         elif cur is not None and cur.replay_pass is not None:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
 
-    def _connection(self, event: "Connected | Disconnected") -> None:
+    def _connection(self, event: "Connected | Disconnected", now: float) -> None:
+        """Who ncu is connected to; the program ended when the last of them left (see RunState)."""
         if isinstance(event, Connected):
             self.connected.add(event.pid)
             self.most_connected = max(self.most_connected, len(self.connected))
+            self.program_ended_at = None
         else:
             self.connected.discard(event.pid)
+            if not self.connected:
+                self.program_ended_at = now
 
     def header_seen(self, header: KernelStarted, now: float) -> None:
         """A kernel's header is complete but undecided (see OutputParser.pending_header)."""
@@ -167,7 +174,7 @@ class Stall:
 def _warned(state: WatchState) -> bool:
     """ncu's slow-launch warning came since the current kernel (or replay pass) started."""
     cur = state.current
-    return cur is not None and any(t >= cur.started_at for t in state.slow_warnings)
+    return cur is not None and state.last_slow_warning_at >= cur.started_at
 
 
 def _quiet_replay(state: WatchState, warned: bool) -> bool:
@@ -254,7 +261,9 @@ class NcuObserver:
     of ncu's own channel (or of the merged stdout, for an ncu that cannot
     log to a file) and `close` at the end; it knows nothing of ncu beyond
     this object. Progress marks and program lines are folded into the state
-    and counted, not kept (`keep`): a flood of them costs no memory.
+    and counted, not kept (`keep`): a flood of them costs no memory. Every
+    event is folded into `summary` (a RunTally), which the attempt reads:
+    its counts are exact however many events the run's log kept.
     """
 
     @staticmethod
@@ -264,6 +273,7 @@ class NcuObserver:
     def __init__(self, now: float):
         self.parser = OutputParser()
         self.state = WatchState(started_at=now, last_output_at=now)
+        self.summary = RunTally()
 
     def feed(self, text: str, now: float) -> list[Event]:
         events = self.parser.feed(text) if text else []
@@ -275,6 +285,7 @@ class NcuObserver:
     def _fold(self, events: list[Event], now: float) -> list[Event]:
         state = self.state
         for ev in events:
+            self.summary.add(ev)
             if type(ev) is Output and (state.current is None or state.current.replay_pass is None):
                 continue  # a program line changes nothing but the time of the last output
             state.observe(ev, now)

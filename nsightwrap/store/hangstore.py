@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE, Calibration
 from nsightwrap.secrets import mask_argv, mask_text
-from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
+from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, INTERRUPTED, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.calibrations import (
     calibration_from_rows,
     calibration_rows,
@@ -285,11 +285,15 @@ class HangStore:
 
         Kernels profiled several times give one row (the most passes). The
         records are untrusted when foreign processes held the GPU before the
-        run (``attempt.gpu_foreign_before``), or when the program itself hangs
-        or fails without ncu (``attempt.program_fault``). A hang row keeps the
-        allowance and its basis (calibrated or not).
+        run (``attempt.gpu_foreign_before``). A program that hangs or fails by
+        itself, without ncu (``attempt.program_fault``), says nothing about
+        ncu's settings: nothing is recorded (an empty list), and no rung is
+        ever taken to hang from it; nor for an interrupted run. A hang row keeps the allowance and its
+        basis (calibrated or not).
         """
-        common = dict(command=attempt.command, trusted=not attempt.gpu_foreign_before and not attempt.program_fault,
+        if attempt.program_fault or attempt.status == INTERRUPTED:
+            return []
+        common = dict(command=attempt.command, trusted=not attempt.gpu_foreign_before,
                       rung=rung, ladder=ladder, time=attempt.started_at or None, elapsed_s=attempt.elapsed_s,
                       run_id=attempt.cookie or uuid.uuid4().hex)
         stall = attempt.stall

@@ -3,7 +3,7 @@
 A program that writes as fast as it can must not keep the watch loop from
 checking its rules, nor grow nsightwrap's memory: every read takes at most
 a budget of bytes and time, the log keeps its head and a tail, and events
-are kept up to a cap and otherwise only counted.
+are counted, with the first and last few of each type kept.
 """
 
 from __future__ import annotations
@@ -143,20 +143,65 @@ class BoundedText:
         return "".join(self.head) + cut + "".join(self.tail)
 
 
-class EventLog:
-    """Events with their times: the ones `keep` wants, up to `limit`; all of them counted by type."""
+class FirstLast:
+    """The first `first` and the last `last` items added, and how many were added in all."""
 
-    def __init__(self, keep: Callable[[Any], bool] = lambda ev: True, limit: int = 100_000):
+    def __init__(self, first: int = 1000, last: int = 1000):
+        self.first_limit = first
+        self.head: list = []
+        self.tail: deque = deque(maxlen=last)
+        self.count = 0
+
+    def add(self, item: Any) -> None:
+        self.count += 1
+        if len(self.head) < self.first_limit:
+            self.head.append(item)
+        elif self.tail.maxlen:
+            self.tail.append(item)
+
+    @property
+    def not_kept(self) -> int:
+        """How many items between the first and the last were counted, not kept."""
+        return self.count - len(self.head) - len(self.tail)
+
+    def items(self) -> list:
+        return [*self.head, *self.tail]
+
+
+class EventLog:
+    """Events with their times: of each type that `keep` wants, the first and the last `limit`; all counted.
+
+    However long the run, memory stays bounded (at most 2 x limit events a
+    type) and the counts stay exact; what a verdict needs from every event
+    is folded by the observer (its `summary`), not read back from here.
+    """
+
+    def __init__(self, keep: Callable[[Any], bool] = lambda ev: True, limit: int = 1000):
         self.keep = keep
         self.limit = limit
-        self.events: list[tuple[float, Any]] = []
+        self.kept: dict[str, FirstLast] = {}
         self.counts: Counter[str] = Counter()
-        self.dropped = 0
+        self.seq = 0  # arrival order, to merge the types back
 
     def add(self, t: float, events: list) -> None:
         """Events received at time t."""
-        self.counts.update(type(e).__name__ for e in events)
-        kept = [(t, e) for e in events if self.keep(e)]
-        room = self.limit - len(self.events)
-        self.events.extend(kept[:max(0, room)])
-        self.dropped += max(0, len(kept) - max(0, room))
+        for e in events:
+            name = type(e).__name__
+            self.counts[name] += 1
+            if self.keep(e):
+                kept = self.kept.get(name)
+                if kept is None:
+                    kept = self.kept[name] = FirstLast(self.limit, self.limit)
+                self.seq += 1
+                kept.add((self.seq, t, e))
+
+    @property
+    def dropped(self) -> int:
+        """Events `keep` wanted that were counted, not kept."""
+        return sum(k.not_kept for k in self.kept.values())
+
+    @property
+    def events(self) -> list[tuple[float, Any]]:
+        """The kept events, in the order they came."""
+        merged = sorted(item for k in self.kept.values() for item in k.items())
+        return [(t, e) for _, t, e in merged]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import psutil
+
+from nsightwrap.watch.tree import alive
 
 
 @dataclass(frozen=True)
@@ -49,16 +51,28 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
     return found
 
 
-def foreign(processes: Optional[Sequence[GpuProcess]], ours: Sequence[int]) -> list[GpuProcess]:
+def foreign(processes: Optional[Sequence[GpuProcess]], ours: Iterable[int]) -> list[GpuProcess]:
     """Listed processes that are not `ours` and still alive.
 
     `ours` is read after nvidia-smi answered, so a process of ours that was
-    listed and then ended is in neither: it is gone, and holds no GPU.
+    listed and then ended is in neither: it is gone, and holds no GPU. One
+    that has exited but is not yet reaped (a zombie, which nvidia-smi may
+    still list for a moment) is gone too: an exited process holds no GPU
+    context, and its environment, which would say whose it is, can no longer
+    be read.
     """
     if not processes:
         return []
     mine = set(ours)
-    return [p for p in processes if p.pid not in mine and psutil.pid_exists(p.pid)]
+    return [p for p in processes if p.pid not in mine and _running(p.pid)]
+
+
+def _running(pid: int) -> bool:
+    """`pid` is a process that has not exited (not gone, not a zombie)."""
+    try:
+        return alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
 
 
 def gpu_count(nvidia_smi: Optional[str] = None) -> Optional[int]:

@@ -30,7 +30,17 @@ from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, runtime_dir, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 from nsightwrap.watch.signals import Interrupts
-from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, ProcessTree, StopPolicy, StopRecord, start_time, stop_tree
+from nsightwrap.watch.tree import (
+    COOKIE_VAR,
+    OWNER_VAR,
+    Enough,
+    ProcessTree,
+    StopPolicy,
+    StopRecord,
+    all_gone,
+    start_time,
+    stop_tree,
+)
 
 #: Rules are checked at least this often (seconds), whatever the output rate.
 TURN_S = 0.1
@@ -56,7 +66,9 @@ class PlainObserver:
 #: Makes the object that reads a run's output: called with the start time,
 #: it returns something with `.state`, `feed(text, now) -> events`,
 #: `close(now) -> events` and optionally `keep(event) -> bool` (which events
-#: the outcome keeps; the others are only counted). For ncu it is
+#: the outcome keeps, the first and last few of each type; all are counted)
+#: and `summary` (what it folded from every event, exactly: the outcome's
+#: `summary`). For ncu it is
 #: nsightwrap.ncu.progress.NcuObserver.
 ObserverFactory = Callable[[float], Any]
 
@@ -78,6 +90,8 @@ class RunOutcome:
     exception: Optional[BaseException] = None
     stop: Optional[StopRecord] = None
     pids: list[int] = field(default_factory=list)
+    #: The observer's `summary` (None without one): counts and what verdicts need, from every event.
+    summary: Any = None
 
 
 class _Watch:
@@ -218,13 +232,13 @@ class _Watch:
 
     # -- stopping ---------------------------------------------------------
 
-    def _wait_gone(self, seconds: float, hurry: bool) -> list:
+    def _wait_gone(self, seconds: float, hurry: bool, enough: Enough = all_gone) -> list:
         end = self.clock() + seconds
         seen = self.signals.count
         while True:
             self.proc.poll()
             left = self.tree.members()
-            if not left or self.clock() >= end or (hurry and self.signals.count > seen):
+            if enough(left) or self.clock() >= end or (hurry and self.signals.count > seen):
                 return left
             self.pump(min(0.05, max(0.0, end - self.clock())))
 
@@ -259,9 +273,12 @@ class _Watch:
         while not self.out.eof and self.clock() < end:
             self.pump(0.05)
         if self.tool is not None:
-            rest = self.tool.read_all(READ_BUDGET)
-            if rest:
+            while True:  # in bounded pieces: a long log left unread is never held whole
+                rest = self.tool.read(READ_BUDGET)
+                if not rest:
+                    break
                 self._take(rest, parse=True)
+            self._take(self.tool.read_all(READ_BUDGET), parse=True)  # an unfinished character at the end
         if not self.closed:
             self._take("", parse=True, final=True)
 
@@ -295,7 +312,7 @@ class _Watch:
             events=self.events.events, log=self.log.text(), state=self.state, elapsed_s=self.clock() - self.t0,
             started_wall=self.started_wall, verdict=self.verdict,
             interrupted=self.interrupted or bool(self.signals.count), exception=self.exception, stop=stop,
-            pids=self.tree.seen_pids if self.tree else [])
+            pids=self.tree.seen_pids if self.tree else [], summary=getattr(self.observer, "summary", None))
 
 
 def watch(

@@ -191,25 +191,59 @@ def send(p: psutil.Process, sig: int) -> bool:
         return False
 
 
-#: wait_gone(seconds, hurry) -> the members still alive when they are all gone,
-#: the time is up, or (hurry=True) the wait was cut short: a second Ctrl-C
-#: moves the stop to its next step. The wait after SIGKILL is never cut.
-WaitGone = Callable[[float, bool], list]
+#: wait_gone(seconds, hurry, enough) -> the members still alive when they are all gone,
+#: `enough(members)` says so (the ones waited for are gone), the time is up, or
+#: (hurry=True) the wait was cut short: a second Ctrl-C moves the stop to its
+#: next step. The wait after SIGKILL is never cut.
+WaitGone = Callable[..., list]
+Enough = Callable[[list], bool]
+
+#: After the process that was sent SIGINT has exited, the others get this long (seconds) to follow
+#: (ncu's front end shuts its target down as it exits); then the stop moves on, not waiting its grace.
+SETTLE_S = 0.5
+
+
+def all_gone(left: list) -> bool:
+    return not left
+
+
+def without(pid: int) -> Enough:
+    """Enough once process `pid` is no longer among the members."""
+    return lambda left: all(p.pid != pid for p in left)
 
 
 def sleeping_wait(tree: ProcessTree, clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep, poll: float = 0.05) -> WaitGone:
     """A WaitGone for callers with nothing else to do meanwhile (the guard, cleanup)."""
 
-    def wait_gone(seconds: float, hurry: bool = True) -> list:
+    def wait_gone(seconds: float, hurry: bool = True, enough: Enough = all_gone) -> list:
         end = clock() + seconds
         while True:
             left = tree.members()
-            if not left or clock() >= end:
+            if enough(left) or clock() >= end:
                 return left
             sleep(min(poll, max(0.0, end - clock())))
 
     return wait_gone
+
+
+def signal_and_resume(p: psutil.Process, sig: int) -> bool:
+    """`sig`, then SIGCONT: a stopped process (SIGSTOP, a debugger let go) acts on `sig` at once
+    instead of holding it until SIGKILL."""
+    sent = send(p, sig)
+    if sent:
+        send(p, signal.SIGCONT)
+    return sent
+
+
+def _grace(wait_gone: WaitGone, policy: StopPolicy, target: psutil.Process,
+           clock: Callable[[], float]) -> list:
+    """Wait for the process sent SIGINT, at most `grace`; once it is gone, the rest get SETTLE_S."""
+    end = clock() + policy.grace
+    left = wait_gone(policy.grace, True, without(target.pid))
+    if left and all(p.pid != target.pid for p in left):
+        left = wait_gone(max(0.0, min(SETTLE_S, end - clock())), True)
+    return left
 
 
 def stop_tree(tree: ProcessTree, policy: StopPolicy, reason: str, wait_gone: WaitGone,
@@ -217,8 +251,10 @@ def stop_tree(tree: ProcessTree, policy: StopPolicy, reason: str, wait_gone: Wai
     """SIGINT to the front end (grace), then SIGTERM and SIGKILL to every member.
 
     ncu shuts its target down and finishes the report on SIGINT; the later
-    steps are for a front end that does not. `t0` is what step times are
-    counted from (the run's start).
+    steps are for a front end that does not. Each signal but SIGKILL comes
+    with a SIGCONT (a stopped ncu finishes its report too), and no wait
+    lasts longer than it takes the processes waited for to exit. `t0` is
+    what step times are counted from (the run's start).
     """
     start = clock()
     t0 = start if t0 is None else t0
@@ -227,16 +263,16 @@ def stop_tree(tree: ProcessTree, policy: StopPolicy, reason: str, wait_gone: Wai
     if members:
         front = tree.frontend(members)
         target = front or next((p for p in members if p.pid == tree.root_pid), members[0])
-        if send(target, signal.SIGINT):
+        if signal_and_resume(target, signal.SIGINT):
             rec.steps.append(f"SIGINT to {'profiler ' if front else ''}{describe(target)} at {start - t0:.2f} s")
-        left = wait_gone(policy.grace, True)
+        left = _grace(wait_gone, policy, target, clock)
         rec.graceful = not left
         for sig, wait in ((signal.SIGTERM, policy.term_wait), (signal.SIGKILL, policy.kill_wait)):
             if not left:
                 break
             names = [describe(p) for p in left]
             for p in left:
-                send(p, sig)
+                signal_and_resume(p, sig)
             rec.steps.append(f"{signal.Signals(sig).name} to {', '.join(names)} at {clock() - t0:.2f} s")
             rec.killed.extend(names)
             left = wait_gone(wait, sig != signal.SIGKILL)

@@ -16,6 +16,9 @@ Each argument is one step:
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
   stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
+  zombie:PATH          fork a child that exits at once and is not reaped while this process runs on (a zombie);
+                       its pid goes to PATH once it has exited
+  bare:PATH            start a child with an empty environment (no cookie) that sleeps 3 s; its pid goes to PATH
   chatty:MS            from now on a thread prints a log line every MS milliseconds
   chatty-cr:MS         ... a tqdm-like bar: "\r 40%|####" without a newline
   flood                write "y\n" as fast as possible, forever
@@ -64,6 +67,20 @@ def step(arg):
     elif arg.startswith("stick:"):
         with open(arg[6:], "a") as f:
             f.write(f"{os.getpid()}\n")
+    elif arg.startswith("zombie:"):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        while not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].startswith(" Z"):
+            time.sleep(0.01)
+        with open(arg[7:], "a") as f:
+            f.write(f"{pid}\n")
+    elif arg.startswith("bare:"):
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "3"], env={})
+        with open(arg[5:], "a") as f:
+            f.write(f"{child.pid}\n")
     elif arg.startswith("sleep:"):
         time.sleep(float(arg[6:]))
     elif arg.startswith("exit:"):

@@ -1,0 +1,149 @@
+"""An ncu stuck after its program ended is judged, and the stop is prompt (issue 23, item 3).
+
+Without --timeout, a front end that wedged or was stopped (SIGSTOP) after
+the program's last `Disconnected` kept nsightwrap waiting for ever; the
+stop never sent SIGCONT (a stopped ncu cost the whole grace, a SIGKILL and
+the report) and waited its whole grace even when the process it waited for
+had exited. The rule is tested with injected time, the runs with the fake
+ncu's FAKE_NCU_STUCK modes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+import time
+
+import pytest
+from helpers import ROOT, app, assert_clean, fast_stop, no_leftovers, run_cli, run_config
+
+from nsightwrap import ProfileOptions, profile_command
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.events import Connected, Disconnected, KernelDone, KernelStarted
+from nsightwrap.ncu.progress import WatchState
+from nsightwrap.status import ERROR
+from nsightwrap.watch.process import watch
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, RunState, ToolStuck, TotalTimeout
+from nsightwrap.watch.tree import SETTLE_S, StopPolicy
+
+# --- the rule, time injected ----------------------------------------------------------------------------
+
+
+def test_the_rule_waits_while_the_program_runs():
+    rule = ToolStuck(5.0, "ncu")
+    state = RunState(started_at=0.0, last_output_at=0.0)
+    assert rule(state, 1e6) is None and rule.deadline(state) == math.inf
+
+
+def test_the_rule_calls_a_silent_tool_stuck_after_the_program_ended():
+    rule = ToolStuck(5.0, "ncu")
+    state = RunState(started_at=0.0, last_output_at=10.0, program_ended_at=10.0)
+    assert rule.deadline(state) == 15.0
+    assert rule(state, 14.9) is None
+    verdict = rule(state, 15.0)
+    assert verdict is not None and verdict.status == ERROR and verdict.stall is None
+    assert "ncu itself is stuck, not a kernel" in verdict.reason and "--stuck-timeout" in verdict.reason
+
+
+def test_output_after_the_program_ended_restarts_the_clock():
+    """ncu prints its results page, or application replay's report creation: not stuck."""
+    rule = ToolStuck(5.0, "ncu")
+    state = RunState(started_at=0.0, last_output_at=13.0, program_ended_at=10.0)
+    assert rule(state, 17.0) is None and rule.deadline(state) == 18.0
+
+
+def test_the_limit_has_a_documented_default_and_must_be_positive():
+    assert ToolStuck().seconds == DEFAULT_STUCK_TIMEOUT == 60.0
+    with pytest.raises(ValueError):
+        ToolStuck(0.0)
+    with pytest.raises(ValueError):
+        RunConfig(stuck_timeout=-1.0)
+
+
+def test_the_program_ends_with_the_last_process_ncu_was_connected_to():
+    s = WatchState(started_at=0.0, last_output_at=0.0)
+    s.observe(Connected(1, "/a"), 1.0)
+    s.observe(Connected(2, "/a"), 1.5)
+    s.observe(KernelStarted("k", 0), 2.0)
+    s.observe(KernelDone("k", 0, 10), 2.5)
+    s.observe(Disconnected(1), 3.0)
+    assert s.program_ended_at is None  # one process still runs
+    s.observe(Disconnected(2), 4.0)
+    assert s.program_ended_at == 4.0
+    s.observe(Connected(3, "/a"), 4.2)  # application replay runs the program again
+    assert s.program_ended_at is None
+
+
+# --- the fake ncu stuck after the program ended ----------------------------------------------------------
+
+
+def stuck_run(tmp_path, monkeypatch, mode: str):
+    monkeypatch.setenv("FAKE_NCU_STUCK", mode)
+    t0 = time.monotonic()
+    # The total timeout only keeps a failing test from waiting for ever (as nsightwrap once did).
+    a = profile_command(app("vec_add", "gemm_kernel"), ProfileOptions(set="basic"),
+                        run_config(tmp_path, stuck_timeout=0.5, timeout=30.0))
+    return a, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("mode", ["wedge", "stop"])
+def test_an_ncu_stuck_after_the_program_ended_is_called_and_stopped(mode, fake_env, tmp_path, monkeypatch):
+    a, took = stuck_run(tmp_path, monkeypatch, mode)
+    assert a.status == ERROR and a.exit_code == 5, a.describe()
+    assert "ncu itself is stuck" in a.reason and a.stall is None
+    assert a.n_kernels == 2  # the kernels profiled before are kept
+    assert a.stop.graceful, a.stop.steps  # SIGINT (with SIGCONT) was enough, even for a stopped ncu
+    assert not any("SIGKILL" in s or "SIGTERM" in s for s in a.stop.steps), a.stop.steps
+    assert a.report is not None and a.report.exists()  # finished on SIGINT
+    assert a.stop.duration_s < 1.5 and took < 15.0
+    assert_clean(a)
+
+
+def test_a_stopped_ncu_is_continued_by_every_stop(fake_env, tmp_path, monkeypatch):
+    """Even with the stuck rule off, a stop for another reason (here --timeout) continues a stopped ncu."""
+    monkeypatch.setenv("FAKE_NCU_STUCK", "stop")
+    a = profile_command(app("vec_add"), ProfileOptions(set="basic"),
+                        run_config(tmp_path, stuck_timeout=None, timeout=1.5, stop=fast_stop(grace=3.0)))
+    assert a.status == "timeout", a.describe()
+    assert a.stop.graceful and a.stop.duration_s < 1.5, a.stop.steps
+    assert a.report is not None and a.report.exists()
+    assert_clean(a)
+
+
+# --- the stop waits for what it waits for, not its whole grace --------------------------------------------
+
+FRONT = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    # A helper that ignores SIGINT and is left behind when the front end exits.
+    subprocess.Popen([sys.executable, "-c",
+                      "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
+    signal.signal(signal.SIGINT, lambda *a: os._exit(0))
+    print("started", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_the_stop_moves_on_once_the_front_end_has_exited(tmp_path):
+    front = tmp_path / "ncu"  # looks like a profiler front end to the stop
+    front.write_text(FRONT)
+    policy = StopPolicy(grace=4.0, term_wait=2.0, kill_wait=2.0, drain=1.0)
+    out = watch([sys.executable, str(front)], TotalTimeout(1.0), policy=policy, guard=False)
+    stop = out.stop
+    assert stop is not None and "SIGINT to profiler" in stop.steps[0], stop.steps
+    assert any("SIGTERM" in s for s in stop.steps), stop.steps  # the helper, once the front end was gone
+    assert stop.survivors == []
+    assert stop.duration_s < policy.grace - 1.0, (stop.duration_s, stop.steps)  # not the whole grace
+    assert stop.duration_s >= SETTLE_S * 0.8  # the others were given their moment to follow
+    no_leftovers()
+
+
+def test_the_cli_sets_the_limit_and_says_ncu_is_stuck(fake_env, tmp_path):
+    env = dict(fake_env, FAKE_NCU_STUCK="wedge", PYTHONPATH=str(ROOT))
+    done = run_cli(["run", "--json", "-q", "--stuck-timeout", "0.5", "--timeout", "30", "--set", "basic",
+                    "-o", str(tmp_path / "r"), "--", *app("vec_add")], env=env, timeout=60)
+    d = json.loads(done.stdout)
+    assert done.returncode == 5 and d["status"] == ERROR and "ncu itself is stuck" in d["reason"], done.stderr
+    assert d["kernel_count"] == 1 and d["stop"]["graceful"]
+    assert run_cli(["run", "--stuck-timeout", "0", "--", *app("vec_add")], env=env).returncode == 2
