@@ -1,8 +1,10 @@
 """Confirm before recording: a stall judged without calibration is not yet a hang.
 
 A Calibrator belongs to one program (one `run`, walk or sweep). Its
-calibration is looked up in the hang store, else measured once (nsys, else
-a plain run) and kept there. `run` makes one attempt with the calibrated
+calibration is looked up in the hang store, else measured once (the CUPTI
+tracer, else nsys, else a plain run) and kept there. A traced run stops as
+soon as the stalled kernel has finished without ncu; a later stall on a
+kernel that such a calibration did not reach measures again, up to it. `run` makes one attempt with the calibrated
 allowances when they are known; when a kernel stalls against an
 uncalibrated allowance, it calibrates (once) and then:
 
