@@ -135,6 +135,18 @@ class NotProfilable(NsightwrapError):
     """fn or its arguments cannot travel to a child process."""
 
 
+class ProgramNotRunnable(NsightwrapError):
+    """The program to profile is missing (not on PATH, no such file) or not executable; found before launching.
+
+    Carries ``program`` (as given) and ``problem``; the message says what to do.
+    """
+
+    def __init__(self, program: str, problem: str, hint: str) -> None:
+        self.program = program
+        self.problem = problem
+        super().__init__(f"cannot run the program {program!r}: {problem}. {hint}")
+
+
 class ProfileInterrupted(KeyboardInterrupt):
     """Ctrl-C during a watched run, re-raised after the tree was stopped.
 

@@ -118,9 +118,9 @@ class Profiler:
         """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process (see nsightwrap.profile)."""
         if warmup < 0 or repeat < 1:
             raise NsightwrapError("warmup must be >= 0 and repeat >= 1")
+        chosen = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "every kernel"
         options = ProfileOptions(set=set, sections=tuple(sections or ()), metrics=tuple(metrics or ()),
-                                 replay_mode=replay, kernel=KernelFilter.from_user(kernel) if kernel else None,
-                                 profile_from_start=False)
+                                 replay_mode=replay, kernel=chosen, profile_from_start=False)
         spec = make_spec(fn, args, kwargs, warmup, repeat)
         files = CallFiles.create()
         try:

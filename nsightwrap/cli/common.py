@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
@@ -28,10 +29,71 @@ class UsageError(NsightwrapError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error raises UsageError (sub-parsers inherit the class)."""
+    """argparse, but a usage error raises UsageError (sub-parsers inherit the class).
+
+    ``commands``: the sub-command parsers by name (set where they are added), so that a command's
+    library messages can be spelled in its flags (:func:`in_flags`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}", self.format_usage())
+
+
+#: The library's parameter names (as its messages spell them) that a CLI option sets under another
+#: dest; every other name is its option's dest (launch_skip -> --launch-skip). A tuple: the first of
+#: those options that the user typed names it.
+PARAMETER_DESTS: dict[str, tuple[str, ...]] = {
+    "set": ("section_set",),
+    "sections": ("section",),
+    "kernel": ("kernel", "kernel_name"),
+    "KernelFilter.pattern": ("kernel", "kernel_name"),
+    "KernelFilter.base": ("kernel_name_base",),
+}
+_ASSIGNED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=\S)(?![:;,)])")
+_BARE = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=[\s:;,)]|$)")
+_NAMED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[a-z]+(?:_[a-z]+)+|KernelFilter\.[a-z]+)(?![\w=])")
+
+
+def in_flags(message: str, parser: Optional[argparse.ArgumentParser], argv: Sequence[str]) -> str:
+    """A library message as the command line's user reads it: `launch_count=0 ...; use None` becomes
+    `--launch-count 0 ...; leave the option out`, and `stall_timeout` `--stall-timeout`. Only names
+    that an option of `parser` sets are changed, each to the spelling the user typed (-o or --export)."""
+    if parser is None:
+        return message
+    typed = [a.split("=", 1)[0] for a in (argv[: list(argv).index("--")] if "--" in argv else argv)]
+    flags = {a.dest: _spelling(a.option_strings, typed) for a in _actions(parser, typed) if a.option_strings}
+
+    def flag(name: str) -> Optional[str]:
+        dests = PARAMETER_DESTS.get(name, (name,))
+        found = [flags[d] for d in dests if d in flags]
+        return next((f for f in found if f in typed), found[0] if found else None)
+
+    said = message
+    message = _BARE.sub(lambda m: flag(m[1]) or m[0], message)  # `nsys=` names the parameter itself
+    message = _ASSIGNED.sub(lambda m: f"{flag(m[1])} " if flag(m[1]) else m[0], message)
+    message = _NAMED.sub(lambda m: flag(m[1]) or m[0], message)
+    if message != said:  # a Python value has no command-line spelling: an option left out is "None"
+        message = message.replace(" or None", "").replace("use None", "leave the option out")
+    return message
+
+
+def _actions(parser: argparse.ArgumentParser, typed: Sequence[str]) -> list[argparse.Action]:
+    """The options of `parser` and of the sub-commands typed (`nsys profile`)."""
+    found = list(parser._actions)
+    for action in parser._actions:
+        for name, sub in (action.choices or {}).items() if isinstance(action.choices, dict) else ():
+            if name in typed:
+                found += _actions(sub, typed)
+    return found
+
+
+def _spelling(options: Sequence[str], typed: Sequence[str]) -> str:
+    """The option string the user typed, else its long form."""
+    return next((o for o in options if o in typed), max(options, key=len))
 
 
 def positive(text: str) -> float:
@@ -49,6 +111,13 @@ def add_calibration_limit(parser: argparse.ArgumentParser) -> None:
         help="when a stall is calibrated, how long the stalled kernel may run without ncu (a plain run: this "
              "long after the program reached it under ncu) before the program is reported as hanging by itself "
              f"(status timeout, program_fault), never as an ncu hang (default {DEFAULT_CALIBRATION_LIMIT_S:g})")
+
+
+def given(text: str) -> str:
+    """argparse type: a value that is not empty, since an empty one would silently mean "not given"."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty, got {text!r}; leave the option out for its default")
+    return text
 
 
 def split_command(extra: Sequence[str]) -> list[str]:

@@ -14,13 +14,13 @@ from typing import Optional, Sequence
 from nsightwrap import __version__
 from nsightwrap.cli import doctor, run, sweep
 from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
-from nsightwrap.cli.common import Parser, UsageError, error_doc, interrupted_doc, print_json, wants_json
+from nsightwrap.cli.common import Parser, UsageError, error_doc, in_flags, interrupted_doc, print_json, wants_json
 from nsightwrap.cli.doctor import cmd_doctor
 from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
 from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.errors import LadderError, NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.signals import ignore_stop_signals
 
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_nsys_parser(sub)
     add_cleanup_parser(sub)
     doctor.add_parser(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -56,9 +57,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as e:
         return _usage_error(e, as_json)
     except NsightwrapError as e:
-        print(f"nsightwrap: {e}", file=sys.stderr)
+        # The flags typed, not the library's parameter names; a ladder file's errors name its own keys.
+        message = str(e) if isinstance(e, LadderError) else in_flags(str(e), parser.commands.get(args.cmd), argv)
+        print(f"nsightwrap: {message}", file=sys.stderr)
         if as_json:
-            print_json(error_doc(str(e)))
+            print_json(error_doc(message))
         return USAGE_EXIT_CODE
     except KeyboardInterrupt:  # outside a watched run (each run stops its own tree): doctor, hangs, nsys
         print("nsightwrap: interrupted", file=sys.stderr)

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from nsightwrap.cli.common import positive
 from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import DEFAULT_TRACE, NsysOptions
@@ -33,8 +34,8 @@ def add_nsys_parser(sub) -> None:
     pr.add_argument("--capture-range")
     pr.add_argument("--nvtx-capture")
     pr.add_argument("--sample")
-    pr.add_argument("--timeout", type=float, help="total seconds")
-    pr.add_argument("--silence-timeout", type=float)
+    pr.add_argument("--timeout", type=positive, help="total seconds")
+    pr.add_argument("--silence-timeout", type=positive)
     pr.add_argument("--nsys")
     pr.add_argument("--extra", action="append", default=[], help="one extra nsys argument (repeat)")
     pr.add_argument("command", nargs=argparse.REMAINDER)
@@ -42,13 +43,13 @@ def add_nsys_parser(sub) -> None:
     st.add_argument("report")
     st.add_argument("--report", dest="reports", action="append")
     st.add_argument("--nsys")
-    st.add_argument("--timeout", type=float, default=STATS_TIMEOUT_S)
+    st.add_argument("--timeout", type=positive, default=STATS_TIMEOUT_S)
     st.add_argument("--save-dir", help="write NAME.txt (nsys's raw output) and NAME.csv here")
     ex = nsys_sub.add_parser("export", help="nsys export --type sqlite; prints the path")
     ex.add_argument("report")
     ex.add_argument("-o", "--output")
     ex.add_argument("--nsys")
-    ex.add_argument("--timeout", type=float, default=EXPORT_TIMEOUT_S)
+    ex.add_argument("--timeout", type=positive, default=EXPORT_TIMEOUT_S)
     kr = nsys_sub.add_parser("kernels", help="kernel rows of a SQLite export")
     kr.add_argument("sqlite")
     kr.add_argument("--csv", help="write all rows here")

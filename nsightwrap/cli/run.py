@@ -15,6 +15,7 @@ from nsightwrap.cli.common import (
     UsageError,
     add_calibration_limit,
     configure_logging,
+    given,
     interrupted_doc,
     positive,
     print_json,
@@ -29,9 +30,11 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.secrets import mask_text
 from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.process import StopPolicy
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
@@ -47,8 +50,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--metrics", action="append", default=[], metavar="M",
                      help="metric names, comma separated (repeatable)")
     run.add_argument("--replay-mode", default="kernel", choices=list(REPLAY_MODES))
-    run.add_argument("--kernel", metavar="REGEX", help="profile only kernels whose name matches REGEX")
-    run.add_argument("--kernel-name", metavar="NAME", help="profile only the kernel named exactly NAME")
+    run.add_argument("--kernel", type=given, metavar="REGEX", help="profile only kernels whose name matches REGEX")
+    run.add_argument("--kernel-name", type=given, metavar="NAME", help="profile only the kernel named exactly NAME")
     run.add_argument("--kernel-name-base", default="function", choices=["function", "demangled", "mangled"])
     run.add_argument("--launch-skip", type=int, metavar="N")
     run.add_argument("--launch-count", type=int, metavar="N")
@@ -67,7 +70,7 @@ def add_parser(sub: Any) -> None:
                           f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
-    run.add_argument("-o", "--export", metavar="REPORT",
+    run.add_argument("-o", "--export", type=given, metavar="REPORT",
                      help="report path (never overwritten; default: ./nsightwrap-reports/)")
     run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
     run.add_argument("--profile", metavar="NAME|FILE",
@@ -89,9 +92,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _kernel(args: argparse.Namespace) -> Optional[KernelFilter]:
-    if args.kernel:
+    if args.kernel is not None:
         return KernelFilter.from_user(args.kernel, args.kernel_name_base)
-    if args.kernel_name:
+    if args.kernel_name is not None:
         return KernelFilter.from_user(args.kernel_name, args.kernel_name_base, exact=True)
     return None
 
@@ -103,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "  python -m nsightwrap run --set basic -- ./my_app 1024")
     if args.kernel and args.kernel_name:
         raise UsageError("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both")
+    check_program(command)  # before calibrating or launching: a missing program is not a crash
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
@@ -184,6 +188,7 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     screen.close()
     if args.json:
         print(attempt.to_json())
+        _say_notes([attempt], log)  # the JSON holds them too; said where a person reads them
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
     return attempt.exit_code
@@ -215,7 +220,16 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
         print_json(_walk_doc(result, status))
     else:
         print("\n" + result.summary(), file=sys.stderr)
+    _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created
     return EXIT_CODES[status]
+
+
+def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
+    """The attempts' notes on stderr, each once (and none that --verbose's log already printed)."""
+    notes = dict.fromkeys(n for a in attempts for n in a.notes)
+    text = without_logged("\n".join(f"note: {n}" for n in notes), log)
+    if text:
+        print(mask_text(text), file=sys.stderr)
 
 
 def _walk_doc(result: Any, status: str) -> dict[str, Any]:

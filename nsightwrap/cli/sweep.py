@@ -12,6 +12,7 @@ from nsightwrap.cli.common import (
     UsageError,
     add_calibration_limit,
     configure_logging,
+    given,
     interrupted_doc,
     positive,
     print_json,
@@ -29,6 +30,7 @@ from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 
 
@@ -36,7 +38,7 @@ def add_parser(sub: Any) -> None:
     sweep = sub.add_parser("sweep-sections", help="find which sections hang on which kernels",
                            usage="%(prog)s [options] -- COMMAND [ARGS...]")
     sweep.add_argument("--ncu", metavar="PATH")
-    sweep.add_argument("--kernel", metavar="REGEX", help="only kernels whose name matches REGEX")
+    sweep.add_argument("--kernel", type=given, metavar="REGEX", help="only kernels whose name matches REGEX")
     sweep.add_argument("--set", dest="section_set", default="full", metavar="SET",
                        help="sections of this set (default full)")
     sweep.add_argument("--section", action="append", default=[], metavar="ID", help="these sections instead of a set")
@@ -77,6 +79,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     command = split_command(args.extra)
     if not command:
         raise UsageError("nsightwrap sweep-sections: give the command after `--`")
+    check_program(command)  # before the preflight and the first probe
     markdown = _markdown_path(args.markdown) if args.markdown else None
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,

@@ -38,6 +38,7 @@ from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
 from nsightwrap.store.hangstore import HangStore, ProfileKey
 from nsightwrap.watch import gpu
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.rules import Cancelled
 
 #: A probe's outcomes, in the one vocabulary of statuses.
@@ -345,8 +346,9 @@ def sweep_sections(
     stall; see nsightwrap.calibrate), for every later probe too.
     """
     context = RunContext.resolve(config, context)
+    check_program(command, context.env, context.config.cwd)  # before the probe of ncu and the first launch
     universe = list(sections) if sections else list(context.info.sections_of_set(set))
-    user_filter = KernelFilter.from_user(kernel) if kernel else None
+    user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
     result = SweepResult(tuple(universe))

@@ -62,6 +62,7 @@ from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
 from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.watch.locate import check_program
 
 log = logging.getLogger("nsightwrap")
 
@@ -185,6 +186,7 @@ def walk_ladder(
     """
     options = options or ProfileOptions()
     context = RunContext.resolve(config, context)
+    check_program(command, context.env, context.config.cwd)  # before the ladder's probe of ncu
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
     settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,

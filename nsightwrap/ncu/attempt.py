@@ -313,6 +313,7 @@ def build_attempt(outcome: RunOutcome, *, export: Optional[Path] = None, notes: 
     kernels = _kernels(tally)
     errors, warnings = tuple(tally.errors.items()), tuple(tally.warnings.items())
     status, reason = classify(outcome, tally.kernel_count, errors, warnings)
+    warnings += tuple(outcome.warnings)  # nsightwrap's own, after ncu's
     written = Path(tally.report) if tally.report is not None else None
     report = written or (export if export is not None and export.exists() else None)
     if status == OK and export is not None and (report is None or not report.exists()):

@@ -27,12 +27,13 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.events import Event
 from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.listen import RunListener
-from nsightwrap.ncu.options import ProfileOptions, build_argv, validate
+from nsightwrap.ncu.options import ProfileOptions, build_argv, control_character, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.secrets import mask_argv
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
+from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.process import OWNER_VAR, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
@@ -96,11 +97,27 @@ def plan_report(options: ProfileOptions, command: Sequence[str],
         path = unique_report_path(wanted)
         if options.export and path.name != wanted.name and path.name != wanted.name + REPORT_SUFFIX:
             notes.append(f"{wanted} already exists and is kept; this run writes {path}")
+    _refuse_report_path(path)
+    missing = not path.parent.exists()
     problem = folder_problem(path.parent)
     if problem:
         raise OptionsError(f"cannot write the report {path}: {problem}. Choose a writable place with -o/--export "
                            f"(export= in Python), or make {path.parent} writable")
+    if missing and options.export:
+        notes.append(f"created the folder {path.parent.absolute()} for the report: it did not exist")
     return options.replace(export=str(path.absolute())), path.absolute(), notes
+
+
+def _refuse_report_path(path: Path) -> None:
+    """A report path ncu must not be given: one its output line would cut, or a dangling symbolic link."""
+    bad = control_character(str(path.absolute()))
+    if bad is not None:
+        raise OptionsError(f"cannot use the report path {str(path)!r}: it holds the control character {bad!r}, "
+                           "which would cut or garble ncu's `==PROF== Report:` line. Choose a report path without one")
+    if path.is_symlink() and not path.exists():
+        raise OptionsError(f"cannot write the report {path}: it is a symbolic link to {os.readlink(path)}, which "
+                           "does not exist, and ncu would write through it. Remove the link, or choose another "
+                           "name with -o/--export (export= in Python)")
 
 
 def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]:
@@ -209,6 +226,7 @@ def profile_command(
         raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
     context = RunContext.resolve(config, context)
     config, env = context.config, dict(context.env)
+    check_program(command, env, config.cwd)  # missing or not executable: said now, not as a crash of the program
     if config.validate:
         validate(options, context.info)
     if options.rank is not None:

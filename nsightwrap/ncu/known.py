@@ -83,7 +83,7 @@ class CollectiveRule(WatchRule):
         before = cur.replay_pass is None and cur.last_mark_at - cur.started_at <= FIRST_BURST_S
         stall = Stall(kernel=cur.name, kernel_id=cur.kernel_id, where=cur.where(), silent_s=silent,
                       allowance_s=self.grace_s, detected_at_s=now - state.started_at, before_first_progress=before,
-                      slow_warning_seen=any(t >= cur.started_at for t in state.slow_warnings),
+                      slow_warning_seen=state.last_slow_warning_at >= cur.started_at,
                       basis=COLLECTIVES_SERIALISED, known_cause=True,
                       first_pass=before or cur.replay_pass == 1)
         return Verdict(HANG, stall.message(), stall)

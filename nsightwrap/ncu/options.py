@@ -65,6 +65,22 @@ def _strings(name: str, value: Any) -> tuple[str, ...]:
     return items
 
 
+def control_character(text: str) -> str | None:
+    """The first control character in `text` (a newline, a tab, ...), or None.
+
+    A report path holding one cannot be read back from ncu's ``==PROF== Report: PATH`` line
+    (a newline cuts it), so the written report would be taken for missing.
+    """
+    return next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+
+
+def _report_name(value: str) -> None:
+    bad = control_character(value)
+    if bad is not None:
+        raise OptionsError(f"export={value!r} holds the control character {bad!r}: ncu names its report on a line "
+                           "of its output, which such a character cuts or garbles. Choose a report name without one.")
+
+
 def _flag(name: str, value: Any, optional: bool) -> None:
     if value is None and optional:
         return
@@ -96,6 +112,9 @@ class KernelFilter:
         """
         if not isinstance(text, str):
             raise OptionsError(f"kernel={text!r} must be a string such as 'regex:^gemm' or 'exact:vec_add'.")
+        if text in ("", REGEX_PREFIX, EXACT_PREFIX):  # an empty filter would silently mean "every kernel"
+            raise OptionsError(f"kernel={text!r} names no kernel: give a name or pattern (e.g. 'regex:^gemm'), "
+                               "or leave the kernel filter out to profile every kernel.")
         if text.startswith(REGEX_PREFIX):
             return cls(text[len(REGEX_PREFIX) :], regex=True, base=base)
         if text.startswith(EXACT_PREFIX):
@@ -162,6 +181,8 @@ class ProfileOptions:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise OptionsError(f"{name}={value!r} must be a non-empty string or None.")
+        if self.export is not None:
+            _report_name(self.export)
 
         for name in ("launch_skip", "launch_count", "launch_skip_before_match"):
             _count(name, getattr(self, name))

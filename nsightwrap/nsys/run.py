@@ -235,7 +235,7 @@ def build_nsys_run(outcome: RunOutcome, *, command: Sequence[str], expected: Opt
     notes = [*notes, *stop_notes(outcome, "nsys")]
     return NsysRun(status=status, reason=reason, command=tuple(command), argv=tuple(outcome.argv), report=report,
                    returncode=outcome.returncode, elapsed_s=outcome.elapsed_s, log=outcome.log, stop=outcome.stop,
-                   cookie=outcome.cookie, nsys=nsys, notes=tuple(notes), warnings=tuple(warnings))
+                   cookie=outcome.cookie, nsys=nsys, notes=tuple(notes), warnings=(*warnings, *outcome.warnings))
 
 
 def profile_nsys(

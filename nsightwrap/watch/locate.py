@@ -12,13 +12,14 @@ import glob
 import os
 import re
 import shutil
+import stat
 import subprocess
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-from nsightwrap.errors import ToolError, ToolNotFound
+from nsightwrap.errors import ProgramNotRunnable, ToolError, ToolNotFound
 
-__all__ = ["DEFAULT_CUDA_ROOT", "DEFAULT_NSIGHT_COMPUTE_ROOT", "PROBE_TIMEOUT_S", "Runner", "run_command",
-           "search_tool"]
+__all__ = ["DEFAULT_CUDA_ROOT", "DEFAULT_NSIGHT_COMPUTE_ROOT", "PROBE_TIMEOUT_S", "Runner", "check_program",
+           "run_command", "search_tool"]
 
 DEFAULT_CUDA_ROOT = "/usr/local/cuda"
 #: Where Nsight Compute installs its versions (<root>/<version>/ncu, and nsys under host/target-linux-x64).
@@ -117,6 +118,46 @@ def search_tool(
             return newest
         searched.append(pattern)
     raise ToolNotFound(tool, searched=searched, hint=hint)
+
+
+def check_program(command: Sequence[str], env: Optional[Mapping[str, str]] = None,
+                  cwd: Optional[str] = None) -> str:
+    """The path of the program `command` starts, as it will be launched; ProgramNotRunnable when it
+    is missing (not on env's PATH, no such file) or cannot be executed, so that this is said before
+    launching rather than reported as a crash of the program. A relative path is taken from `cwd`."""
+    if not command or not command[0]:
+        raise ProgramNotRunnable("", "no command given", "Give the program and its arguments, e.g. ./my_app 1024")
+    program = command[0]
+    env = os.environ if env is None else env
+    if os.sep not in program:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found:
+            return found
+        here = os.path.join(cwd or os.getcwd(), program)
+        hint = (f"It is in {os.path.dirname(here)}: run it as ./{program}" if os.path.lexists(here)
+                else f"Install it, or give its path (a program in the current folder is ./{program})")
+        raise ProgramNotRunnable(program, "not found on PATH", hint)
+    path = os.path.join(cwd or os.getcwd(), program)
+    problem = _path_problem(path)
+    if problem is None:
+        return path
+    hint = (f"Make it executable (chmod +x {program}), or run it through its interpreter (e.g. `-- python3 "
+            f"{program}` or `-- bash {program}`)" if problem.startswith("not executable")
+            else "Check the path (relative paths are taken from the folder the program runs in)")
+    raise ProgramNotRunnable(program, problem, hint)
+
+
+def _path_problem(path: str) -> Optional[str]:
+    """Why the file at `path` cannot be executed, or None."""
+    if not os.path.lexists(path):
+        return f"no such file ({os.path.normpath(path)})"
+    if not os.path.exists(path):
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    if os.path.isdir(path):
+        return "a folder, not a program"
+    if not os.access(path, os.X_OK):
+        return f"not executable (mode {stat.filemode(os.stat(path).st_mode)})"
+    return None
 
 
 def run_command(argv: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> tuple[int, str]:

@@ -92,6 +92,8 @@ class RunOutcome:
     pids: list[int] = field(default_factory=list)
     #: The observer's `summary` (None without one): counts and what verdicts need, from every event.
     summary: Any = None
+    #: nsightwrap's own warnings about the run (not the tool's), e.g. a run record that could not be written.
+    warnings: list[str] = field(default_factory=list)
 
 
 class _Watch:
@@ -121,6 +123,7 @@ class _Watch:
         self.exception: Optional[BaseException] = None
         self.stopping = False
         self.closed = False
+        self.warnings: list[str] = []
 
     # -- starting ---------------------------------------------------------
 
@@ -145,8 +148,10 @@ class _Watch:
             record = RunRecord(self.cookie, os.getpid(), start_time(os.getpid()), self.proc.pid, root_start,
                                self.argv, list(self.frontend_names), self.started_wall, tool_log)
             self.record = write_record(runtime_dir(env), record)
-        except (OSError, NsightwrapError):
+        except (OSError, NsightwrapError) as e:
             self.record = None  # the guard still covers this run; only `cleanup` could not
+            self.warnings.append(f"no run record was written ({e}): `nsightwrap cleanup` will not know this run "
+                                 "if nsightwrap and its guard are both killed")
         if self.guard and self.record:
             self.guard.record(self.record)
 
@@ -312,7 +317,8 @@ class _Watch:
             events=self.events.events, log=self.log.text(), state=self.state, elapsed_s=self.clock() - self.t0,
             started_wall=self.started_wall, verdict=self.verdict,
             interrupted=self.interrupted or bool(self.signals.count), exception=self.exception, stop=stop,
-            pids=self.tree.seen_pids if self.tree else [], summary=getattr(self.observer, "summary", None))
+            pids=self.tree.seen_pids if self.tree else [], summary=getattr(self.observer, "summary", None),
+            warnings=list(self.warnings))
 
 
 def watch(
