@@ -3,33 +3,51 @@
 #              examples/kernels.cu built with nvcc, else the PyTorch example, else a one-kernel
 #              driver-API probe; then prints one row per kernel launch
 #   make test  installs nsightwrap with its test extras, runs ruff, then the tests (what CI runs)
-# PYTHON may be any interpreter, e.g. `make test PYTHON=venv/bin/python`.
+# They install into a virtual environment of their own, $(VENV) (.venv/ in the checkout, ignored by
+# git), made with $(PYTHON) -m venv by devtools/make_venv.sh and reused while it is up to date: Debian's
+# and Ubuntu's python3 is externally managed (PEP 668), and pip refuses to install into it. The venv sees
+# PYTHON's own packages (--system-site-packages: PyTorch for the example, and what an offline machine
+# already has). A PYTHON that already runs in a virtual environment is used as it is, e.g.
+# `make test PYTHON=venv/bin/python`. pip reads its own variables: on a machine without network,
+# `PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels make run`.
 PYTHON ?= python3
+VENV ?= .venv
+IN_VENV := $(shell $(PYTHON) -c 'import sys; print(int(sys.prefix != sys.base_prefix))' 2>/dev/null)
+ifeq ($(IN_VENV),1)
+PY := $(PYTHON)
+else
+PY := $(VENV)/bin/python
+endif
 
-.PHONY: install install-test run test test-gpu bench clean
+.PHONY: venv install install-test run test test-gpu bench clean
 
-install:
-	$(PYTHON) -m pip install -q -e .
+venv:
+ifneq ($(IN_VENV),1)
+	@sh devtools/make_venv.sh "$(PYTHON)" "$(VENV)"
+endif
 
-install-test:
-	$(PYTHON) -m pip install -q -e '.[test]'
+install: venv
+	$(PY) -m pip install -q -e .
+
+install-test: venv
+	$(PY) -m pip install -q -e '.[test]'
 
 run: install
-	$(PYTHON) -m nsightwrap doctor
-	$(PYTHON) examples/make_run.py
+	$(PY) -m nsightwrap doctor
+	$(PY) examples/make_run.py
 
 # Four workers on two cores: most tests wait on real processes (hangs on the fakes'
 # scaled clock), and four overlap those waits (~78 s for 648 tests on the 2-core CI
 # machine; one at a time, `pytest -q`, takes ~220 s).
 test: install-test
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m pytest -q -n 4 --dist worksteal
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -n 4 --dist worksteal
 
 test-gpu: install-test
-	$(PYTHON) -m pytest -q -m gpu
+	$(PY) -m pytest -q -m gpu
 
 bench: install
-	$(PYTHON) benchmarks/run_overhead.py
+	$(PY) benchmarks/run_overhead.py
 
 clean:
 	rm -rf nsightwrap-reports .pytest_cache .hypothesis build *.egg-info

@@ -9,8 +9,50 @@ import subprocess
 import pytest
 from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, attempt_rows
 
+from nsightwrap.watch.records import RUNTIME_VAR
+
 # Older tests import these from conftest; new ones import from helpers.
 __all__ = ["DATA", "FAKE_APP", "FAKE_DIR", "FAKE_NCU", "FAKE_SCALE", "HERE", "app"]
+
+
+#: What tools make in the checkout on their own (caches, the venv): not a test's leftovers.
+CHECKOUT_CACHES = {".pytest_cache", ".hypothesis", ".benchmarks", ".ruff_cache", ".venv", "__pycache__"}
+
+
+def checkout_files() -> set[str]:
+    """What is in the checkout's top folder, tests/ and the default report folder (not caches)."""
+    root = HERE.parent
+    names = set()
+    for folder in (root, root / "tests", root / "nsightwrap-reports"):
+        try:
+            names.update(str(p.relative_to(root)) for p in folder.iterdir() if p.name not in CHECKOUT_CACHES)
+        except FileNotFoundError:
+            pass
+    return names
+
+
+@pytest.fixture(autouse=True)
+def own_places(tmp_path_factory, monkeypatch):
+    """Each test runs in a folder of its own, with its own run records and $TMPDIR for the processes it starts:
+    a report written to a relative path, or a temporary folder that a stopped process (a fake launcher killed
+    by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR."""
+    own = tmp_path_factory.mktemp("own")
+    for name in ("cwd", "runtime", "tmp"):
+        (own / name).mkdir()
+    monkeypatch.chdir(own / "cwd")
+    monkeypatch.setenv(RUNTIME_VAR, str(own / "runtime"))
+    monkeypatch.setenv("TMPDIR", str(own / "tmp"))
+
+
+@pytest.fixture(autouse=True)
+def leaves_no_files_in_the_checkout():
+    """A test writes in tmp_path (monkeypatch.chdir for a relative -o), never in the checkout (issue 23)."""
+    before = checkout_files()
+    yield
+    left = sorted(checkout_files() - before)
+    if left:
+        pytest.fail(f"the test left {', '.join(left)} in the checkout: write in tmp_path (use monkeypatch.chdir"
+                    "(tmp_path) for relative paths), and remove them", pytrace=False)
 
 
 @pytest.fixture(scope="session")

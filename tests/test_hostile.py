@@ -158,9 +158,10 @@ def test_sigkill_of_nsightwrap_mid_hang_leaves_nothing(env, tmp_path):
     assert records(tmp_path) == []
 
 
-def guard_of(cookie: str) -> psutil.Process:
-    for q in psutil.process_iter(["cmdline"]):
-        if q.info["cmdline"] and any(cookie in a for a in q.info["cmdline"][1:]) and "-c" in q.info["cmdline"]:
+def guard_of(owner: int) -> psutil.Process:
+    """The owner's guard: its child in a session of its own (the cookie is not in its argv, issue 23)."""
+    for q in psutil.Process(owner).children():
+        if "-S" in q.cmdline() and "-c" in q.cmdline():
             return q
     raise AssertionError("no guard process")
 
@@ -171,7 +172,7 @@ def test_cleanup_when_the_guard_died_too(env, tmp_path):
     try:
         wait_for(p, b"0%..")
         cookie = cookie_of(p.pid)
-        guard_of(cookie).kill()  # e.g. the OOM killer took both
+        guard_of(p.pid).kill()  # e.g. the OOM killer took both
         time.sleep(0.1)
         p.send_signal(signal.SIGKILL)
         p.wait()

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
@@ -32,6 +30,7 @@ from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import NsysOptions
 from nsightwrap.nsys.run import profile_nsys
+from nsightwrap.paths import work_dir
 from nsightwrap.reports.nsys.sqlite import api_calls, kernel_records, nsys_export_sqlite
 from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
 from nsightwrap.watch.process import watch
@@ -114,7 +113,7 @@ def measure_with_nsys(command: Sequence[str], config: RunConfig, nsys: str, limi
     A timed-out nsys run is not taken as the program's hang (nsys may be the
     one stuck): the caller's plain run decides that.
     """
-    work = Path(tempfile.mkdtemp(prefix="nsightwrap-calibrate-"))
+    work = work_dir("calibrate")  # one that a SIGKILL leaves is removed by the next run or `cleanup`
     try:
         run = profile_nsys(command, NSYS_OPTIONS.replace(output=str(work / "calibration")),
                            config.replace(timeout=limit_s, report_dir=str(work)), on_output, nsys=nsys)

@@ -7,13 +7,13 @@ import os
 import pickle
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from nsightwrap.call.child import CallResult, CallSpec
 from nsightwrap.errors import NotProfilable
+from nsightwrap.paths import work_dir
 
 __all__ = ["CallFiles", "make_spec", "read_result", "subject"]
 
@@ -76,7 +76,7 @@ class CallFiles:
 
     @classmethod
     def create(cls) -> "CallFiles":
-        return cls(Path(tempfile.mkdtemp(prefix="nsightwrap-call-")))
+        return cls(work_dir("call"))  # one that a SIGKILL leaves is removed by the next run or `cleanup`
 
     @property
     def spec(self) -> Path:

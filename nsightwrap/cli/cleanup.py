@@ -5,7 +5,8 @@ nsightwrap's death. This is for the machines where that failed too. Only
 trees with a run record of the calling user are stopped (the cookie in the
 environment alone proves nothing), only that user's processes in them, and
 in the same steps as a normal stop: SIGINT to the profiler front end (so
-ncu can finish its report), the grace, then SIGTERM, then SIGKILL.
+ncu can finish its report), the grace, then SIGTERM, then SIGKILL. The
+temporary folders of nsightwrap processes that are gone are removed too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import sys
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.paths import remove_stale_work_dirs, stale_work_dirs
 from nsightwrap.watch.orphans import OrphanedRun, orphaned_runs, stop_orphaned, unrecorded
 from nsightwrap.watch.records import forget_run
 from nsightwrap.watch.tree import StopPolicy, describe
@@ -68,6 +70,10 @@ def cmd_cleanup(args) -> int:
     for p in unrecorded(runs):
         print(f"not touched: {describe(p)} carries an nsightwrap cookie of a dead owner but no run record of "
               "this user, so nothing proves nsightwrap started it; if it is yours, stop it with kill")
+    folders = stale_work_dirs() if args.dry_run else remove_stale_work_dirs()
+    if folders:
+        print(f"{'would remove' if args.dry_run else 'removed'} {len(folders)} temporary folder(s) of killed "
+              f"nsightwrap processes: {', '.join(str(f) for f in folders)}")
     if not live:
         print("no processes left by killed nsightwrap runs"
               + (f" ({len(stale)} stale run record(s) {'found' if args.dry_run else 'removed'})" if stale else ""))

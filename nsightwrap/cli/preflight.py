@@ -13,7 +13,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -27,6 +26,7 @@ from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.listen import SILENT
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
+from nsightwrap.paths import make_private_dirs, work_dir
 from nsightwrap.store.check import store_problem
 from nsightwrap.store.paths import repair_sidecars, store_path
 from nsightwrap.watch import cudaprobe, gpu
@@ -171,11 +171,14 @@ class CounterProbe:
         cache, key = _counters_cache(f), _counters_key(f)
         if self.use_cache and self._cached(cache) == key:
             return Check("counters", OK, "this user may read the GPU performance counters (checked before)")
-        with tempfile.TemporaryDirectory(prefix="nsightwrap-preflight-") as tmp:
-            context = f.context.replace(stall_timeout=30.0, timeout=120.0, check_gpu=False, report_dir=tmp)
+        tmp = work_dir("preflight")  # one that a SIGKILL leaves is removed by the next run or `cleanup`
+        try:
+            context = f.context.replace(stall_timeout=30.0, timeout=120.0, check_gpu=False, report_dir=str(tmp))
             context = context.with_listener(SILENT)  # not one of the run's attempts
             attempt = profile_command(self.program, ProfileOptions(metrics=("gpu__time_duration.sum",),
                                                                    launch_count=1), context=context)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         if any("ERR_NVGPUCTRPERM" in e for e in attempt.errors):
             return Check("counters", FAIL, "ERR_NVGPUCTRPERM: this user may not read the GPU performance "
                                            "counters, so ncu can profile nothing", COUNTERS_REMEDY)
@@ -198,7 +201,7 @@ class CounterProbe:
     @staticmethod
     def _store(cache: Path, key: dict) -> None:
         try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(cache.parent)
             cache.write_text(json.dumps(key))
         except OSError:
             pass  # a cache that cannot be written only costs a probe next time

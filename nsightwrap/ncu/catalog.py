@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError
+from nsightwrap.paths import cache_dir, make_private_dirs
 from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.locate import Runner, run_command
 
@@ -251,7 +252,7 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get(ENV_CACHE_DIR):
         return Path(env[ENV_CACHE_DIR]).expanduser()
-    return Path("~/.cache/nsightwrap/tools").expanduser()
+    return cache_dir(env) / "tools"
 
 
 def _cache_key(path: str) -> dict[str, Any]:
@@ -282,7 +283,7 @@ def _store_cache(file: Path, key: Mapping[str, Any], info: NcuInfo) -> None:
     """Write atomically; caching is an optimisation, so failures are ignored."""
     payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_json()}, indent=1)
     try:
-        file.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(file.parent)
         write_atomic(file, payload)
     except OSError:
         pass
@@ -308,7 +309,7 @@ def probe_ncu(
     """Ask ncu for its version, sets and sections (three runs of ncu, side by
     side); cached because that takes about a second, and the answer only
     changes when the binary does. ``cache_dir`` defaults to ``$NSIGHTWRAP_CACHE_DIR`` or
-    ``~/.cache/nsightwrap/tools``.
+    ``$XDG_CACHE_HOME/nsightwrap/tools`` (``~/.cache/nsightwrap/tools``), created 0700.
     """
     runner = run_command if runner is None else runner
     cache_dir = default_cache_dir(env) if cache_dir is None else Path(cache_dir)

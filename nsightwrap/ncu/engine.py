@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -29,6 +28,7 @@ from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, control_character, validate
 from nsightwrap.ncu.progress import NcuObserver
+from nsightwrap.paths import work_dir
 from nsightwrap.secrets import mask_argv
 from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem
@@ -233,7 +233,7 @@ def profile_command(
         one_rank_launch(command, options.rank)  # refused before anything is made: not a launch to rewrite
     options, report, notes = plan_report(options, command, config)
     own_log = config.log_channel and "--log-file" not in options.extra_args
-    log_dir = tempfile.mkdtemp(prefix="nsightwrap-ncu-") if own_log else None
+    log_dir = str(work_dir("ncu")) if own_log else None
     tool_log = os.path.join(log_dir, "ncu.log") if log_dir else None
     argv = build_argv(context.ncu, options, command, log_file=tool_log)
     if options.rank is not None:  # ncu around one rank of a multi-process launch

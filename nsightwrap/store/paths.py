@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from nsightwrap.errors import StoreError
+from nsightwrap.paths import ENV_XDG_CACHE, cache_dir, make_private_dirs
 
 __all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path", "repair_sidecars",
            "sidecars", "store_path", "unwritable_reason"]
 
 ENV_STORE = "NSIGHTWRAP_STORE"
-ENV_XDG_CACHE = "XDG_CACHE_HOME"
 #: The store when neither $NSIGHTWRAP_STORE nor $XDG_CACHE_HOME is set.
 DEFAULT_STORE = "~/.cache/nsightwrap/hangs.db"
-STORE_NAME = Path("nsightwrap", "hangs.db")
+STORE_NAME = "hangs.db"
 
 
 def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:
@@ -35,10 +35,7 @@ def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:
     env = os.environ if env is None else env
     if env.get(ENV_STORE):
         return Path(env[ENV_STORE]).expanduser()
-    xdg = env.get(ENV_XDG_CACHE)
-    if xdg and os.path.isabs(xdg):
-        return Path(xdg) / STORE_NAME
-    return Path(DEFAULT_STORE).expanduser()
+    return cache_dir(env) / STORE_NAME
 
 
 def store_path(path: Union[str, os.PathLike, None] = None, env: Optional[Mapping[str, str]] = None) -> Path:
@@ -47,24 +44,10 @@ def store_path(path: Union[str, os.PathLike, None] = None, env: Optional[Mapping
     return Path(path).expanduser() if path else default_store_path(env)
 
 
-def _make_private_dirs(folder: Path) -> None:
-    """``mkdir -p`` with mode 0700 for every level created (``Path.mkdir(parents=True)``
-    gives the missing parents the default mode)."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    for level in reversed(missing):
-        try:
-            level.mkdir(mode=0o700)
-        except FileExistsError:  # another process made it meanwhile
-            pass
-
-
 def create_private(path: Path) -> None:
     """Create the store's folders (0700) and an empty file (0600) if missing."""
     try:
-        _make_private_dirs(path.parent)
+        make_private_dirs(path.parent)
     except OSError as e:
         raise StoreError(path, f"cannot create the folder of the hang store {path}: {e.strerror or e}. "
                          f"Make {path.parent} writable, or set {ENV_STORE} to a file in a writable "

@@ -4,8 +4,11 @@ SIGKILL of nsightwrap (or a crash of its Python) runs no `finally`: before
 this guard, ncu, its inner front end, the launcher and a hung target stayed
 alive, and a kernel left spinning makes every later run on that GPU hang.
 The guard is a small process in its own session that holds the read end of
-a pipe from its owner and blocks on it: the owner writes `root PID START`
-once the tree is started and `done` when the run has ended. End of file
+a pipe from its owner and blocks on it: the owner writes `spec JSON` (the
+run's cookie and stop policy) first, `root PID START` once the tree is
+started and `done` when the run has ended. The cookie travels through the
+pipe, never in argv: argv is world-readable in `ps`, and a cookie known to
+another user would let them pose as the run. End of file
 without `done` means the owner died: the guard then stops the tree by its
 cookie (SIGINT to the inner front end, grace, SIGTERM, SIGKILL) and removes
 the run record and the tool's log.
@@ -45,7 +48,7 @@ if not got.endswith(b"done\\n"):
     site.main()
     sys.path.insert(0, sys.argv[2])
     from nsightwrap.watch.guard import owner_died
-    owner_died(sys.argv[3], got.decode(errors="replace"))
+    owner_died(got.decode(errors="replace"))
 """
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -61,13 +64,14 @@ class Guard:
         read_end, self._write_end = os.pipe()
         try:
             self.proc: Optional[subprocess.Popen] = subprocess.Popen(
-                [sys.executable, "-S", "-c", _BOOT, str(read_end), _PACKAGE_PARENT, json.dumps(spec)],
+                [sys.executable, "-S", "-c", _BOOT, str(read_end), _PACKAGE_PARENT],
                 pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             self.proc = None  # no guard: `cleanup` remains (the run record is kept until the run ends)
         finally:
             os.close(read_end)
+        self._say(f"spec {json.dumps(spec)}\n")  # a pipe, not argv: the cookie stays secret
 
     def _say(self, line: str) -> None:
         if self._write_end is None:
@@ -96,23 +100,26 @@ class Guard:
                 pass  # still starting; subprocess reaps it later
 
 
-def _parse(messages: str) -> tuple[int, Optional[float], Optional[str]]:
-    root_pid, root_start, record = -1, None, None
+def _parse(messages: str) -> tuple[dict, int, Optional[float], Optional[str]]:
+    spec, root_pid, root_start, record = {}, -1, None, None
     for line in messages.splitlines():
         word, _, rest = line.partition(" ")
-        if word == "root":
+        if word == "spec":
+            spec = json.loads(rest)
+        elif word == "root":
             pid, _, started = rest.partition(" ")
             root_pid = int(pid)
             root_start = None if started in ("", "None") else float(started)
         elif word == "record":
             record = rest
-    return root_pid, root_start, record
+    return spec, root_pid, root_start, record
 
 
-def owner_died(spec_json: str, messages: str) -> None:
+def owner_died(messages: str) -> None:
     """In the guard: stop the orphaned tree, then remove what the run left on disk."""
-    spec = json.loads(spec_json)
-    root_pid, root_start, record = _parse(messages)
+    spec, root_pid, root_start, record = _parse(messages)
+    if not spec:
+        return  # the owner died before it said what to guard: nothing was started
     tree = ProcessTree(root_pid, spec["cookie"], spec["frontend_names"],
                        root_running=lambda: same_process(root_pid, root_start), uid=os.getuid())
     stop_tree(tree, StopPolicy(**spec["policy"]), "owner died", sleeping_wait(tree))

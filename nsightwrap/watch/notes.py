@@ -27,4 +27,7 @@ def stop_notes(outcome: RunOutcome, what: str) -> list[str]:
                      + ", ".join(stop.killed or stop.steps))
     if stop and stop.survivors:
         notes.append("processes survived SIGKILL (uninterruptible?): " + ", ".join(stop.survivors))
+    if outcome.foreign:
+        notes.append(f"{what} started processes as other users, which only they or root may signal, so they were "
+                     "not stopped: " + ", ".join(outcome.foreign) + "; check that they are gone, or run as root")
     return notes

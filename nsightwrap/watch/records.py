@@ -11,44 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.paths import ENV_RUNTIME, runtime_dir
 from nsightwrap.secrets import mask_argv
 from nsightwrap.watch.tree import same_process
 
-RUNTIME_VAR = "NSIGHTWRAP_RUNTIME_DIR"
+__all__ = ["RUNTIME_VAR", "SUFFIX", "RunRecord", "forget_run", "read_records", "remove_record", "runtime_dir",
+           "write_record"]
+
+RUNTIME_VAR = ENV_RUNTIME  # the folder itself is resolved with the other per-user folders, in nsightwrap.paths
 SUFFIX = ".run.json"
-
-
-def runtime_dir(env: Optional[Mapping[str, str]] = None) -> Path:
-    """This user's private folder for run records, created 0700 if missing.
-
-    $NSIGHTWRAP_RUNTIME_DIR, else $XDG_RUNTIME_DIR/nsightwrap, else
-    $TMPDIR/nsightwrap-UID. A folder that another user owns or may write is
-    refused: its records could name anyone's processes.
-    """
-    env = os.environ if env is None else env
-    if env.get(RUNTIME_VAR):
-        path = Path(env[RUNTIME_VAR])
-    elif env.get("XDG_RUNTIME_DIR") and os.path.isdir(env["XDG_RUNTIME_DIR"]):
-        path = Path(env["XDG_RUNTIME_DIR"]) / "nsightwrap"
-    else:
-        path = Path(tempfile.gettempdir()) / f"nsightwrap-{os.getuid()}"
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.lstat()
-    except OSError as e:
-        raise NsightwrapError(f"cannot use {path} for run records ({e}); set {RUNTIME_VAR} to a private folder") from e
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise NsightwrapError(f"{path} is not a private folder of this user (owner uid {st.st_uid}, mode "
-                              f"{oct(st.st_mode & 0o777)}); remove it, or set {RUNTIME_VAR} to a private folder")
-    return path
 
 
 @dataclass(frozen=True)

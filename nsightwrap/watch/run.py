@@ -94,6 +94,7 @@ class RunOutcome:
     summary: Any = None
     #: nsightwrap's own warnings about the run (not the tool's), e.g. a run record that could not be written.
     warnings: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # other users' processes of the run, not signalled
 
 
 class _Watch:
@@ -318,7 +319,7 @@ class _Watch:
             started_wall=self.started_wall, verdict=self.verdict,
             interrupted=self.interrupted or bool(self.signals.count), exception=self.exception, stop=stop,
             pids=self.tree.seen_pids if self.tree else [], summary=getattr(self.observer, "summary", None),
-            warnings=list(self.warnings))
+            warnings=list(self.warnings), foreign=sorted(self.tree.foreign.values()) if self.tree else [])
 
 
 def watch(

@@ -121,8 +121,44 @@ def processes_with(var: str, value: Optional[str] = None,
     return found
 
 
+def _kinship() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, session id) of every live process, from /proc/PID/stat (readable by all)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            table[int(name)] = (int(fields[1]), int(fields[3]))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return table
+
+
+def _descendants(table: Mapping[int, tuple[int, int]], roots: Iterable[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
 class ProcessTree:
-    """Every process of one run: by cookie, by descent from the root, or seen before."""
+    """Every process of one run: by cookie, by descent from the root, or seen before.
+
+    A cookie proves nothing about a process of another user (they may have
+    read it from a process of the run that they own): processes of other
+    users belong to the tree only by descent (children of the root or of a
+    member, or members of the root's session, which no outsider can join),
+    and only when this user is root, since no one else may signal them.
+    Those seen but not signalled are kept in `foreign`, for the notes.
+    """
 
     def __init__(self, root_pid: int, cookie: str, frontend_names: Sequence[str] = ("ncu",),
                  root_running: Callable[[], bool] = lambda: True, uid: Optional[int] = None):
@@ -130,20 +166,23 @@ class ProcessTree:
         self.root_running = root_running  # once the root is reaped its pid may be reused: stop using it
         self.cookie = cookie
         self.frontend_names = tuple(frontend_names)
-        self.uid = uid
+        self.uid = os.getuid() if uid is None else uid
         self._seen: dict[int, psutil.Process] = {}
+        self.foreign: dict[int, str] = {}  # other users' processes of the run that this user may not signal
 
     def members(self) -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        for p, _ in processes_with(COOKIE_VAR, self.cookie, self.uid):
-            found[p.pid] = p
-        if self.root_running():
+        found: dict[int, psutil.Process] = {p.pid: p for p, _ in processes_with(COOKIE_VAR, self.cookie, self.uid)}
+        table = _kinship()
+        roots = set(found)
+        running = self.root_running()
+        if running:
+            roots.add(self.root_pid)
+        kin = roots | _descendants(table, roots)
+        if running:  # a helper that cleared its environment and left the root's children is still in its session
+            kin.update(pid for pid, (_, sid) in table.items() if sid == self.root_pid)
+        for pid in kin - found.keys():
             try:
-                root = psutil.Process(self.root_pid)
-                if alive(root):
-                    found[root.pid] = root
-                for c in root.children(recursive=True):
-                    found.setdefault(c.pid, c)
+                found[pid] = psutil.Process(pid)
             except psutil.Error:
                 pass
         for pid, p in list(self._seen.items()):
@@ -154,12 +193,15 @@ class ProcessTree:
         return list(live.values())
 
     def _owned(self, p: psutil.Process) -> bool:
-        if self.uid is None:
-            return True
+        """Found by descent (cookie carriers were chosen by uid already): this user's, or anyone's for root."""
         try:
-            return p.uids().real == self.uid
+            uid = p.uids().real
         except psutil.Error:
             return False
+        if uid == self.uid or self.uid == 0:
+            return True
+        self.foreign[p.pid] = f"{describe(p)} of uid {uid}"
+        return False
 
     @property
     def seen_pids(self) -> list[int]:

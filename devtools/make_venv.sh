@@ -1,0 +1,37 @@
+#!/bin/sh
+# make_venv.sh PYTHON VENV: make (or reuse) the virtual environment that `make run` / `make test` install into.
+#
+# Debian's and Ubuntu's python3 is "externally managed" (PEP 668): pip refuses to install into it, so the
+# Makefile installs into a virtual environment of its own, made here with PYTHON's `venv`, seeing PYTHON's
+# packages (--system-site-packages: PyTorch for `make run`'s example, and whatever an offline machine has).
+# Reused while it was made by the same interpreter and still runs; remade when PYTHON changed or the venv broke.
+# A folder at VENV that this script did not make is used as it is if it runs, and never removed.
+set -eu
+python=$1
+venv=$2
+marker="$venv/.made-by-nsightwrap"
+
+if ! want=$("$python" -c 'import sys; print(sys.version.split()[0], sys.base_prefix)' 2>/dev/null); then
+    echo "nsightwrap: cannot run PYTHON=$python; install Python >= 3.10, or give make PYTHON=/path/to/python3" >&2
+    exit 1
+fi
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c '' 2>/dev/null; then
+    if [ ! -f "$marker" ] || [ "$(cat "$marker")" = "$want" ]; then
+        exit 0  # up to date (or a venv of the user's own: used as it is)
+    fi
+    echo "nsightwrap: $venv was made by another Python ($(cat "$marker")); making it again with $python"
+elif [ -e "$venv" ] && [ ! -f "$marker" ]; then
+    echo "nsightwrap: $venv exists but is not a working virtual environment; remove it, or give make VENV=another-folder" >&2
+    exit 1
+fi
+rm -rf "$venv"
+echo "nsightwrap: making the virtual environment $venv with $python"
+if ! "$python" -m venv --system-site-packages "$venv"; then
+    rm -rf "$venv"
+    version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    echo "nsightwrap: $python cannot make a virtual environment (its venv module or ensurepip is missing)." >&2
+    echo "  On Debian/Ubuntu: sudo apt install python$version-venv (or python3-venv), then run make again;" >&2
+    echo "  elsewhere, give make PYTHON=/path/to/a/python3 that has venv." >&2
+    exit 1
+fi
+echo "$want" >"$marker"
