@@ -69,6 +69,7 @@ def fake_env(tmp_path, monkeypatch, probe_cache):
     monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(probe_cache))
     monkeypatch.setenv("FAKE_NCU_SCALE", FAKE_SCALE)
     monkeypatch.delenv("FAKE_NCU_WEDGED", raising=False)
+    monkeypatch.setenv("NSIGHTWRAP_TRACER", "off")  # the tests of the CUPTI tracer give their fake one
     return dict(os.environ)
 
 

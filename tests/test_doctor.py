@@ -68,7 +68,7 @@ def test_doctor_on_a_working_box_says_ok_line_by_line(gpu_box):
     doc = json.loads(js.stdout)
     assert doc["status"] == "ok" and doc["exit_code"] == 0 and js.returncode == 0
     assert [c["name"] for c in doc["checks"]] == ["ncu", "driver", "ncu/driver", "counters", "gpu procs", "nsys",
-                                                  "store"]
+                                                  "timing", "store"]
     assert all(set(c) == {"name", "status", "detail", "remedy"} for c in doc["checks"])
 
 

@@ -1,7 +1,8 @@
 """Calibrated verdicts: how long each kernel runs without ncu, and confirm-before-record.
 
 Between the data (``store``) and the walks (``fallback``): ``measure`` times
-a program without ncu (nsys, else a plain run), ``confirm`` holds one
+a program without ncu (the CUPTI tracer of ``cupti``, run by ``traced`` and
+stopped once the stalled kernel has finished; else nsys; else a plain run), ``confirm`` holds one
 program's calibration (stored, else measured once) and turns a stall judged
 without it into a confirmed hang, a rerun with the right allowance, or the
 program's own failure. The allowance rule itself is in
@@ -9,16 +10,21 @@ program's own failure. The allowance rule itself is in
 """
 
 from nsightwrap.calibrate.confirm import DEFAULT_LIMIT_S, Calibrator, calibrated_allowance, needs_confirmation
+from nsightwrap.calibrate.cupti.trace import StalledKernel
 from nsightwrap.calibrate.measure import measure, measure_plain, measure_with_nsys, program_verdict
+from nsightwrap.calibrate.traced import DEFAULT_KERNEL_LIMIT_S, measure_traced
 from nsightwrap.ncu.allowance import Calibration
 
 __all__ = [
     "Calibration",
     "Calibrator",
+    "DEFAULT_KERNEL_LIMIT_S",
     "DEFAULT_LIMIT_S",
+    "StalledKernel",
     "calibrated_allowance",
     "measure",
     "measure_plain",
+    "measure_traced",
     "measure_with_nsys",
     "needs_confirmation",
     "program_verdict",

@@ -1,8 +1,10 @@
 """Confirm before recording: a stall judged without calibration is not yet a hang.
 
 A Calibrator belongs to one program (one `run`, walk or sweep). Its
-calibration is looked up in the hang store, else measured once (nsys, else
-a plain run) and kept there. `run` makes one attempt with the calibrated
+calibration is looked up in the hang store, else measured once (the CUPTI
+tracer, else nsys, else a plain run) and kept there. A traced run stops as
+soon as the stalled kernel has finished without ncu; a later stall on a
+kernel that such a calibration did not reach measures again, up to it. `run` makes one attempt with the calibrated
 allowances when they are known; when a kernel stalls against an
 uncalibrated allowance, it calibrates (once) and then:
 
@@ -39,11 +41,13 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence, Union
 
+from nsightwrap.calibrate.cupti.trace import StalledKernel
 from nsightwrap.calibrate.measure import measure as default_measure
 from nsightwrap.errors import ProfileInterrupted, StoreError
 from nsightwrap.ncu.allowance import Allowance, Calibration, KernelAllowances
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.names import function_core
 from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
@@ -89,6 +93,17 @@ def calibrated_allowance(attempt: Attempt, calibration: Calibration, options: An
     if found is None:
         return None
     return replace(found, seconds=max(found.seconds, stall.pace_s))
+
+
+def _partial(calibration: Optional[Calibration]) -> bool:
+    """A calibration whose run stopped early (once the stalled kernel had finished): nothing bounds the
+    kernels it did not reach (a full run's wall time bounds every kernel)."""
+    return calibration is not None and calibration.ok and calibration.bound_s is None
+
+
+def _stopped_before(calibration: Calibration, stalled: Optional[StalledKernel]) -> bool:
+    """A partial calibration that says nothing of `stalled`: it is measured again, up to this kernel."""
+    return stalled is not None and _partial(calibration) and calibration.kernel_time(stalled.name) is None
 
 
 def confirm_limit(attempt: Attempt, config: RunConfig) -> tuple[float, float]:
@@ -183,7 +198,7 @@ class Calibrator:
         self._calibration: Optional[Calibration] = None
         self._looked_up = False
         self._lock = threading.RLock()
-        self.measured = 0  # calibration runs made (0 or 1)
+        self.measured = 0  # calibration runs made (0 or 1; more when one stopped before a later stalled kernel)
 
     # --- the calibration ---------------------------------------------------------
     def _store(self) -> Optional[HangStore]:
@@ -219,20 +234,25 @@ class Calibrator:
                     self._calibration = store.calibration_for(self.command, self._environment())
             return self._calibration
 
-    def calibrate(self, config: RunConfig, limit_s: Optional[float] = None) -> Calibration:
+    def calibrate(self, config: RunConfig, limit_s: Optional[float] = None, *,
+                  stalled: Optional[StalledKernel] = None, listener: RunListener = SILENT) -> Calibration:
         """known(), else measured now (once per Calibrator) and kept in the store when it worked.
 
         limit_s bounds the run (a stall's confirm_limit); without it, this Calibrator's limit_s, else the
-        run's timeout, else DEFAULT_LIMIT_S. A run that cannot start gives a failed (error) Calibration."""
+        run's timeout, else DEFAULT_LIMIT_S. A run that cannot start gives a failed (error) Calibration.
+        stalled: the kernel it is for (the traced run stops once that kernel has finished without ncu, or
+        once it has run config.calibration_limit there)."""
         with self._lock:
             found = self.known()
-            if found is not None:
+            if found is not None and not _stopped_before(found, stalled):
                 return found
             limit = self.limit_s or limit_s or config.timeout or DEFAULT_LIMIT_S
-            self._tell(f"timing the program without ncu ({'nsys, else ' if self.use_nsys else ''}a plain run; "
-                       f"at most {limit:g} s) so that each kernel gets its own stall allowance")
+            nsys = "nsys, else " if self.use_nsys else ""
+            self._tell(f"timing the program without ncu (the CUPTI tracer, else {nsys}a plain run; at most "
+                       f"{limit:g} s) so that each kernel gets its own stall allowance")
             try:
-                found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys)
+                found = self._measure(self.command, config, limit_s=limit, nsys=self.nsys, use_nsys=self.use_nsys,
+                                      stalled=stalled, kernel_limit_s=config.calibration_limit, listener=listener)
             except OSError as e:  # no such program, no permission, no such working folder
                 found = cannot_start(e, self.command)
             self.measured += 1
@@ -280,7 +300,10 @@ class Calibrator:
         self._tell(f'"{stall.kernel}" stalled ({stall.evidence()}): not a hang until calibrated')
         limit, reached = confirm_limit(attempt, config)
         try:
-            calibration = config.calibration if config.calibration is not None else self.calibrate(config, limit)
+            given = config.calibration
+            listener = getattr(context, "listener", SILENT)  # what the live line hears (a context without one: none)
+            calibration = given if given is not None and given is not self._calibration else self.calibrate(
+                config, limit, stalled=StalledKernel(stall.kernel, stall.kernel_id), listener=listener)
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
             raise ProfileInterrupted(_interrupted(attempt)) from None
         if not calibration.ok:
@@ -297,10 +320,23 @@ class Calibrator:
             return self._confirmed(attempt, calibration, allowance)
         self._tell(f'"{stall.kernel}" is explained by its own time ({allowance.basis}): running again with '
                    f"an allowance of {allowance.seconds:.1f} s")
-        again = attempt_fn(context.replace(calibration=calibration))
+        again = self._again(attempt_fn, context.replace(calibration=calibration), options)
         first = (f'a first run stalled on "{stall.kernel}" ({stall.evidence()}); calibrated, its allowance is '
                  f"{allowance.seconds:.1f} s {allowance.basis}, so it ran again")
         return replace(again, notes=again.notes + (first,))
+
+    def _again(self, attempt_fn: AttemptFn, context: RunContext, options: Any) -> Attempt:
+        """The rerun with the calibration. When that calibration stopped early (after the kernel that
+        stalled first), a later kernel it did not reach is suspected early and confirmed in turn (its
+        calibration runs up to that kernel), rather than judged by the patient rule without its time."""
+        calibration = context.config.calibration
+        if not _partial(calibration):  # a full run: every kernel is bounded
+            return attempt_fn(context)
+        again = attempt_fn(self._suspicious(context))
+        stall = again.stall
+        if needs_confirmation(again, context.config) and _stopped_before(calibration, StalledKernel(stall.kernel)):
+            return self.confirm(again, attempt_fn, context, options)
+        return again
 
     def _failed(self, attempt: Attempt, calibration: Calibration, calibration_limit: float,
                 reached: float) -> Attempt:

@@ -1,11 +1,16 @@
-"""Time a program without ncu: per kernel with nsys when it works, else by its wall time.
+"""Time a program without ncu: per kernel with the CUPTI tracer, else nsys, else by its wall time.
 
-`nsys profile --trace cuda` runs the program at full speed under
-nsightwrap's own watchdog and its SQLite export gives every launch's
-duration. Where nsys is missing or cannot make a report (the copy bundled
-with Nsight Compute lacks libdw, FACTS.md), a plain watched run's wall time
-bounds every kernel in it. A program that hangs or fails without ncu is
-reported as such: a failed Calibration with its own status and reason.
+Sources in order. The CUPTI tracer (nsightwrap.calibrate.cupti, injected
+with CUDA_INJECTION64_PATH) times every kernel as it ends, so the run stops
+as soon as the stalled kernel has finished (calibrate.traced). `nsys
+profile --trace cuda` runs the program at full speed under nsightwrap's own
+watchdog and its SQLite export gives every launch's duration. Where neither
+works (no compiler or CUPTI headers; nsys missing, or the copy bundled with
+Nsight Compute that lacks libdw, FACTS.md), a plain watched run's wall time
+bounds every kernel in it. Each Calibration says its source, and its notes
+say why the better ones were not used. A program that hangs or fails
+without ncu is reported as such: a failed Calibration with its own status
+and reason.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ import shutil
 from dataclasses import replace
 from typing import Callable, Mapping, Optional, Sequence
 
+from nsightwrap.calibrate.cupti.build import find_tracer
+from nsightwrap.calibrate.cupti.trace import StalledKernel
+from nsightwrap.calibrate.traced import CUPTI, DEFAULT_KERNEL_LIMIT_S, measure_traced
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import NsysOptions
 from nsightwrap.nsys.run import profile_nsys
@@ -27,8 +36,8 @@ from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
 from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import TotalTimeout
 
-__all__ = ["NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain", "measure_with_nsys",
-           "program_verdict"]
+__all__ = ["CUPTI", "NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain",
+           "measure_with_nsys", "program_verdict"]
 
 NSYS, PLAIN = "nsys", "plain run"
 #: What nsys is asked for: CUDA kernels only; no CPU sampling, context switches or backtraces. On an H100
@@ -133,18 +142,50 @@ def _nsys_path(nsys: Optional[str], env: Mapping[str, str]) -> Optional[str]:
         return None
 
 
+def _with_tracer(command: Sequence[str], config: RunConfig, limit_s: float, env: Mapping[str, str],
+                 notes: list[str], **traced) -> tuple[Optional[Calibration], Optional[Calibration]]:
+    """(calibration, None) from the CUPTI tracer; else (None, the traced run's wall time or None), noting why."""
+    tracer = find_tracer(env)
+    if tracer.path is None:
+        notes.append(f"no CUPTI tracer ({tracer.reason})")
+        return None, None
+    cal, why, run = measure_traced(command, config, tracer.path, limit_s, env=env, **traced)
+    if cal is not None:
+        return cal, None
+    notes.append(f"the CUPTI tracer could not time the kernels ({why})")
+    if run is None:
+        return None, None
+    return None, program_verdict(timed_out=False, returncode=run.returncode, elapsed_s=run.elapsed_s,
+                                 limit_s=limit_s, source=PLAIN, log_tail=run.log[-2000:])
+
+
 def measure(command: Sequence[str], config: RunConfig, *, limit_s: float, nsys: Optional[str] = None,
-            use_nsys: bool = True, on_output: Optional[Callable[[str], None]] = None) -> Calibration:
-    """How long `command`'s kernels run without ncu: with nsys when it works, else a plain run."""
+            use_nsys: bool = True, on_output: Optional[Callable[[str], None]] = None,
+            stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_KERNEL_LIMIT_S,
+            listener: RunListener = SILENT, use_tracer: bool = True) -> Calibration:
+    """How long `command`'s kernels run without ncu: the CUPTI tracer, else nsys, else a plain run.
+
+    stalled: the kernel the calibration is for; the traced run stops once it has finished without ncu,
+    or once it has run kernel_limit_s there (the program then hangs by itself: a failed Calibration).
+    """
     notes: list[str] = []
     env = _run_env(config)  # once for the whole calibration
+    wall = None
+    if use_tracer:
+        cal, wall = _with_tracer(command, config, limit_s, env, notes, on_output=on_output, stalled=stalled,
+                                 kernel_limit_s=kernel_limit_s, listener=listener)
+        if cal is not None:
+            return replace(cal, notes=tuple(notes) + cal.notes)
     path = _nsys_path(nsys, env) if use_nsys else None
     if path is not None:
         cal, why = measure_with_nsys(command, config, path, limit_s, on_output, env=env)
         if cal is not None:
-            return cal
+            return replace(cal, notes=tuple(notes) + cal.notes)
         notes.append(f"nsys could not time the kernels ({why}); a plain run's wall time bounds them instead")
     elif use_nsys:
         notes.append("nsys was not found; a plain run's wall time bounds the kernels")
+    if wall is not None:  # the traced run timed the whole program already
+        notes.append("the traced run's wall time bounds the kernels")
+        return replace(wall, notes=tuple(notes) + wall.notes)
     cal = measure_plain(command, config, limit_s, on_output, env=env)
     return replace(cal, notes=tuple(notes) + cal.notes)

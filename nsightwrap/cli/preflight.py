@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from nsightwrap.calibrate.cupti.build import TRACER_VAR, tracer_status
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.attempt import COUNTERS_REMEDY
 from nsightwrap.ncu.catalog import default_cache_dir
@@ -255,6 +256,24 @@ def check_nsys(f: Facts) -> Check:
     return Check("nsys", OK, f"{nsys} (its importer starts: reports can be written)")
 
 
+def check_timing(f: Facts) -> Check:
+    """Which source will time kernels without ncu in a calibration, and what would give a better one."""
+    tracer = tracer_status(f.env)
+    if tracer.path is not None or tracer.how == "buildable":
+        what = (f"{tracer.how}: {tracer.path}" if tracer.path is not None else tracer.reason)
+        return Check("timing", OK, f"calibration times each kernel with the CUPTI tracer ({what}) and stops "
+                                   "once the stalled kernel has finished")
+    better = (f"for per-kernel times that stop early, install g++ and the CUDA toolkit (cupti.h, libcupti.so; "
+              f"CUDA_HOME), or set {TRACER_VAR}=/path/to/libnsightwrap_tracer.so")
+    nsys = check_nsys(f)
+    if nsys.status == OK:
+        return Check("timing", WARN, f"calibration times each kernel with nsys, the whole program to its end (no "
+                                     f"CUPTI tracer: {tracer.reason})", better)
+    return Check("timing", WARN, "calibration bounds every kernel by a plain run's wall time, the slowest "
+                                 f"allowances (no CUPTI tracer: {tracer.reason}; nsys cannot time kernels)",
+                 better + "; else a working nsys (see the nsys line)")
+
+
 def check_store(f: Facts) -> Check:
     """What a command that records does first (repair_sidecars, then store_problem), then the store's mode."""
     path = f.store
@@ -279,7 +298,8 @@ def check_store(f: Facts) -> Check:
 
 #: Everything doctor asks, in order.
 DOCTOR_CHECKS: tuple[Callable[[Facts], Check], ...] = (
-    check_ncu, check_driver, check_ncu_driver, CounterProbe(), check_gpu_processes, check_nsys, check_store)
+    check_ncu, check_driver, check_ncu_driver, CounterProbe(), check_gpu_processes, check_nsys, check_timing,
+    check_store)
 #: Before a walk or a sweep: what could make a long run useless, cheaply (the ncu probe is cached).
 #: Not the counter probe: a walk's or a sweep's first run of ncu is that probe already, and stops the
 #: walk at once on ERR_NVGPUCTRPERM with the same remedy; running ncu once more before it cost a fresh

@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return refuse(args, screen, refused)
             calibrator, store = _calibrator(args, command, screen)
             if args.calibrate and not config.stall_timeout_given:
-                calibration = calibrator.calibrate(config)
+                calibration = calibrator.calibrate(config, listener=screen)
                 if not calibration.ok:  # the program hangs or fails by itself: nothing to profile
                     screen.close()
                     return _program_fault(args, calibration)

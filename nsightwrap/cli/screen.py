@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TextIO
 
 from nsightwrap.ncu.attempt import Attempt
-from nsightwrap.ncu.listen import RunListener
+from nsightwrap.ncu.listen import CalibrationProgress, RunListener
 from nsightwrap.ncu.progress import WatchState
 from nsightwrap.status import HANG
 from nsightwrap.watch.rules import WatchRule
 
-__all__ = ["LiveScreen", "PlainScreen", "Tally", "open_screen", "progress_line"]
+__all__ = ["LiveScreen", "PlainScreen", "Tally", "calibration_line", "open_screen", "progress_line"]
 
 #: The most lines and characters of one piece of output that the live screen shows (the last ones).
 LIVE_LINES, LIVE_CHARS = 200, 16 * 1024
@@ -80,6 +80,11 @@ def progress_line(stage: str, state: Optional[WatchState], rule: Optional[WatchR
     parts.append(f"silent {silent:.0f} s" + (f" of {allowance:.3g}" if allowance is not None else ""))
     parts.append(f"{state.kernels_done} done")
     return "  ".join(parts)
+
+
+def calibration_line(stage: str, progress: CalibrationProgress, now: float) -> str:
+    """The live line while a calibration runs the program without ncu. Pure, for tests."""
+    return "  ".join(([f"[{stage}]"] if stage else []) + [progress.line(now)])
 
 
 class PlainScreen(RunListener):
@@ -148,6 +153,7 @@ class LiveScreen(PlainScreen):
         self.console = console
         self.clock = clock
         self._runs: dict[int, tuple[str, Optional[WatchState], Optional[WatchRule]]] = {}
+        self._calibrating: dict[int, CalibrationProgress] = {}
         self._partial = ""
         self._live = Live(self, console=console, refresh_per_second=refresh, transient=True,
                           redirect_stdout=False, redirect_stderr=False)
@@ -214,15 +220,29 @@ class LiveScreen(PlainScreen):
             stage = self._runs.pop(me, ("", None, None))[0]
             self.tally.add(attempt, stage)
 
+    def calibrating(self, progress: CalibrationProgress) -> None:
+        """The kernel running without ncu, while a calibration runs (in place of its attempt's line)."""
+        me = threading.get_ident()
+        with self._lock:
+            if progress.done:
+                self._calibrating.pop(me, None)
+            else:
+                self._calibrating[me] = progress
+
     # --- what rich draws, several times a second ------------------------------------
     def __rich__(self) -> Any:
         from rich.text import Text
 
         now = self.clock()
         with self._lock:
-            runs = list(self._runs.values())
+            runs = [(me, *run) for me, run in self._runs.items()]
+            calibrating = dict(self._calibrating)
             tally = self.tally
-        lines = [progress_line(stage, state, rule, now) for stage, state, rule in runs] or ["working ..."]
+        lines = [calibration_line(stage, calibrating[me], now) if me in calibrating
+                 else progress_line(stage, state, rule, now) for me, stage, state, rule in runs]
+        shown = {run[0] for run in runs}
+        lines += [calibration_line("", c, now) for me, c in calibrating.items() if me not in shown]
+        lines = lines or ["working ..."]
         lines.append(f"{tally.attempts} attempt(s) so far: {tally.kernels} kernel(s), "
                      f"{len(tally.reports)} report(s), {len(tally.hangs)} hang(s)")
         return Text("\n".join(lines), style="bold", no_wrap=True, overflow="ellipsis")

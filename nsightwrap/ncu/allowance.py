@@ -192,7 +192,8 @@ class Calibration:
         return {"source": self.source, "status": self.status, "reason": self.reason,
                 "kernels": {k: round(v, 6) for k, v in self.kernels},
                 "bound_s": self.bound_s, "program_s": self.program_s, "measured_at": self.measured_at,
-                "marks_ranges": self.marks_ranges, "notes": list(self.notes)}
+                "marks_ranges": self.marks_ranges, "notes": list(self.notes),
+                "unfinished": [[k, round(v, 3)] for k, v in self.unfinished]}
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,17 @@ def newest_row_sql(subject: str, kernel: str, env: Environment) -> tuple[str, tu
 
 def calibration_rows(calibration: Calibration, command: Sequence[str], env: Environment, time: str,
                      run_id: str) -> list[tuple[str, tuple[Any, ...]]]:
-    """INSERT statements for one calibration; none when it failed or is a bare bound (profile(fn))."""
-    if not calibration.ok or calibration.program_s is None:
+    """INSERT statements for one calibration; none when it failed or is a bare bound (profile(fn)). One stopped
+    early (once the stalled kernel had finished: no program time) keeps its kernels and no ``*`` row."""
+    if not calibration.ok or (calibration.program_s is None and (calibration.bound_s is not None
+                                                                 or not calibration.kernels)):
         return []
     head = (time, env.host, env.gpu, env.driver, command_json(command))
     ranges = None if calibration.marks_ranges is None else int(calibration.marks_ranges)
     rows = [(_INSERT, (*head, name, float(seconds), calibration.source, run_id, "", None))
             for name, seconds in calibration.kernels]
+    if calibration.program_s is None:
+        return rows
     return rows + [(_INSERT, (*head, PROGRAM, float(calibration.program_s), calibration.source, run_id, "", ranges))]
 
 

@@ -12,6 +12,7 @@ Each argument is one step:
                        takes S x 1.245 (base clocks), one pass in silence between `50%....` and `100%`
   NAME@always          ... that hangs without ncu too (the program's own bug, not ncu's)
   start / stop         cudaProfilerStart / cudaProfilerStop
+  graph:A+B@spin=S     one CUDA graph launch of kernels A and B (each NAME or NAME@spin=S)
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
   stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
@@ -56,6 +57,9 @@ def step(arg):
         fakecuda.profiler_start()
     elif arg == "stop":
         fakecuda.profiler_stop()
+    elif arg.startswith("graph:"):
+        nodes = [node.partition("@spin=") for node in arg[6:].split("+")]
+        fakecuda.graph_launch([(name, float(spin) if spin else None) for name, _, spin in nodes])
     elif arg.startswith("print:"):
         print(arg[6:], flush=True)
     elif arg.startswith("env:"):

@@ -31,6 +31,8 @@ import signal
 import sys
 import time
 
+import faketracer
+
 _SESSION = json.loads(os.environ["FAKE_NCU_SESSION"]) if os.environ.get("FAKE_NCU_SESSION") else None
 #: ncu's base clocks slow cycle-bound work by this (FACTS.md, H100); --clock-control none: 1.0.
 BASE_CLOCK_FACTOR = 1.245
@@ -203,14 +205,17 @@ def _collective(label, tag, passes):
     _out("..50%....100% - 1 pass\n")
 
 
-def _plain(name, spin, always):
-    """A launch without ncu: it takes `spin` seconds (or hangs, `always`); nsys records it."""
+def _plain(name, spin, always, graph=None):
+    """A launch without ncu: it takes `spin` seconds (or hangs, `always`); nsys and the tracer record it
+    (graph: the correlation id of the cuGraphLaunch it belongs to)."""
+    corr = faketracer.launch(name) if graph is None else graph
     if always:
         while True:
             signal.pause()
     start = time.time_ns()
     if spin:
         time.sleep(spin)
+    faketracer.kernel(name, corr, start, time.time_ns(), in_graph=graph is not None)
     trace = os.environ.get("FAKE_NSYS_TRACE")
     if trace:
         with open(trace, "a") as f:
@@ -323,14 +328,27 @@ def _traced_api(name):
             f.write(json.dumps({"api": name, "start": time.time_ns()}) + "\n")
 
 
+def graph_launch(kernels):
+    """cuGraphLaunch of kernels [(name, spin)]: without ncu, one graph launch and its kernels one by one."""
+    if _SESSION is not None:
+        for name, spin in kernels:
+            launch(name, spin=spin)
+        return
+    corr = faketracer.graph()
+    for name, spin in kernels:
+        _plain(name, spin, False, graph=corr if corr is not None else -1)
+
+
 def profiler_start():
     _traced_api("cudaProfilerStart_v4000")
+    faketracer.profiler("cuProfilerStart")
     _state["in_range"] = True
     _state["range_kernels"] = []
 
 
 def profiler_stop():
     _traced_api("cudaProfilerStop_v4000")
+    faketracer.profiler("cuProfilerStop")
     _state["in_range"] = False
     if _SESSION is None or _SESSION["replay"] not in ("range", "app-range") or not _state["range_kernels"]:
         return

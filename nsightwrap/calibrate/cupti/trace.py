@@ -1,0 +1,270 @@
+"""Follow the CUPTI tracer's files while they grow: kernel times, launches in flight, dead processes.
+
+The trace format (version 1; tracer.cpp beside this file writes it). The
+tracer does nothing unless NSIGHTWRAP_TRACE_DIR is set; then each traced
+process appends to its own ``$NSIGHTWRAP_TRACE_DIR/trace-<pid>.jsonl``
+(0600) one JSON object a line, each line written whole with one write(2),
+so the files are followed while they grow (a last line without a newline
+is incomplete: kept for the next read)::
+
+    {"ev":"init","pid":P,"mono_ns":M,"cupti_ns":C,"version":1}     first line
+    {"ev":"launch","pid":P,"corr":N,"seq":K,"name":"DEMANGLED","mono_ns":M}
+    {"ev":"graph","pid":P,"corr":N,"mono_ns":M}                    cuGraphLaunch
+    {"ev":"kernel","pid":P,"corr":N,"name":"DEMANGLED","start_ns":S,"end_ns":E,"graph":0|1}
+    {"ev":"range","pid":P,"api":"cuProfilerStart"|"cuProfilerStop","mono_ns":M}
+    {"ev":"error","pid":P,"what":"TEXT"}
+    {"ev":"exit","pid":P,"mono_ns":M}                              every record flushed before it
+
+mono_ns is CLOCK_MONOTONIC (Python's time.monotonic_ns()); cupti_ns is
+cuptiGetTimestamp() at the same moment, the clock of a kernel's start_ns and
+end_ns (a kernel's time is end_ns - start_ns). "launch" comes when a kernel
+launch API is entered (seq counts the process's launches from 0); "kernel"
+when it finished on the GPU (within about 0.2 s, by the tracer's periodic
+flush); a graph's kernels come with "graph":1 and the cuGraphLaunch's corr.
+A launch with no "kernel" yet is in flight (queued or running). An "error"
+before any launch means the tracer could not set itself up and stays out of
+the way; one later (CUPTI dropped records) is kept as a note. A process
+whose file has no "exit" line and that is gone died (or was killed).
+
+A TraceFollower reads the files incrementally (new per-process files are
+picked up) and keeps bounded memory: per kernel name its longest duration
+and count, and only the launches still in flight. Time is injected
+(`clock`, seconds on the monotonic clock), so is whether a process is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import psutil
+
+from nsightwrap.ncu.names import function_core
+
+__all__ = ["GRAPH_LAUNCH", "TRACE_DIR_VAR", "InFlight", "StalledKernel", "TraceFollower", "pid_alive"]
+
+TRACE_DIR_VAR = "NSIGHTWRAP_TRACE_DIR"
+#: How a cuGraphLaunch whose kernels have not come yet is named among the launches in flight.
+GRAPH_LAUNCH = "cuGraphLaunch"
+#: Bytes read from one file per poll: a flood of events cannot stall the watch loop.
+READ_BUDGET = 4 << 20
+#: Launches kept in flight per process. A GPU queues about a thousand launches before the launch API
+#: blocks, so more means finished kernels are not coming (records lost): the newest are not kept.
+MAX_IN_FLIGHT = 10_000
+
+
+@dataclass(frozen=True)
+class StalledKernel:
+    """The kernel a calibration is for: its name as ncu printed it, and ncu's launch ID when known."""
+
+    name: str
+    launch_id: Optional[int] = None
+
+    @property
+    def core(self) -> str:
+        return function_core(self.name)
+
+    def matches(self, name: str) -> bool:
+        """Whether the tracer's (full) `name` is this kernel: the same function_core, or, for a name ncu cut
+        short with "...", a core that starts with what is left of it (as Calibration.kernel_time matches)."""
+        core, mine = function_core(name), self.core
+        if not mine:
+            return False
+        return core.startswith(mine) if self.name.strip().endswith("...") else core == mine
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A launch with no finished kernel yet: queued or running since `since` (monotonic seconds)."""
+
+    pid: int
+    corr: int
+    name: str
+    seq: Optional[int]
+    since: float
+
+    def seconds(self, now: float) -> float:
+        return max(0.0, now - self.since)
+
+
+@dataclass
+class _Process:
+    """One traced process's file and what it has said so far."""
+
+    path: Path
+    pid: Optional[int] = None
+    offset: int = 0
+    partial: bytes = b""
+    offset_s: Optional[float] = None  # CUPTI time -> monotonic seconds: add this
+    exited: bool = False
+    error: str = ""  # the tracer could not set itself up (an error before any launch)
+    trouble: str = ""  # the last error once it traced (CUPTI dropped records)
+    events: int = 0  # launches, graphs and kernels seen
+    launches: dict[int, InFlight] = field(default_factory=dict)
+
+
+@dataclass
+class _Kernel:
+    longest_s: float = 0.0
+    count: int = 0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+class TraceFollower:
+    """What the trace files of one traced run say so far; `poll()` reads what was added."""
+
+    def __init__(self, folder: Path, *, clock: Callable[[], float] = time.monotonic,
+                 alive: Callable[[int], bool] = pid_alive):
+        self.folder = Path(folder)
+        self.clock = clock
+        self._alive = alive
+        self._procs: dict[str, _Process] = {}
+        self._kernels: dict[str, _Kernel] = {}  # by the tracer's (demangled) name
+        self._finished: dict[str, int] = {}  # function_core -> highest launch seq finished (-1: a graph's)
+        self.ranges = False
+        self.bad_lines = 0
+        self.not_kept = 0  # launches not kept in flight (MAX_IN_FLIGHT)
+
+    # --- reading ---------------------------------------------------------------
+    def poll(self) -> None:
+        """Read what every trace file gained since the last poll (new files included)."""
+        try:
+            names = sorted(p.name for p in self.folder.glob("trace-*.jsonl"))
+        except OSError:
+            return
+        for name in names:
+            proc = self._procs.setdefault(name, _Process(self.folder / name))
+            self._read(proc)
+
+    def _read(self, proc: _Process) -> None:
+        try:
+            with open(proc.path, "rb") as f:
+                f.seek(proc.offset)
+                data = f.read(READ_BUDGET)
+        except OSError:
+            return
+        proc.offset += len(data)
+        *lines, proc.partial = (proc.partial + data).split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._take(proc, line)
+
+    def _take(self, proc: _Process, line: bytes) -> None:
+        try:
+            ev = json.loads(line)
+            kind = ev["ev"]
+        except (ValueError, TypeError, KeyError):
+            self.bad_lines += 1
+            return
+        if proc.pid is None and isinstance(ev.get("pid"), int):
+            proc.pid = ev["pid"]
+        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
+        if kind in ("launch", "graph", "kernel"):
+            proc.events += 1
+        if handler is not None:
+            try:
+                handler(proc, ev)
+            except (KeyError, TypeError, ValueError):
+                self.bad_lines += 1
+
+    def _on_init(self, proc: _Process, ev: dict) -> None:
+        proc.offset_s = (int(ev["mono_ns"]) - int(ev["cupti_ns"])) / 1e9
+
+    def _on_launch(self, proc: _Process, ev: dict) -> None:
+        corr = int(ev["corr"])
+        if len(proc.launches) >= MAX_IN_FLIGHT:
+            self.not_kept += 1
+            return
+        proc.launches[corr] = InFlight(proc.pid or 0, corr, str(ev["name"]), int(ev["seq"]), ev["mono_ns"] / 1e9)
+
+    def _on_graph(self, proc: _Process, ev: dict) -> None:
+        corr = int(ev["corr"])
+        proc.launches[corr] = InFlight(proc.pid or 0, corr, GRAPH_LAUNCH, None, ev["mono_ns"] / 1e9)
+
+    def _on_kernel(self, proc: _Process, ev: dict) -> None:
+        name = str(ev["name"])
+        seconds = max(0, int(ev["end_ns"]) - int(ev["start_ns"])) / 1e9
+        k = self._kernels.setdefault(name, _Kernel())
+        k.longest_s, k.count = max(k.longest_s, seconds), k.count + 1
+        launch = proc.launches.pop(int(ev["corr"]), None)
+        if launch is None and not ev.get("graph"):  # a correlation id the launch line did not carry:
+            launch = self._oldest(proc, name)  # its oldest launch of that name, so none stays in flight forever
+        seq = -1 if ev.get("graph") or launch is None or launch.seq is None else launch.seq
+        core = function_core(name)
+        self._finished[core] = max(seq, self._finished.get(core, seq))
+
+    @staticmethod
+    def _oldest(proc: _Process, name: str) -> Optional[InFlight]:
+        same = [f for f in proc.launches.values() if f.name == name]
+        first = min(same, key=lambda f: f.since, default=None)
+        return proc.launches.pop(first.corr) if first is not None else None
+
+    def _on_range(self, proc: _Process, ev: dict) -> None:
+        if ev["api"] == "cuProfilerStart":
+            self.ranges = True
+
+    def _on_error(self, proc: _Process, ev: dict) -> None:
+        what = str(ev.get("what", "unknown error"))
+        if proc.events:
+            proc.trouble = what
+        else:
+            proc.error = what
+
+    def _on_exit(self, proc: _Process, ev: dict) -> None:
+        proc.exited = True
+
+    # --- answers ---------------------------------------------------------------
+    @property
+    def traced(self) -> bool:
+        """Whether the tracer works in at least one process (an init line and no error)."""
+        return any(p.offset_s is not None and not p.error for p in self._procs.values())
+
+    def errors(self) -> list[str]:
+        """The tracer's own set-up failures, one line per process."""
+        return [f"process {p.pid}: {p.error}" for p in self._procs.values() if p.error]
+
+    def troubles(self) -> list[str]:
+        """What went wrong once a process was traced (its last such error), one line per process."""
+        return [f"process {p.pid}: {p.trouble}" for p in self._procs.values() if p.trouble]
+
+    def kernel_times(self) -> dict[str, float]:
+        """name -> longest seconds of the kernels finished so far (Calibration.from_kernels)."""
+        return {name: k.longest_s for name, k in self._kernels.items()}
+
+    def launch_count(self) -> int:
+        return sum(k.count for k in self._kernels.values())
+
+    def in_flight(self) -> list[InFlight]:
+        """Launches with no finished kernel yet, oldest first."""
+        return sorted((f for p in self._procs.values() for f in p.launches.values()), key=lambda f: f.since)
+
+    def ages(self, now: Optional[float] = None) -> list[tuple[str, float]]:
+        """(kernel, seconds it has been in flight) for each launch in flight, oldest first."""
+        now = self.clock() if now is None else now
+        return [(f.name, f.seconds(now)) for f in self.in_flight()]
+
+    def finished(self, kernel: StalledKernel) -> bool:
+        """Whether `kernel` (by function_core; its launch ID or a later one, when known) has finished."""
+        seqs = [seq for core, seq in self._finished.items() if kernel.matches(core)]
+        return any(kernel.launch_id is None or seq < 0 or seq >= kernel.launch_id for seq in seqs)
+
+    def running(self, kernel: StalledKernel) -> list[InFlight]:
+        """The launches of `kernel` (by function_core) in flight, oldest first."""
+        return [f for f in self.in_flight() if kernel.matches(f.name)]
+
+    def died(self) -> list[int]:
+        """Processes whose file has no "exit" line and that are gone: they died or were killed."""
+        return [p.pid for p in self._procs.values() if p.pid is not None and not p.exited and not self._alive(p.pid)]
+
+    def files(self) -> int:
+        return len(self._procs)
