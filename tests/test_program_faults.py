@@ -79,9 +79,9 @@ def _confirm(measured, config=RunConfig(), attempt=None):
 
 def test_the_calibration_run_gets_the_limit_after_the_stall_not_120_s():
     """The stalled kernel's last mark came 4.5 s into the run under ncu: the plain run may take that plus the
-    calibration limit (60 s by default; before: max(120 s, 4 x the attempt), or the whole --timeout)."""
+    calibration limit (50 s by default; before: max(120 s, 4 x the attempt), or the whole --timeout)."""
     a, limits = _confirm(Calibration.from_wall(1.0))
-    assert limits == [pytest.approx(4.5 + DEFAULT_CALIBRATION_LIMIT_S)] and DEFAULT_CALIBRATION_LIMIT_S == 60.0
+    assert limits == [pytest.approx(4.5 + DEFAULT_CALIBRATION_LIMIT_S)] and DEFAULT_CALIBRATION_LIMIT_S == 50.0
     _, limits = _confirm(Calibration.from_wall(1.0), RunConfig(calibration_limit=5.0, timeout=600.0))
     assert limits == [pytest.approx(9.5)]
     assert confirm_limit(_attempt(), RunConfig(calibration_limit=2.0)) == (pytest.approx(6.5), pytest.approx(4.5))
@@ -99,7 +99,7 @@ def test_a_kernel_that_does_not_finish_without_ncu_is_a_program_fault_naming_it(
     a, _ = _confirm(measured, attempt=_attempt(kernel="k"))
     assert a.status == TIMEOUT and a.exit_code == 4
     assert '"void ns::k<int>(float*, int)" did not finish without ncu' in a.program_fault
-    assert "61.2 s" in a.program_fault and "calibration limit of 60 s" in a.program_fault
+    assert "61.2 s" in a.program_fault and "calibration limit of 50 s" in a.program_fault
     assert 'also in flight: "other" (3.0 s)' in a.program_fault
     assert a.reason.startswith("program fault, not an ncu hang") and a.stall.kernel == "k"
     assert a.to_dict()["program_fault"] == a.program_fault
@@ -235,7 +235,7 @@ def test_cli_help_states_the_calibration_limit():
     for command in ("run", "sweep-sections"):
         done = run_cli([command, "--help"])
         text = " ".join(done.stdout.split())
-        assert "--calibration-limit SEC" in text and "(default 60)" in text
+        assert "--calibration-limit SEC" in text and "(default 50)" in text
 
 
 def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, tmp_path):

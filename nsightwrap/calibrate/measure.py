@@ -22,10 +22,10 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
 from nsightwrap.calibrate.cupti.trace import StalledKernel
-from nsightwrap.calibrate.traced import CUPTI, DEFAULT_KERNEL_LIMIT_S, measure_traced
+from nsightwrap.calibrate.traced import CUPTI, measure_traced
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
 from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import NsysOptions
@@ -161,7 +161,7 @@ def _with_tracer(command: Sequence[str], config: RunConfig, limit_s: float, env:
 
 def measure(command: Sequence[str], config: RunConfig, *, limit_s: float, nsys: Optional[str] = None,
             use_nsys: bool = True, on_output: Optional[Callable[[str], None]] = None,
-            stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_KERNEL_LIMIT_S,
+            stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_CALIBRATION_LIMIT_S,
             listener: RunListener = SILENT, use_tracer: bool = True) -> Calibration:
     """How long `command`'s kernels run without ncu: the CUPTI tracer, else nsys, else a plain run.
 

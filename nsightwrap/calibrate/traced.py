@@ -21,18 +21,16 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.trace import TRACE_DIR_VAR, InFlight, StalledKernel, TraceFollower
 from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
 from nsightwrap.ncu.listen import SILENT, CalibrationProgress, RunListener
 from nsightwrap.status import CRASHED, ERROR, OK, TIMEOUT
 from nsightwrap.watch.process import RunOutcome, watch
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 
-__all__ = ["CUPTI", "DEFAULT_KERNEL_LIMIT_S", "INJECTION_VAR", "TraceRule", "measure_traced"]
+__all__ = ["CUPTI", "INJECTION_VAR", "TraceRule", "measure_traced"]
 
 CUPTI = "cupti"
 INJECTION_VAR = "CUDA_INJECTION64_PATH"
-#: How long the stalled kernel may run without ncu before the program is said to hang by itself.
-DEFAULT_KERNEL_LIMIT_S = 60.0
 #: How often the live line hears the calibration's progress (seconds).
 PROGRESS_EVERY_S = 0.5
 #: (calibration, "", None), or (None, why the tracer could not time the kernels, the run when it still
@@ -141,7 +139,7 @@ def _with_troubles(cal: Calibration, follower: TraceFollower) -> Calibration:
 
 def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limit_s: float,
                    on_output: Optional[Callable[[str], None]] = None, *, env: Mapping[str, str],
-                   stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_KERNEL_LIMIT_S,
+                   stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_CALIBRATION_LIMIT_S,
                    listener: RunListener = SILENT, clock: Callable[[], float] = time.monotonic) -> Traced:
     """(calibration, "", None) from a traced run; (None, why, the run or None) when the tracer recorded
     nothing (a run that ended by itself still timed the program, so no plain run is needed)."""

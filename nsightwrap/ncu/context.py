@@ -27,8 +27,10 @@ __all__ = ["DEFAULT_CALIBRATION_LIMIT_S", "FindNcu", "ProbeNcu", "RunConfig", "R
 
 #: How long the stalled kernel may run without ncu when calibration confirms a stall (seconds): past it, the
 #: program is taken to hang by itself (a program fault, never an ncu hang). Without a kernel tracer the
-#: plain run is allowed this long after the point where the program reached the kernel under ncu.
-DEFAULT_CALIBRATION_LIMIT_S = 60.0
+#: plain run is allowed this long after the point where the program reached the kernel under ncu. 50 s, so
+#: that a program that hangs by itself is called within a minute of the stall (issue 19), start-up included
+#: for most programs; a kernel that really runs longer alone needs --calibration-limit.
+DEFAULT_CALIBRATION_LIMIT_S = 50.0
 
 FindNcu = Callable[[Optional[str], Mapping[str, str]], str]
 """find_ncu's shape: (explicit path or None, environment) -> ncu path."""
@@ -81,7 +83,7 @@ class RunConfig:
             raise ValueError("stuck timeout must be > 0 seconds (or None: never)")
         if not self.calibration_limit > 0:
             raise OptionsError(f"calibration_limit={self.calibration_limit!r}: give the seconds the stalled kernel may "
-                               "run without ncu, a number > 0 (default 60)")
+                               f"run without ncu, a number > 0 (default {DEFAULT_CALIBRATION_LIMIT_S:g})")
 
     def rules(self, options: Any = None) -> WatchRule:
         """The stall rule (with per-kernel allowances when calibrated) | the total timeout.
