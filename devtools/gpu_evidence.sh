@@ -12,6 +12,7 @@
 #          torchfx (the PyTorch NVTX fixture and its CSV)   examples (examples/profile_*.py)
 #          gputests (every gpu-marked test)   sigkill chatty (issue 11)   fncost (issue 15's benchmark)
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
+#          lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
 #          verdicts (issue 19's benchmark: no nsys, the CUPTI tracer; CALIB_STEPS, CALIB_BUDGET)
 #          fnhang (profile(fn) on a hang, defaults)   ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
@@ -72,6 +73,7 @@ want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
 want calib    && step 560 calib    bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_calibration.txt" --ncu /usr/local/cuda/bin/ncu --nsys /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys --budget ${CALIB_BUDGET:-470} --steps ${CALIB_STEPS:-walk,hang,spin,sweep,overhead} ${CALIB_ARGS:-}' "$W"
 want verdicts && step 580 verdicts bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_verdicts.txt" --ncu /usr/local/cuda/bin/ncu --budget ${CALIB_BUDGET:-540} --steps ${CALIB_STEPS:-torchhang,selfhang,varied,graph,hang,walk,overhead} ${CALIB_ARGS:-}' "$W"
+want lag      && step 150 lag      bash devtools/gpu_tracer_lag.sh "$W"
 want fnhang   && step 150 fnhang   python3 devtools/gpu_profile_fn_hang.py
 want ranges   && step 90  ranges   env LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu bash devtools/gpu_range_calls.sh "$W/ranges"
 want phases   && step 150 phases   bash devtools/gpu_walk_phases.sh

@@ -170,3 +170,23 @@ def test_launches_in_flight_are_capped(tmp_path, monkeypatch):
     write(tmp_path, 1, init(1) + b"".join(launch(1, i, i, K, i) for i in range(5)))
     f.poll()
     assert [x.corr for x in f.in_flight()] == [0, 1, 2] and f.not_kept == 2  # the oldest are kept
+
+
+def test_a_device_synchronize_ends_the_launches_before_it_whose_records_are_held_back(tmp_path):
+    """On the GPU machine a finished kernel's record waited behind a kernel that hung (both in one CUPTI
+    buffer), so the evidence said the finished one was in flight too; cuCtxSynchronize's return says it was
+    not. Its record, when it comes, still gives its time."""
+    f = TraceFollower(tmp_path, clock=lambda: 100.0, alive=lambda pid: True)
+    lines = [{"ev": "init", "pid": 7, "mono_ns": 0, "cupti_ns": 0, "version": 1},
+             {"ev": "launch", "pid": 7, "corr": 3, "seq": 0, "name": "vec_add(float*)", "mono_ns": 1_000_000_000},
+             {"ev": "sync", "pid": 7, "corr": 4, "mono_ns": 1_100_000_000},
+             {"ev": "launch", "pid": 7, "corr": 5, "seq": 1, "name": "wait_forever(int*)", "mono_ns": 1_200_000_000}]
+    (tmp_path / "trace-7.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    f.poll()
+    assert [x.name for x in f.in_flight()] == ["wait_forever(int*)"]
+    with open(tmp_path / "trace-7.jsonl", "a") as out:
+        out.write(json.dumps({"ev": "kernel", "pid": 7, "corr": 3, "name": "vec_add(float*)", "start_ns": 10,
+                              "end_ns": 2_000_010, "graph": 0}) + "\n")
+    f.poll()
+    assert f.kernel_times() == {"vec_add(float*)": 0.002}
+    assert f.finished(StalledKernel("vec_add", 0)) and not f.finished(StalledKernel("wait_forever", 1))

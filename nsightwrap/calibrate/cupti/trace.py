@@ -12,6 +12,7 @@ is incomplete: kept for the next read)::
     {"ev":"graph","pid":P,"corr":N,"mono_ns":M}                    cuGraphLaunch
     {"ev":"kernel","pid":P,"corr":N,"name":"DEMANGLED","start_ns":S,"end_ns":E,"graph":0|1}
     {"ev":"range","pid":P,"api":"cuProfilerStart"|"cuProfilerStop","mono_ns":M}
+    {"ev":"sync","pid":P,"corr":N,"mono_ns":M}                     a device-wide synchronize returned
     {"ev":"error","pid":P,"what":"TEXT"}
     {"ev":"exit","pid":P,"mono_ns":M}                              every record flushed before it
 
@@ -21,7 +22,12 @@ end_ns (a kernel's time is end_ns - start_ns). "launch" comes when a kernel
 launch API is entered (seq counts the process's launches from 0); "kernel"
 when it finished on the GPU (within about 0.2 s, by the tracer's periodic
 flush); a graph's kernels come with "graph":1 and the cuGraphLaunch's corr.
-A launch with no "kernel" yet is in flight (queued or running). An "error"
+CUPTI hands over a finished kernel's record only once every record beside it
+in its buffer is complete, so a kernel still running holds back the records of
+kernels launched just before it (FACTS.md); a "sync" (cuCtxSynchronize
+returned) says that every launch of the process with a smaller corr has
+finished, record or not. A launch with no "kernel" yet and no later "sync" is
+in flight (queued or running). An "error"
 before any launch means the tracer could not set itself up and stays out of
 the way; one later (CUPTI dropped records) is kept as a note. A process
 whose file has no "exit" line and that is gone died (or was killed).
@@ -104,6 +110,9 @@ class _Process:
     trouble: str = ""  # the last error once it traced (CUPTI dropped records)
     events: int = 0  # launches, graphs and kernels seen
     launches: dict[int, InFlight] = field(default_factory=dict)
+    #: Launches a device-wide synchronize has shown finished, whose record has not come yet (their seq kept
+    #: for when it comes): no longer in flight.
+    synced: dict[int, InFlight] = field(default_factory=dict)
 
 
 @dataclass
@@ -196,7 +205,7 @@ class TraceFollower:
         seconds = max(0, int(ev["end_ns"]) - int(ev["start_ns"])) / 1e9
         k = self._kernels.setdefault(name, _Kernel())
         k.longest_s, k.count = max(k.longest_s, seconds), k.count + 1
-        launch = proc.launches.pop(int(ev["corr"]), None)
+        launch = proc.launches.pop(int(ev["corr"]), None) or proc.synced.pop(int(ev["corr"]), None)
         if launch is None and not ev.get("graph"):  # a correlation id the launch line did not carry:
             launch = self._oldest(proc, name)  # its oldest launch of that name, so none stays in flight forever
         seq = -1 if ev.get("graph") or launch is None or launch.seq is None else launch.seq
@@ -208,6 +217,14 @@ class TraceFollower:
         same = [f for f in proc.launches.values() if f.name == name]
         first = min(same, key=lambda f: f.since, default=None)
         return proc.launches.pop(first.corr) if first is not None else None
+
+    def _on_sync(self, proc: _Process, ev: dict) -> None:
+        """A device-wide synchronize returned: the launches made before it are no longer in flight."""
+        corr = int(ev["corr"])
+        for c in [c for c in proc.launches if c < corr]:
+            if len(proc.synced) < MAX_IN_FLIGHT:
+                proc.synced[c] = proc.launches[c]
+            del proc.launches[c]
 
     def _on_range(self, proc: _Process, ev: dict) -> None:
         if ev["api"] == "cuProfilerStart":

@@ -12,6 +12,8 @@
 //   graph  {"ev":"graph","pid":P,"corr":N,"mono_ns":M}
 //   kernel {"ev":"kernel","pid":P,"corr":N,"name":"...","start_ns":S,"end_ns":E,"graph":0|1}
 //   range  {"ev":"range","pid":P,"api":"cuProfilerStart"|"cuProfilerStop","mono_ns":M}
+//   sync   {"ev":"sync","pid":P,"corr":N,"mono_ns":M}  a device-wide synchronize returned: every launch
+//          of the process with a smaller corr has finished (its record may still come later)
 //   error  {"ev":"error","pid":P,"what":"..."}
 //   exit   {"ev":"exit","pid":P,"mono_ns":M}
 // Launches are seen by the driver API's callbacks (the runtime launches through
@@ -143,6 +145,16 @@ bool is_kernel_launch(CUpti_CallbackId cbid) {
 void CUPTIAPI on_api(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
   const CUpti_CallbackData *cb = static_cast<const CUpti_CallbackData *>(data);
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize || cbid == CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2) {
+    // A finished kernel's record can be held back by a later one still running (see kBufferSize), so a
+    // device-wide synchronize that returned is what says that the launches before it have finished.
+    if (cb->callbackSite != CUPTI_API_EXIT) return;
+    std::string s = head("sync");
+    s += ",\"corr\":" + std::to_string(cb->correlationId);
+    s += ",\"mono_ns\":" + std::to_string(mono_ns()) + "}";
+    write_line(s);
+    return;
+  }
   if (cb->callbackSite != CUPTI_API_ENTER) return;
   if (is_kernel_launch(cbid)) {
     std::string s = head("launch");
@@ -231,7 +243,8 @@ bool start_tracing() {
       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuLaunch,               CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
       CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,     CUPTI_DRIVER_TRACE_CBID_cuProfilerStart,
-      CUPTI_DRIVER_TRACE_CBID_cuProfilerStop,
+      CUPTI_DRIVER_TRACE_CBID_cuProfilerStop,         CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+      CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
   };
   for (CUpti_CallbackId id : ids) {
     if (!check("cuptiEnableCallback", cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id))) return false;
