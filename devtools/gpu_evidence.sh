@@ -12,7 +12,7 @@
 #          torchfx (the PyTorch NVTX fixture and its CSV)   examples (examples/profile_*.py)
 #          gputests (every gpu-marked test)   sigkill chatty (issue 11)   fncost (issue 15's benchmark)
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
-#          lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
+#          tracertests (tests/test_gpu_tracer.py)   lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
 #          verdicts (issue 19's benchmark: no nsys, the CUPTI tracer; CALIB_STEPS, CALIB_BUDGET)
 #          fnhang (profile(fn) on a hang, defaults)   ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
@@ -68,6 +68,7 @@ want many     && step 120 many     bash -c 'mkdir -p /tmp/nw "$0" && nvcc -O2 -a
 want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_nvtx csv
 want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy profile_triton profile_hang; do echo "### $e"; s=$SECONDS; timeout 150 python3 examples/$e.py; echo "### $e: rc=$? in $((SECONDS - s)) s"; done; nvidia-smi --query-compute-apps=pid --format=csv,noheader; ps -eo pid,cmd | grep -E "ncu|python3 -m nsightwrap" | grep -v grep'
 want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py
+want tracertests && step 240 tracertests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu_tracer.py
 want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
