@@ -12,13 +12,16 @@ this module, so that the value is written as :data:`MASK`:
 - the password of a URL: ``scheme://user:***@host``;
 - ``Bearer VALUE`` (an ``Authorization`` header).
 
-A name looks secret when one of its words (split at ``-``, ``_``, ``.``) is a
+A name looks secret when its last word (split at ``-``, ``_``, ``.``) is a
 short secret word (``key``, ``auth``, ``pwd``, ``pass``), or ends with
 a long one (``token``, ``password``, ``passwd``, ``secret``, ``credential``,
 ``apikey``...): ``--token``, ``--api-key``, ``AWS_SECRET_ACCESS_KEY``,
-``PGPASSWORD``, ``--auth-token``; not ``--tokenizer``, ``--max-tokens`` nor
-``--kernel-name``. Short options (``-p 123``) are not masked: their meaning
-is the program's own (a port, a path, a password).
+``PGPASSWORD``, ``--auth-token``; not ``--tokenizer``, ``--max-tokens``,
+``--kernel-name`` nor ``--key-size`` / ``--auth-mode`` (the last word says
+what the value is: a size, a mode). The hang store keeps the masked command
+line, so runs that differ only in a secret's value share their records.
+Short options (``-p 123``) are not masked: their meaning is the program's own
+(a port, a path, a password).
 
 Imports nothing from the package: every layer may mask.
 """
@@ -47,7 +50,7 @@ _BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
 def is_secret_name(name: str) -> bool:
     """Does this option or variable name (dashes allowed) look like it holds a secret?"""
     words = [w for w in re.split(r"[-_.]+", name.strip("-").lower()) if w]
-    return any(w in _SHORT_WORDS or w.endswith(_LONG_WORDS) for w in words)
+    return bool(words) and (words[-1] in _SHORT_WORDS or words[-1].endswith(_LONG_WORDS))
 
 
 def _mask_urls(text: str) -> str:

@@ -103,7 +103,7 @@ def test_the_traced_run_carries_the_tracer_in_a_private_folder_removed_afterward
 
 def test_the_run_stops_once_the_stalled_kernel_finished(env):
     """A program of 3 s whose stalled kernel ends at 0.5 s is stopped then, not run to its end."""
-    cal, took = timed(app("a", "k@spin=0.5", "long@spin=2.5", "print:the end"), env, stalled=StalledKernel("k"))
+    cal, took = timed(app("a", "k@spin=0.5", "long@spin=2.5", "print:the end"), env, stalled=StalledKernel("k", 0))
     assert cal.ok and cal.source == "cupti" and took < 2.0
     assert 0.5 <= core_times(cal)["k"] < 0.8 and "long" not in core_times(cal)
     assert cal.notes[0].startswith('stopped early after "k" finished')
@@ -111,7 +111,7 @@ def test_the_run_stops_once_the_stalled_kernel_finished(env):
     assert cal.program_s is None  # the run's time bounds nothing it did not reach
 
 
-def test_the_launch_id_waits_for_that_launch(env):
+def test_the_ordinal_waits_for_that_launch(env):
     cal, took = timed(app("k@spin=0.05", "k@spin=0.4", "long@spin=3"), env, stalled=StalledKernel("k", 1))
     assert cal.ok and took < 2.5 and core_times(cal)["k"] >= 0.4  # the second launch, not the first
 
@@ -226,7 +226,7 @@ def test_doctor_says_which_timing_source_will_be_used(env, tmp_path):
     assert "timing" in off.line() and "->" in off.line()
 
 
-def test_confirm_hands_the_stalled_kernel_its_launch_id_and_the_kernel_limit_to_measure(env):
+def test_confirm_hands_the_stalled_launch_and_the_kernel_limit_to_measure(env):
     from nsightwrap.calibrate.confirm import Calibrator as C
     from nsightwrap.ncu.attempt import Attempt
     from nsightwrap.ncu.progress import Stall
@@ -248,7 +248,8 @@ def test_confirm_hands_the_stalled_kernel_its_launch_id_and_the_kernel_limit_to_
     context = RunContext.create(RunConfig(check_gpu=False, calibration_limit=7.0)).with_listener(heard)
     calibrator = C(["app"], env=Environment.detect(), measure=fake_measure)
     out = calibrator.confirm(attempt, lambda ctx: attempt, context)
-    assert calls[0]["stalled"] == StalledKernel("k", 3) and calls[0]["kernel_limit_s"] == 7.0  # the setting
+    # its first launch (ncu profiled none of it before), whatever ncu's launch ID (3) says
+    assert calls[0]["stalled"] == StalledKernel("k", 0) and calls[0]["kernel_limit_s"] == 7.0  # the setting
     assert calls[0]["listener"] is heard
     assert out.status == TIMEOUT and "not an ncu hang" in out.reason
 
@@ -313,7 +314,7 @@ def test_every_rank_of_a_job_is_traced_and_the_job_stops_after_its_collective(en
     dist = Path(__file__).parent / "fake_dist" / "torchrun"
     ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
     command = [str(dist), "--nproc-per-node", "2", *app("gemm", f"{ar}@collective", "long@spin=3")[1:]]
-    cal, took = timed(command, env, stalled=StalledKernel("ncclDevKernel_AllReduce_Sum_f..."))
+    cal, took = timed(command, env, stalled=StalledKernel("ncclDevKernel_AllReduce_Sum_f...", 0))
     assert cal.ok and cal.source == "cupti" and took < 2.8, (took, cal)
     assert cal.kernel_time(ar) is not None and cal.notes[0].startswith("stopped early after")
 
@@ -351,5 +352,38 @@ def test_a_calibration_stopped_early_is_kept_and_measured_again_for_a_kernel_it_
     calibrator.confirm(_stalled_attempt("a"), lambda ctx: _stalled_attempt("a"), context)
     assert calls == []  # "a" is in the kept calibration: nothing measured
     calibrator.confirm(_stalled_attempt("b"), lambda ctx: _stalled_attempt("b"), context)
-    assert calls == [StalledKernel("b")] and calibrator.measured == 1
+    assert calls == [StalledKernel("b", 0)] and calibrator.measured == 1
     assert store.calibration_for(["app"], where).kernel_time("b")[0] == 4.0
+
+
+def _attempt_with_kernels(kernels, **more):
+    from nsightwrap.ncu.attempt import Attempt, KernelResult
+    from nsightwrap.ncu.progress import Stall
+    from nsightwrap.status import HANG
+
+    stall = Stall("k", 9, "0%..", 10.0, 3.0, 11.0, True, True)
+    return Attempt(status=HANG, reason="r", command=("ncu", "app"), returncode=None,
+                   kernels=tuple(KernelResult(n, i, 10) for i, n in enumerate(kernels)), stall=stall, report=None,
+                   report_complete=False, elapsed_s=12.0, stop=None, warnings=(), errors=(), notes=(), log="",
+                   started_at="2026-11-27T00:00:00+00:00", cookie="c", **more)
+
+
+def test_the_stalled_launch_is_counted_among_the_kernels_launches_not_by_ncus_id():
+    """Review finding: ncu's ID numbers the launches it profiles (across processes, after a skip), so it was
+    compared with the wrong counter and an earlier, shorter launch of the kernel ended the calibration."""
+    from nsightwrap.calibrate.confirm import stalled_launch
+    from nsightwrap.ncu.options import ProfileOptions
+
+    assert stalled_launch(_attempt_with_kernels(["a", "k", "b", "k"])) == StalledKernel("k", 2)  # its third launch
+    skipped = ProfileOptions(launch_skip=1)
+    assert stalled_launch(_attempt_with_kernels(["k"]), skipped) == StalledKernel("k")  # which launch: unknown
+    assert stalled_launch(_attempt_with_kernels(["k"]), ProfileOptions(profile_from_start=False)).ordinal is None
+    assert stalled_launch(_attempt_with_kernels(["k"], connected=2)).ordinal is None  # ranks number launches apart
+    assert stalled_launch(_attempt_with_kernels(["k"], kernel_count=5)).ordinal is None  # not every launch kept
+
+
+def test_with_a_launch_skip_the_run_is_not_stopped_at_an_earlier_launch(env):
+    """The reviewer's reproduction: k (0.05 s), then k (0.6 s). Stopped at the first k, the calibration said
+    50 ms; without an ordinal it runs on and times both."""
+    cal, _ = timed(app("a@spin=0.05", "k@spin=0.05", "k@spin=0.6"), env, stalled=StalledKernel("k"))
+    assert cal.ok and core_times(cal)["k"] >= 0.6 and not any("stopped early" in n for n in cal.notes)

@@ -88,19 +88,22 @@ def test_a_process_gone_without_its_exit_line_died(tmp_path):
     assert [x.pid for x in f.in_flight()] == [22]
 
 
-def test_finished_by_function_core_and_launch_id(tmp_path):
+def test_finished_by_function_core_and_ordinal(tmp_path):
+    """The ordinal is which launch of the kernel it is (0: its first), not ncu's launch ID; without one the
+    run is never called finished early (the review found an earlier, shorter launch ending it)."""
     f = follower(tmp_path, [0.0])
     write(tmp_path, 1, init(1) + launch(1, 1, 0, K, 1) + kernel(1, 1, K, 1, 2) + launch(1, 2, 1, "other", 2)
           + launch(1, 3, 2, K, 3))
     f.poll()
-    assert f.finished(StalledKernel("k"))  # as ncu names it, matched on function_core
+    assert f.finished(StalledKernel("k", 0))  # as ncu names it, matched on function_core
     assert f.finished(StalledKernel("ns::k<int>", 0))
-    assert not f.finished(StalledKernel("k", 2))  # ncu's launch 2 is still in flight
+    assert not f.finished(StalledKernel("k", 1))  # the kernel's second launch is still in flight
+    assert not f.finished(StalledKernel("k"))  # which launch is not known: not stopped early
     assert [x.seq for x in f.running(StalledKernel("k"))] == [2]
-    assert not f.finished(StalledKernel("other"))
+    assert not f.finished(StalledKernel("other", 0))
     write(tmp_path, 1, kernel(1, 3, K, 3, 9))
     f.poll()
-    assert f.finished(StalledKernel("k", 2)) and f.kernel_times()[K] == 6.0
+    assert f.finished(StalledKernel("k", 1)) and f.kernel_times()[K] == 6.0
 
 
 def test_graph_launches_ranges_and_errors(tmp_path):
@@ -113,7 +116,7 @@ def test_graph_launches_ranges_and_errors(tmp_path):
     assert f.errors() == ["process 2: CUPTI_ERROR_NOT_INITIALIZED"] and f.traced  # process 1 is traced
     write(tmp_path, 1, kernel(1, 4, "g1", 2, 3, graph=1))
     f.poll()
-    assert f.in_flight() == [] and f.finished(StalledKernel("g1", 7))  # a graph's kernel has no launch index
+    assert f.in_flight() == [] and f.finished(StalledKernel("g1", 0))  # a graph's kernels count as launches
 
 
 def test_nothing_traced_and_hostile_lines(tmp_path):
@@ -142,7 +145,7 @@ def test_a_name_ncu_cut_short_matches_the_full_one(tmp_path):
     assert [x.name for x in f.running(cut)] == [full] and not f.running(StalledKernel("ncclDevKernel_AllReduce"))
     write(tmp_path, 1, kernel(1, 1, full, 1, 2))
     f.poll()
-    assert f.finished(cut) and not f.finished(StalledKernel("ncclDevKernel_AllReduce"))
+    assert f.finished(StalledKernel(cut.name, 0)) and not f.finished(StalledKernel("ncclDevKernel_AllReduce", 0))
 
 
 def test_a_kernel_whose_correlation_id_matches_no_launch_ends_its_oldest_launch_of_that_name(tmp_path):

@@ -60,7 +60,7 @@ def test_each_launch_timed_by_the_tracer(app, env):
 
 
 def test_the_run_stops_once_the_stalled_kernel_finished(app, env):
-    cal, took = timed([app, "varied", "0.5,30"], env, stalled=StalledKernel("tmpl_spin"))
+    cal, took = timed([app, "varied", "0.5,30"], env, stalled=StalledKernel("tmpl_spin", 0))
     assert cal.ok and cal.source == "cupti" and took < 15, (took, cal)
     assert cal.notes[0].startswith('stopped early after "tmpl_spin" finished')
     assert cal.unfinished and "tmpl_spin" in cal.unfinished[0][0]

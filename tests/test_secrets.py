@@ -188,3 +188,11 @@ def test_no_secret_in_any_output_or_file(fake_env, tmp_path):
     assert os.path.getsize(store) > 0 and _leaks(tmp_path) == []
     with HangStore(store, readonly=True) as s:                   # the calibration was kept, masked, and is found
         assert s.calibration_for(_program(tmp_path, "vec_add"), Environment.detect()) is not None
+
+
+@pytest.mark.parametrize("argv", [["--key-size", "1024"], ["--auth-mode", "x"], ["--token-file", "/tmp/t"],
+                                  ["--pass-count=3"]])
+def test_a_name_whose_last_word_says_what_the_value_is_is_no_secret(argv):
+    """The review found `--key-size 1024` and `--key-size 65536` masked alike, so that two different runs
+    shared one calibration in the store (the store keeps the masked command line)."""
+    assert mask_argv(argv) == argv

@@ -106,6 +106,20 @@ def _stopped_before(calibration: Calibration, stalled: Optional[StalledKernel]) 
     return stalled is not None and _partial(calibration) and calibration.kernel_time(stalled.name) is None
 
 
+def stalled_launch(attempt: Attempt, options: Any = None) -> StalledKernel:
+    """The stalled launch as a traced run can find it: its kernel, and which launch of that kernel it is in the
+    program: as many as ncu profiled before it, where that maps onto the program's own order (one process, no
+    launch skipped or chosen by ID, profiling from the start, every earlier launch kept in the attempt)."""
+    stall = attempt.stall
+    o = options
+    chosen = o is not None and (bool(o.launch_skip) or bool(o.launch_skip_before_match) or o.kernel_id is not None
+                                or o.profile_from_start is False)
+    kept = attempt.kernel_count is None or attempt.kernel_count == len(attempt.kernels)
+    if chosen or attempt.connected > 1 or not kept:
+        return StalledKernel(stall.kernel)
+    return StalledKernel(stall.kernel, sum(1 for k in attempt.kernels if k.name == stall.kernel))
+
+
 def confirm_limit(attempt: Attempt, config: RunConfig) -> tuple[float, float]:
     """(seconds the confirming run of the program without ncu may take, seconds it took under ncu to reach the
     stalled kernel): the calibration limit after that point. Without ncu the program reaches the kernel no later
@@ -303,7 +317,7 @@ class Calibrator:
             given = config.calibration
             listener = getattr(context, "listener", SILENT)  # what the live line hears (a context without one: none)
             calibration = given if given is not None and given is not self._calibration else self.calibrate(
-                config, limit, stalled=StalledKernel(stall.kernel, stall.kernel_id), listener=listener)
+                config, limit, stalled=stalled_launch(attempt, options), listener=listener)
         except KeyboardInterrupt:  # the calibration's tree is stopped; callers handle this like any Ctrl-C
             raise ProfileInterrupted(_interrupted(attempt)) from None
         if not calibration.ok:

@@ -64,10 +64,17 @@ MAX_IN_FLIGHT = 10_000
 
 @dataclass(frozen=True)
 class StalledKernel:
-    """The kernel a calibration is for: its name as ncu printed it, and ncu's launch ID when known."""
+    """The kernel a calibration is for: its name as ncu printed it, and which launch of that kernel in the
+    program it is (`ordinal`, 0 for its first), when that is known.
+
+    ncu's own launch ID is no such thing: it numbers the launches ncu profiles, across processes, so with a
+    kernel filter, a launch skip or several ranks it counts other launches than the program's. Without an
+    ordinal the traced run is not stopped early (an earlier, shorter launch of the same kernel would end it
+    with the wrong time); it runs to its end, or to the kernel limit.
+    """
 
     name: str
-    launch_id: Optional[int] = None
+    ordinal: Optional[int] = None
 
     @property
     def core(self) -> str:
@@ -139,7 +146,7 @@ class TraceFollower:
         self._alive = alive
         self._procs: dict[str, _Process] = {}
         self._kernels: dict[str, _Kernel] = {}  # by the tracer's (demangled) name
-        self._finished: dict[str, int] = {}  # function_core -> highest launch seq finished (-1: a graph's)
+        self._done: dict[str, int] = {}  # function_core -> launches of it finished (graph kernels included)
         self.ranges = False
         self.bad_lines = 0
         self.not_kept = 0  # launches not kept in flight (MAX_IN_FLIGHT)
@@ -208,9 +215,8 @@ class TraceFollower:
         launch = proc.launches.pop(int(ev["corr"]), None) or proc.synced.pop(int(ev["corr"]), None)
         if launch is None and not ev.get("graph"):  # a correlation id the launch line did not carry:
             launch = self._oldest(proc, name)  # its oldest launch of that name, so none stays in flight forever
-        seq = -1 if ev.get("graph") or launch is None or launch.seq is None else launch.seq
         core = function_core(name)
-        self._finished[core] = max(seq, self._finished.get(core, seq))
+        self._done[core] = self._done.get(core, 0) + 1
 
     @staticmethod
     def _oldest(proc: _Process, name: str) -> Optional[InFlight]:
@@ -271,9 +277,11 @@ class TraceFollower:
         return [(f.name, f.seconds(now)) for f in self.in_flight()]
 
     def finished(self, kernel: StalledKernel) -> bool:
-        """Whether `kernel` (by function_core; its launch ID or a later one, when known) has finished."""
-        seqs = [seq for core, seq in self._finished.items() if kernel.matches(core)]
-        return any(kernel.launch_id is None or seq < 0 or seq >= kernel.launch_id for seq in seqs)
+        """Whether the launch of `kernel` it names has finished: more launches of it (by function_core) than
+        its ordinal have. False when its ordinal is not known (see StalledKernel)."""
+        if kernel.ordinal is None:
+            return False
+        return sum(n for core, n in self._done.items() if kernel.matches(core)) > kernel.ordinal
 
     def running(self, kernel: StalledKernel) -> list[InFlight]:
         """The launches of `kernel` (by function_core) in flight, oldest first."""
