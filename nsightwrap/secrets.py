@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-__all__ = ["MASK", "is_secret_name", "mask_argv", "mask_doc", "mask_env", "mask_text"]
+__all__ = ["MASK", "is_secret_name", "mask_argv", "mask_doc", "mask_text"]
 
 #: What a secret's value is written as.
 MASK = "***"
@@ -86,11 +86,6 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
         else:
             out.append(_mask_urls(arg))
     return out
-
-
-def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """An environment as it may be written: the values of secret-looking variables replaced by MASK."""
-    return {k: MASK if is_secret_name(k) else _mask_urls(str(v)) for k, v in env.items()}
 
 
 #: Keys of a document whose strings are kernel names, kept as ncu printed them (``void f<key=1>`` is no secret).

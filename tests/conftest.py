@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, attempt_rows
@@ -19,9 +20,8 @@ __all__ = ["DATA", "FAKE_APP", "FAKE_DIR", "FAKE_NCU", "FAKE_SCALE", "HERE", "ap
 CHECKOUT_CACHES = {".pytest_cache", ".hypothesis", ".benchmarks", ".ruff_cache", ".venv", "__pycache__"}
 
 
-def checkout_files() -> set[str]:
-    """What is in the checkout's top folder, tests/ and the default report folder (not caches)."""
-    root = HERE.parent
+def checkout_files(root: Path = HERE.parent) -> set[str]:
+    """What is in the checkout's (`root`'s) top folder, tests/ and the default report folder (not caches)."""
     names = set()
     for folder in (root, root / "tests", root / "nsightwrap-reports"):
         try:

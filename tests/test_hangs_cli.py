@@ -158,3 +158,25 @@ def test_a_reader_going_away_mid_output_is_quiet(db):
     err = io.StringIO()
     rc = cmd_hangs(parser.parse_args(["hangs", "list", "--store", db]), out=Closing(), err=err)
     assert (rc, err.getvalue()) == (BROKEN_PIPE_EXIT, "")
+
+
+def test_a_reader_going_away_is_answered_as_main_answers_it(db, monkeypatch):
+    """One exit code and one silence for a reader that went away (watch.writer), not copies in hangs and main."""
+    import nsightwrap.cli.hangs as hangs
+    import nsightwrap.cli.main as main
+    import nsightwrap.watch.writer as writer
+
+    assert hangs.BROKEN_PIPE_EXIT is main.BROKEN_PIPE_EXIT is writer.BROKEN_PIPE_EXIT == 141
+    assert not hasattr(hangs, "_silence")
+    silenced = []
+    monkeypatch.setattr(hangs, "silence", silenced.append)
+
+    class Closing(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    parser = argparse.ArgumentParser(prog="nsightwrap")
+    add_hangs_parser(parser.add_subparsers(dest="cmd"))
+    out = Closing()
+    assert cmd_hangs(parser.parse_args(["hangs", "list", "--store", db]), out=out, err=io.StringIO()) == 141
+    assert silenced == [out]

@@ -10,18 +10,20 @@ one made and by `cleanup`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from helpers import FAKE_NCU, run_cli
 
 from nsightwrap.ncu.catalog import default_cache_dir, probe_ncu
-from nsightwrap.paths import cache_dir, stale_work_dirs, work_dir
+from nsightwrap.paths import cache_dir, host_mark, stale_work_dirs, work_dir
 from nsightwrap.store.paths import default_store_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,9 +177,66 @@ def test_work_folders_are_private_and_a_killed_owners_one_goes_with_the_next(pri
     try:
         assert not left.exists()
         assert stale_work_dirs() == []  # this process is alive: its folder stays
-        assert mine.name.startswith(f"nsightwrap-calibrate-{os.getpid()}.")
+        assert mine.name.startswith(f"nsightwrap-calibrate-{os.getpid()}.") and f".{host_mark()}." in mine.name
     finally:
         shutil.rmtree(mine)
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--user", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("unshare") is None or not _unshare_works(),
+                    reason="needs unshare --user --pid (a pid namespace of its own)")
+def test_a_live_runs_folder_in_another_pid_namespace_is_left_alone(private_tmp):
+    """$TMPDIR shared with a container (docker -v /tmp:/tmp): its nsightwrap's PID is no process here, or
+    another one, yet its folder is in use and must stay."""
+    code = ("import sys; from nsightwrap.paths import work_dir; w = work_dir('calibrate'); "
+            "print(w, flush=True); sys.stdin.read()")
+    there = subprocess.Popen(["unshare", "--user", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(private_tmp)})
+    try:
+        theirs = Path(there.stdout.readline().strip())
+        assert theirs.parent == private_tmp and theirs.is_dir()
+        assert stale_work_dirs() == []
+        mine = work_dir("calibrate")  # removes the stale ones first
+        shutil.rmtree(mine)
+        assert theirs.is_dir()
+        assert host_mark() not in theirs.name and f".{host_mark()}." in mine.name
+    finally:
+        there.communicate("", timeout=30)
+
+
+def test_only_folders_of_this_host_and_namespace_are_judged(private_tmp):
+    left = killed_work_dir(private_tmp, "calibrate")
+    pid, start, mark, rest = left.name.split("-")[-1].split(".")
+    assert mark == host_mark()
+    elsewhere = left.rename(left.with_name(f"nsightwrap-calibrate-{pid}.{start}.{'0' * 8}.{rest}"))
+    assert stale_work_dirs() == []  # another host's PID says nothing here
+    here = elsewhere.rename(left)
+    assert stale_work_dirs() == [here]
+
+
+def test_a_folder_of_the_old_form_is_judged_only_when_a_day_old(private_tmp):
+    left = killed_work_dir(private_tmp, "calibrate")
+    pid, start = left.name.split("-")[-1].split(".")[:2]
+    old = left.rename(left.with_name(f"nsightwrap-calibrate-{pid}.{start}.abcdefgh"))  # no host mark: whose?
+    assert stale_work_dirs() == []
+    day_old = time.time() - 24 * 3600 - 60
+    os.utime(old, (day_old, day_old))
+    assert stale_work_dirs() == [old]
+
+
+def test_the_host_mark_is_short_and_says_where_even_without_proc(tmp_path):
+    mark = host_mark()
+    assert re.fullmatch(r"[0-9a-f]{8}", mark) and host_mark() == mark
+    bare = host_mark(str(tmp_path))  # no boot id, no pid namespace to read: the host name still counts
+    assert re.fullmatch(r"[0-9a-f]{8}", bare) and bare != mark
 
 
 def test_other_folders_in_tmp_are_left_alone(private_tmp):
@@ -189,7 +248,7 @@ def test_other_folders_in_tmp_are_left_alone(private_tmp):
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root, to make a folder of another user")
 def test_another_users_folder_is_left_alone(private_tmp):
-    theirs = private_tmp / "nsightwrap-calibrate-1.2.abcdefgh"
+    theirs = private_tmp / f"nsightwrap-calibrate-1.2.{host_mark()}.abcdefgh"
     theirs.mkdir()
     os.chown(theirs, 65534, 65534)
     assert stale_work_dirs() == []
@@ -207,21 +266,22 @@ def test_cleanup_removes_what_a_killed_calibration_left(private_tmp, tmp_path):
 # -- the tests' own files --------------------------------------------------------------------------
 
 
-def test_the_checkout_check_sees_a_file_a_test_left():
-    from conftest import checkout_files
+def test_the_checkout_check_sees_a_file_a_test_left(tmp_path):
+    """Probed on a copy of the checkout's layout: a file made in the real one would be seen by the check of a
+    test that another worker runs meanwhile."""
+    from conftest import CHECKOUT_CACHES, checkout_files
 
-    before = checkout_files()
-    probe = ROOT / "nsightwrap-reports" / f"leak-probe-{os.getpid()}.ncu-rep"
-    made_folder = not probe.parent.exists()
-    probe.parent.mkdir(exist_ok=True)
-    try:
-        probe.write_text("x")
-        assert checkout_files() - before >= {str(probe.relative_to(ROOT))}
-    finally:
-        probe.unlink()
-        if made_folder:
-            probe.parent.rmdir()
-    assert checkout_files() == before
+    root = tmp_path / "checkout"
+    (root / "tests").mkdir(parents=True)
+    for name in ("README.md", "tests/conftest.py"):
+        shutil.copy(ROOT / name, root / name)
+    (root / ".ruff_cache").mkdir()
+    before = checkout_files(root)
+    assert before == {"README.md", "tests", "tests/conftest.py"} and not CHECKOUT_CACHES & before
+    probe = root / "nsightwrap-reports" / "leak-probe.ncu-rep"
+    probe.parent.mkdir()
+    probe.write_text("x")
+    assert checkout_files(root) - before == {"nsightwrap-reports", "nsightwrap-reports/leak-probe.ncu-rep"}
 
 
 def test_each_test_runs_in_its_own_folder_with_its_own_records_and_tmpdir(tmp_path):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -24,11 +23,9 @@ from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import normalize_kernel
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, store_path
+from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, silence
 
 __all__ = ["BROKEN_PIPE_EXIT", "add_hangs_parser", "cmd_hangs"]
-
-#: Exit code when the reader of stdout went away (128 + SIGPIPE).
-BROKEN_PIPE_EXIT = 141
 
 
 def add_hangs_parser(subparsers) -> argparse.ArgumentParser:
@@ -81,7 +78,7 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
         out.flush()
         return code
     except BrokenPipeError:
-        _silence(out)
+        silence(out)
         return BROKEN_PIPE_EXIT
 
 
@@ -90,20 +87,6 @@ def _failed(e: Exception, args, path: Path, out: IO[str], err: IO[str]) -> int:
     if getattr(args, "json", False):
         _print_json(out, {"status": "error", "error": str(e), "store": str(path)})
     return USAGE_EXIT_CODE
-
-
-def _silence(out: IO[str]) -> None:
-    """After the reader went away: point stdout at /dev/null so that the flush
-    at exit does not print a BrokenPipeError of its own."""
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError, ValueError):  # not a real file (tests pass StringIO)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 def _print_json(out: IO[str], doc: dict[str, Any]) -> None:

@@ -23,10 +23,8 @@ from typing import Iterator, NoReturn, Optional, Sequence
 
 from nsightwrap.status import EXIT_CODES, INTERRUPTED
 from nsightwrap.watch.signals import Interrupts, ignore_stop_signals, settle
-from nsightwrap.watch.writer import OutputWriter, TextOut, lost_output, silence
+from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, OutputWriter, TextOut, lost_output, silence
 
-#: Exit code when the reader of stdout went away in the middle of the output (128 + SIGPIPE).
-BROKEN_PIPE_EXIT = 141
 #: At the end, how long what is left of stderr may take to be written (seconds); the rest is dropped.
 CLOSE_S = 1.0
 

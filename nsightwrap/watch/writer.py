@@ -22,8 +22,11 @@ import time
 from collections import deque
 from typing import Any, Iterable, Optional
 
-__all__ = ["OutputWriter", "TextOut", "lost_output", "silence"]
+__all__ = ["BROKEN_PIPE_EXIT", "OutputWriter", "TextOut", "lost_output", "silence"]
 
+#: Exit code when the reader of stdout went away (128 + SIGPIPE), as for a program stopped by SIGPIPE;
+#: after it, :func:`silence` the stream.
+BROKEN_PIPE_EXIT = 141
 #: Bytes waiting to be written at most; more is dropped and counted.
 BUFFER_LIMIT = 1 << 20
 
