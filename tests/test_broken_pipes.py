@@ -3,9 +3,11 @@
 `... 2>&1 | head` closes the pipe of stderr and stdout early: the profile
 goes on, what cannot be written is dropped, and the exit code is the run's.
 `doctor | true`, `cleanup --dry-run | true`, `run --json ... | true` print no
-traceback (Python's idiom: stdout pointed at /dev/null, a quiet exit): the
-command's code once it said everything (the JSON object), 141 (128 + SIGPIPE)
-when the reader went away in the middle of its output.
+traceback (Python's idiom: stdout pointed at /dev/null, a quiet exit) and
+go on to their end (`cleanup | true` still stops the orphan it announced):
+the command's code once it said everything (the JSON object) or when it
+failed, 141 (128 + SIGPIPE) when it succeeded but the reader went away in the
+middle of its output.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 from helpers import app, run_cli
 
 from nsightwrap.cli.main import BROKEN_PIPE_EXIT
-from nsightwrap.watch.records import RUNTIME_VAR
+from nsightwrap.watch.records import RUNTIME_VAR, RunRecord, runtime_dir, write_record
+from nsightwrap.watch.tree import COOKIE_VAR
 
 
 @pytest.fixture
@@ -64,15 +69,16 @@ def quiet(done: subprocess.CompletedProcess) -> bool:
 @pytest.mark.parametrize("args", [["doctor"], ["cleanup", "--dry-run"]])
 @pytest.mark.parametrize("unbuffered", [True, False])
 def test_a_command_piped_to_true_exits_quietly(env, args, unbuffered):
-    """Unbuffered (PYTHONUNBUFFERED), the first line fails: 141 (128 + SIGPIPE, as `hangs` and C tools exit);
-    buffered, only the flush at the end fails, after the command said everything: its own exit code."""
+    """Unbuffered (PYTHONUNBUFFERED), the first line fails: 141 (128 + SIGPIPE, as `hangs` and C tools exit)
+    unless the command failed anyway (doctor without a GPU: its own code says more); buffered, only the flush at
+    the end fails, after the command said everything: its own exit code."""
     env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
     if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
     expected = run_cli(args, env).returncode
     done = piped_to_true(args, env)
     assert quiet(done), done.stderr
-    assert done.returncode == (BROKEN_PIPE_EXIT if unbuffered else expected)
+    assert done.returncode == (BROKEN_PIPE_EXIT if unbuffered and expected == 0 else expected)
 
 
 def test_doctor_json_piped_to_true_keeps_its_exit_code(env):
@@ -86,3 +92,34 @@ def test_run_json_piped_to_true_keeps_the_run_s_exit_code(env, tmp_path):
     done = piped_to_true(["run", "--json", "-q", "-o", str(tmp_path / "r"), "--", *app("vec_add")], env)
     assert quiet(done), done.stderr
     assert done.returncode == 0
+
+
+def forged_orphan(env) -> tuple[subprocess.Popen, str]:
+    """A tree whose nsightwrap owner is gone and whose guard did not stop it: a run record of a dead owner."""
+    cookie = "0rphan" * 6
+    root = subprocess.Popen(["sleep", "60"], env={**env, COOKIE_VAR: cookie}, start_new_session=True)
+    owner = subprocess.Popen(["true"])
+    owner.wait()
+    record = RunRecord(cookie, owner.pid, time.time() - 5, root.pid, psutil.Process(root.pid).create_time(),
+                       ["ncu", "sleep", "60"], ["ncu"], time.time(), None)
+    write_record(runtime_dir(env), record)
+    return root, cookie
+
+
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_cleanup_piped_to_true_still_stops_the_orphan_it_announced(env, unbuffered):
+    """`cleanup | true`: it prints "stopping run ..." before it stops the tree; the broken pipe must not stop
+    it there. It finishes, quietly; 141 (the reader lost output) only because nothing else went wrong."""
+    env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    root, cookie = forged_orphan(env)
+    try:
+        done = piped_to_true(["cleanup", "--grace", "0.5"], env)
+        assert quiet(done), done.stderr
+        assert root.wait(timeout=10) is not None  # stopped by cleanup, not left running
+        assert list(runtime_dir(env).glob(f"{cookie}*")) == []  # its record went with it
+        assert done.returncode == (BROKEN_PIPE_EXIT if unbuffered else 0)
+    finally:
+        root.kill()
+        root.wait()

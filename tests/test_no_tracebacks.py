@@ -176,3 +176,29 @@ def test_the_duplicate_name_check_is_linear():
     assert time.monotonic() - t0 < 1.0  # the old check counted each name in the whole list: 2.5e9 steps
     with pytest.raises(LadderError, match="repeated: r7"):
         Ladder("twice", rungs + (Rung(name="r7"),))
+
+
+SIGNAL_WHILE_STDERR_DRAINS = """
+import os, signal, sys
+import nsightwrap.cli.main as main
+
+flush, sent = main.OutputWriter.flush, []
+def late_signal(self, timeout):
+    if timeout == main.CLOSE_S and not sent:  # the command answered; stderr gets its last second
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return flush(self, timeout)
+main.OutputWriter.flush = late_signal
+err = sys.stderr
+code = main.main(sys.argv[1:])
+print(code, sys.stderr is err, bool(sent))
+"""
+
+
+def test_a_signal_while_stderr_drains_after_a_plain_answer_keeps_its_exit_code(env):
+    """Without --json nothing settles the signals in print_json: after the command's answer, stderr's writer
+    gets CLOSE_S to drain; a SIGTERM then changed exit 0 into 130 and left sys.stderr the writer's."""
+    r = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_STDERR_DRAINS, "cleanup", "--dry-run"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.stdout.splitlines()[-1] == "0 True True", (r.stdout, r.stderr)
+    assert "interrupted" not in r.stderr and "Traceback" not in r.stderr

@@ -8,8 +8,11 @@ interrupted, 2 usage or set-up problem found before launching.
 any moment is `interrupted` (130, and with --json one JSON object); once the
 answer is printed, signals change neither it nor the exit code. stderr goes
 through a writer of its own (watch.writer): output nobody reads never
-blocks a run; a reader of stdout that went away (`| head`) costs no
-traceback.
+blocks a run; a reader of stdout that went away (`| head`, `| true`) costs
+its output, never a traceback nor the rest of the command (`cleanup | true`
+still stops what it said it stops): the exit code is the command's, or 141
+(128 + SIGPIPE) when the command succeeded but its output was cut before
+its end.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Iterator, NoReturn, Optional, Sequence
 
 from nsightwrap.status import EXIT_CODES, INTERRUPTED
 from nsightwrap.watch.signals import Interrupts, ignore_stop_signals, settle
-from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, OutputWriter, TextOut, lost_output, silence
+from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, OutputWriter, ReaderSafe, TextOut, lost_output, silence
 
 #: At the end, how long what is left of stderr may take to be written (seconds); the rest is dropped.
 CLOSE_S = 1.0
@@ -91,15 +94,16 @@ def answer_interrupted(argv: Sequence[str], reason: str = "interrupted") -> int:
 def _command(argv: list[str]) -> int:
     from nsightwrap.cli.commands import run_command  # heavy: after the signals are ours
 
+    out = ReaderSafe(sys.stdout)  # a reader of stdout that goes away costs its output, never the command
+    sys.stdout = out  # type: ignore[assignment]
     try:
         code = run_command(argv)
-    except BrokenPipeError:  # the reader of stdout went away in the middle: nothing more to say to it
-        silence(sys.stdout)
+        settle()  # the command answered: a signal while stderr drains changes neither answer nor code
+        out.finish()
+    finally:
+        sys.stdout = out.stream
+    if out.cut and code == 0:  # output lost in the middle and nothing else went wrong: as SIGPIPE would
         return BROKEN_PIPE_EXIT
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:  # ... after the command said everything: its exit code stands
-        silence(sys.stdout)
     return code
 
 
@@ -118,12 +122,14 @@ def _own_streams() -> Iterator[None]:
     try:
         yield
     finally:
-        writer.flush(CLOSE_S)
-        lost = writer.dropped + writer.pending
-        if lost:
-            sys.stderr.write(f"nsightwrap: {lost_output(lost)}\n")
-        sys.stderr = err
-        writer.close(CLOSE_S if not lost else 0.1)
+        try:
+            writer.flush(CLOSE_S)
+            lost = writer.dropped + writer.pending
+            if lost:
+                sys.stderr.write(f"nsightwrap: {lost_output(lost)}\n")
+        finally:
+            sys.stderr = err
+            writer.close(CLOSE_S if not (writer.dropped or writer.pending) else 0.1)
 
 
 if __name__ == "__main__":  # pragma: no cover

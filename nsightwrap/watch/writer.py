@@ -22,7 +22,7 @@ import time
 from collections import deque
 from typing import Any, Iterable, Optional
 
-__all__ = ["BROKEN_PIPE_EXIT", "OutputWriter", "TextOut", "lost_output", "silence"]
+__all__ = ["BROKEN_PIPE_EXIT", "OutputWriter", "ReaderSafe", "TextOut", "lost_output", "silence"]
 
 #: Exit code when the reader of stdout went away (128 + SIGPIPE), as for a program stopped by SIGPIPE;
 #: after it, :func:`silence` the stream.
@@ -187,3 +187,65 @@ def silence(stream: Any) -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+class ReaderSafe:
+    """A text stream (stdout) whose reader may go away (`| head`, `| true`) without stopping the command.
+
+    The first BrokenPipeError of a write or flush points the stream at /dev/null (:func:`silence`) and
+    is swallowed: a command that prints before it acts (`cleanup`: "stopping run ...") still acts.
+    `cut` says that output was lost before the command's answer; a reader that went away only at
+    :meth:`answer` (the one JSON object) or at :meth:`finish` (the last flush) lost nothing it was told
+    before the end, so that does not count as cut.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.cut = False  # output was lost before the answer
+        self.broken = False  # the reader went away (at any point)
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._gone(cut=True)
+            return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._gone(cut=True)
+
+    def answer(self, text: str) -> None:
+        """Write the command's answer and flush it; a reader gone by now is no cut."""
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            self._gone(cut=False)
+
+    def finish(self) -> None:
+        """The last flush, once the command said everything."""
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._gone(cut=False)
+
+    def _gone(self, cut: bool) -> None:
+        self.cut = self.cut or cut
+        if self.broken:
+            return
+        self.broken = True
+        silence(self.stream)
+        try:  # what the buffer still holds goes to /dev/null, not into a BrokenPipeError at exit
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
