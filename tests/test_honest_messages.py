@@ -253,6 +253,34 @@ def test_in_flags_maps_once_in_the_cli_layer():
     assert isinstance(parser, argparse.ArgumentParser)
 
 
+def test_in_flags_leaves_paths_and_python_hints_alone():
+    """A parameter's name inside a path is part of the path (`/proc/stall_timeout/r` stayed no path), and a
+    `NAME= in Python` hint names the parameter on purpose (`(export= in Python)` became `(-o in Python)`)."""
+    parser = Parser(prog="x")
+    parser.add_argument("--stall-timeout", type=float)
+    parser.add_argument("-o", "--export")
+    for kept in ("cannot write the report /proc/stall_timeout/r.ncu-rep (/proc/stall_timeout)",
+                 "cannot run the program '/tmp/x/no_such/stall_timeout'",
+                 "in stall_timeout/r.ncu-rep and ./stall_timeout and x/export=1",
+                 "choose a place with -o/--export (export= in Python)",
+                 "raise it (--stall-timeout SEC, or stall_timeout=SEC in Python)"):
+        assert in_flags(kept, parser, ["-o", "/x"]) == kept
+    assert in_flags("stall_timeout must be > 0 (at /tmp/stall_timeout)", parser, []) == \
+        "--stall-timeout must be > 0 (at /tmp/stall_timeout)"
+    assert in_flags("export=/tmp/r: bad", parser, ["-o", "/tmp/r"]) == "-o /tmp/r: bad"
+
+
+@pytest.mark.parametrize("args, path", [
+    (["-o", "/proc/stall_timeout/r.ncu-rep", "--", "/bin/true"], "/proc/stall_timeout/r.ncu-rep"),
+    (["--", "/tmp/x/no_such/stall_timeout"], "/tmp/x/no_such/stall_timeout"),
+])
+def test_the_cli_leaves_a_path_that_holds_a_parameter_name_alone(fake_env, tmp_path, args, path):
+    done = cli(["run", "--json", *args], fake_env, cwd=tmp_path)
+    doc = json.loads(done.stdout)
+    assert done.returncode == 2 and path in doc["error"] and "--stall-timeout" not in doc["error"], doc
+    assert "(-o in Python)" not in doc["error"]
+
+
 def test_main_spells_library_errors_in_flags(fake_env, tmp_path, monkeypatch, capsys):
     from nsightwrap.cli.main import main
 

@@ -58,9 +58,11 @@ PARAMETER_DESTS: dict[str, tuple[str, ...]] = {
     "KernelFilter.pattern": ("kernel", "kernel_name"),
     "KernelFilter.base": ("kernel_name_base",),
 }
-_ASSIGNED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=\S)(?![:;,)])")
-_BARE = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=[\s:;,)]|$)")
-_NAMED = re.compile(r"(?<![\w.-])((?:KernelFilter\.)?[a-z]+(?:_[a-z]+)+|KernelFilter\.[a-z]+)(?![\w=])")
+# A Python hint (`export= in Python`, `stall_timeout=SEC in Python`) is left as it is: it names the parameter.
+_ASSIGNED = re.compile(r"(?<![\w./-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=\S)(?![:;,)])(?!\S* in Python)")
+_BARE = re.compile(r"(?<![\w./-])((?:KernelFilter\.)?[A-Za-z_]\w*)=(?=[\s:;,)]|$)(?! in Python)")
+_NAMED = re.compile(r"(?<![\w./-])((?:KernelFilter\.)?[a-z]+(?:_[a-z]+)+|KernelFilter\.[a-z]+)(?![\w=/])"
+                    r"(?![.-]\w)(?! in Python)")
 
 
 def in_flags(message: str, parser: Optional[argparse.ArgumentParser], argv: Sequence[str]) -> str:
@@ -77,13 +79,24 @@ def in_flags(message: str, parser: Optional[argparse.ArgumentParser], argv: Sequ
         found = [flags[d] for d in dests if d in flags]
         return next((f for f in found if f in typed), found[0] if found else None)
 
+    def named(m: re.Match[str]) -> Optional[str]:
+        return None if _in_path(m) else flag(m[1])
+
     said = message
-    message = _BARE.sub(lambda m: flag(m[1]) or m[0], message)  # `nsys=` names the parameter itself
-    message = _ASSIGNED.sub(lambda m: f"{flag(m[1])} " if flag(m[1]) else m[0], message)
-    message = _NAMED.sub(lambda m: flag(m[1]) or m[0], message)
+    message = _BARE.sub(lambda m: named(m) or m[0], message)  # `nsys=` names the parameter itself
+    message = _ASSIGNED.sub(lambda m: f"{named(m)} " if named(m) else m[0], message)
+    message = _NAMED.sub(lambda m: named(m) or m[0], message)
     if message != said:  # a Python value has no command-line spelling: an option left out is "None"
         message = message.replace(" or None", "").replace("use None", "leave the option out")
     return message
+
+
+def _in_path(m: re.Match[str]) -> bool:
+    """The name matched is part of a path-like word (`/tmp/stall_timeout/r`, `'./x/launch_count'`): after a
+    `/` of its word, or right before one; a path is never the parameter."""
+    text, start, end = m.string, m.start(1), m.end(1)
+    word_start = max(text.rfind(c, 0, start) for c in " \t\n") + 1
+    return "/" in text[word_start:start] or text[end:end + 1] == "/"
 
 
 def _actions(parser: argparse.ArgumentParser, typed: Sequence[str]) -> list[argparse.Action]:
