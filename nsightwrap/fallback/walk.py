@@ -440,7 +440,9 @@ class _Walk:
         if status == NO_KERNELS and job.upfront:  # the filter is the same at every rung: none would find any
             step = self.result.steps[-1]
             self.result.steps[-1] = replace(step, notes=step.notes + (
-                f"no collective kernel ({job.name}) ran: the program launches none, so nothing is left to profile",))
+                f"no collective kernel ({job.name}) was profiled: the program launches none"
+                + (" that your kernel filter selects" if self.options.kernel is not None else "")
+                + ", so nothing is left to profile",))
             return True
         if status == HANG and attempt.stall is not None:
             self._after_hang(job, attempt, one_rank)
