@@ -13,10 +13,8 @@ from nsightwrap.calibrate.confirm import DEFAULT_LIMIT_S, Calibrator, calibrated
 from nsightwrap.calibrate.cupti.trace import StalledKernel
 from nsightwrap.calibrate.measure import measure, measure_plain, measure_with_nsys, program_verdict
 from nsightwrap.calibrate.traced import measure_traced
-from nsightwrap.ncu.allowance import Calibration
 
 __all__ = [
-    "Calibration",
     "Calibrator",
     "DEFAULT_LIMIT_S",
     "StalledKernel",
