@@ -17,8 +17,8 @@ import sys
 import pytest
 from helpers import app, run_cli
 
-from nsightwrap.cli.main import BROKEN_PIPE_EXIT
 from nsightwrap.watch.records import RUNTIME_VAR
+from nsightwrap.watch.writer import BROKEN_PIPE_EXIT
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
 from nsightwrap.calibrate.cupti.trace import StalledKernel
-from nsightwrap.calibrate.traced import CUPTI, measure_traced
+from nsightwrap.calibrate.traced import measure_traced
 from nsightwrap.calibrate.verdict import program_verdict
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
@@ -34,11 +34,18 @@ from nsightwrap.nsys.run import profile_nsys
 from nsightwrap.paths import work_dir
 from nsightwrap.reports.nsys.sqlite import api_calls, kernel_records, nsys_export_sqlite
 from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
-from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import TotalTimeout
+from nsightwrap.watch.run import watch
 
-__all__ = ["CUPTI", "NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain",
-           "measure_with_nsys", "program_verdict"]
+__all__ = [
+    "NSYS",
+    "PLAIN",
+    "durations_by_kernel",
+    "marks_ranges",
+    "measure",
+    "measure_plain",
+    "measure_with_nsys",
+]
 
 NSYS, PLAIN = "nsys", "plain run"
 #: What nsys is asked for: CUDA kernels only; no CPU sampling, context switches or backtraces. On an H100

@@ -25,8 +25,8 @@ from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
 from nsightwrap.ncu.listen import SILENT, CalibrationProgress, RunListener
 from nsightwrap.paths import work_dir
 from nsightwrap.status import ERROR, OK, TIMEOUT
-from nsightwrap.watch.process import RunOutcome, watch
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
+from nsightwrap.watch.run import RunOutcome, watch
 
 __all__ = ["CUPTI", "INJECTION_VAR", "TraceRule", "measure_traced"]
 

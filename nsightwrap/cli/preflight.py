@@ -32,7 +32,7 @@ from nsightwrap.store.paths import repair_sidecars, store_path
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.locate import version_key
-from nsightwrap.watch.process import find_orphans
+from nsightwrap.watch.orphans import find_orphans
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 

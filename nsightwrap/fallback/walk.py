@@ -36,10 +36,8 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
-    COLLECTIVE_PREFIXES,
     COLLECTIVES_JOB,
     JobShape,
-    collective_family,
     family_filter,
     unprofiled_reason,
     up_front,
@@ -58,10 +56,12 @@ from nsightwrap.fallback.result import (
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
-from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.watch.locate import check_program
 
 log = logging.getLogger("nsightwrap")
