@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 from nsightwrap.ncu.locate import find_ncu  # noqa: E402
 from nsightwrap.ncu.options import ProfileOptions, build_argv  # noqa: E402
 from nsightwrap.watch import gpu  # noqa: E402
-from nsightwrap.watch.process import find_orphans  # noqa: E402
+from nsightwrap.watch.orphans import find_orphans  # noqa: E402
 
 FAKE_NCU = ROOT / "tests/fake_ncu/ncu"
 FAKE_NSYS = ROOT / "tests/fake_nsys/nsys"

@@ -99,7 +99,7 @@ def profile_run(args: argparse.Namespace) -> int:
 
 def _stop(proc: subprocess.Popen, cookie: str) -> None:
     """SIGTERM (the profile(fn) process then stops its ncu tree), then SIGKILL whatever carries the cookie."""
-    from nsightwrap.watch.process import processes_with
+    from nsightwrap.watch.tree import processes_with
 
     proc.send_signal(signal.SIGTERM)
     try:

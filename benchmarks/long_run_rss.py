@@ -7,7 +7,7 @@ A stand-in for ncu writes its log (`--log-file`) as fast as it can and
 exits, so nearly all of it is read after the end of the run (where the log
 was once parsed in one piece: 100 MB of progress dots peaked at 12 GB).
 Each case runs in a fresh interpreter, through the watch loop
-(nsightwrap.watch.process.watch with the ncu observer) and build_attempt,
+(nsightwrap.watch.run.watch with the ncu observer) and build_attempt,
 and prints that interpreter's peak resident memory (VmHWM), its time, and
 the attempt's kernel count (exact, whatever the size):
 - `dots`: one kernel whose progress line is MB megabytes of dots;
@@ -59,7 +59,7 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 from nsightwrap.ncu.attempt import build_attempt
 from nsightwrap.ncu.progress import NcuObserver
-from nsightwrap.watch.process import watch
+from nsightwrap.watch.run import watch
 t0 = time.monotonic()
 out = watch([sys.executable, "-c", {writer!r}, {log!r}, {case!r}, "{mb}", "{kernels}"], None,
             observer=NcuObserver, tool_log={log!r}, guard=False)

@@ -30,11 +30,14 @@ from nsightwrap.errors import (
     ToolNotFound,
 )
 from nsightwrap.status import EXIT_CODES, STATUSES, ReplayMode
+from nsightwrap.version import __version__ as __version__  # re-exported: nsightwrap.__version__
 
 if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.calibrate.confirm import Calibrator
-    from nsightwrap.call.api import Profiler, ProfileResult, profile, profiled
+    from nsightwrap.call.api import profile, profiled
+    from nsightwrap.call.profiler import Profiler
     from nsightwrap.call.ranges import range
+    from nsightwrap.call.result import ProfileResult
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
@@ -54,8 +57,8 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.nsys.stats import nsys_stats
     from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
     from nsightwrap.store.debuglog import debug_log
-    from nsightwrap.watch.process import StopPolicy
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
+    from nsightwrap.watch.tree import StopPolicy
 
 # Every public name but the exceptions and the vocabulary loads on first use,
 # so that `import nsightwrap` (the CLI, and profile(fn)'s child under ncu)
@@ -79,7 +82,7 @@ _LAZY = {
     "Rung": "fallback.ladder",
     "Stall": "ncu.progress",
     "StallRule": "ncu.progress",
-    "StopPolicy": "watch.process",
+    "StopPolicy": "watch.tree",
     "SweepResult": "fallback.sweep",
     "TotalTimeout": "watch.rules",
     "WatchRule": "watch.rules",
@@ -90,7 +93,7 @@ _LAZY = {
     "profile_command": "ncu.engine",
     "range": "call.ranges",
     "sweep_sections": "fallback.sweep",
-    "ProfileResult": "call.api", "Profiler": "call.api", "profile": "call.api", "profiled": "call.api",
+    "ProfileResult": "call.result", "Profiler": "call.profiler", "profile": "call.api", "profiled": "call.api",
     "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
     "debug_log": "store.debuglog",
     "LadderResult": "fallback.result", "walk_ladder": "fallback.walk",
@@ -111,8 +114,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = "0.1.0"
 
 # A library logs; the application decides where it goes (the CLI: --verbose). Without this,
 # logging's last-resort handler printed every warning a second time, beside the attempt's note.

@@ -1,6 +1,6 @@
 """One exception hierarchy. Every message says what to do next.
 
-Imports nothing from the package but nsightwrap.secrets (its own layer), so every layer can raise from here;
+Imports nothing from the package but nsightwrap.secrets (the layer below), so every layer can raise from here;
 `did_you_mean` is the one close-match helper those messages use.
 """
 

@@ -10,8 +10,9 @@ import pytest
 from helpers import FAKE_DIR, no_leftovers, run_config
 
 import nsightwrap
-from nsightwrap.call.api import ChildError, NotProfilable, profile, profiled
-from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.call.api import profile, profiled
+from nsightwrap.errors import ChildError, NotProfilable
+from nsightwrap.ncu.context import RunConfig
 
 FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
@@ -114,7 +115,7 @@ def test_function_of_a_script_run_as_main(cfg, tmp_path):
         f"sys.path.insert(0, {FAKE!r})\n"
         "import fakecuda\n"
         "import nsightwrap\n"
-        "from nsightwrap.ncu.engine import RunConfig\n"
+        "from nsightwrap.ncu.context import RunConfig\n"
         "def work(n):\n"
         "    fakecuda.launch('script_kernel')\n"
         "    return n + 1\n"

@@ -21,9 +21,10 @@ import psutil
 import pytest
 from helpers import app, run_cli
 
-from nsightwrap.cli.main import BROKEN_PIPE_EXIT
-from nsightwrap.watch.records import RUNTIME_VAR, RunRecord, runtime_dir, write_record
+from nsightwrap.paths import runtime_dir
+from nsightwrap.watch.records import RUNTIME_VAR, RunRecord, write_record
 from nsightwrap.watch.tree import COOKIE_VAR
+from nsightwrap.watch.writer import BROKEN_PIPE_EXIT
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.status import EXIT_CODES, NO_KERNELS, OK, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.tree import StopPolicy
 
 FAKE_NSYS = Path(__file__).parent / "fake_nsys" / "nsys"
 ONE_METRIC = ProfileOptions(metrics=("gpu__time_duration.sum",))

@@ -9,8 +9,9 @@ import pytest
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.events import KernelDone, Output, Progress
 from nsightwrap.ncu.progress import NcuObserver
+from nsightwrap.paths import runtime_dir
 from nsightwrap.watch.channels import BoundedText, EventLog, FollowedFile, PipeReader
-from nsightwrap.watch.records import RUNTIME_VAR, RunRecord, read_records, runtime_dir, write_record
+from nsightwrap.watch.records import RUNTIME_VAR, RunRecord, read_records, write_record
 
 
 def test_bounded_text_keeps_head_and_tail():

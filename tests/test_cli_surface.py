@@ -24,7 +24,7 @@ from conftest import app
 from helpers import run_read_only
 
 from nsightwrap import __version__
-from nsightwrap.watch.process import COOKIE_VAR, processes_with
+from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_SMI = Path(__file__).parent / "fake_nvidia_smi"

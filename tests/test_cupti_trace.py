@@ -193,3 +193,28 @@ def test_a_device_synchronize_ends_the_launches_before_it_whose_records_are_held
     f.poll()
     assert f.kernel_times() == {"vec_add(float*)": 0.002}
     assert f.finished(StalledKernel("vec_add", 0)) and not f.finished(StalledKernel("wait_forever", 1))
+
+
+def test_a_note_is_trouble_not_a_failed_set_up(tmp_path):
+    """Review: a failed cuptiActivityFlushPeriod (the tracer traces on without it) made the whole traced run
+    count as untraced; it is now a "note", kept as trouble."""
+    f = follower(tmp_path, [0.0])
+    write(tmp_path, 1, init(1) + line(ev="note", pid=1, what="cuptiActivityFlushPeriod: CUPTI_ERROR_X")
+          + launch(1, 1, 0, K, 1) + kernel(1, 1, K, 1, 4))
+    f.poll()
+    assert f.traced and f.errors() == [] and f.troubles() == ["process 1: cuptiActivityFlushPeriod: CUPTI_ERROR_X"]
+    assert f.finished(StalledKernel("k", 0))
+
+
+def test_drain_reads_past_one_polls_budget(tmp_path, monkeypatch):
+    """Review: the final read after the run read one budget (4 MiB) a file, so kernel times went missing."""
+    import nsightwrap.calibrate.cupti.trace as trace
+
+    monkeypatch.setattr(trace, "READ_BUDGET", 1000)
+    f = follower(tmp_path, [0.0])
+    write(tmp_path, 1, init(1) + b"".join(launch(1, i, i, f"k{i}(int)", i) + kernel(1, i, f"k{i}(int)", i, i + 1)
+                                           for i in range(200)))
+    f.poll()
+    assert f.launch_count() < 200
+    f.drain()
+    assert f.launch_count() == 200

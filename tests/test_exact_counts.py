@@ -23,9 +23,8 @@ from nsightwrap.ncu.output import OutputParser
 from nsightwrap.ncu.progress import NcuObserver, WatchState, _warned
 from nsightwrap.ncu.tally import KEPT_KERNELS, KEPT_LINES, RunTally
 from nsightwrap.watch.channels import EventLog
-from nsightwrap.watch.process import RunOutcome, watch
 from nsightwrap.watch.rules import RunState
-from nsightwrap.watch.run import READ_BUDGET
+from nsightwrap.watch.run import READ_BUDGET, RunOutcome, watch
 
 SLOW = ("Launching the workload is taking more time than expected. If this continues to hang, terminate the "
         "profile and re-try by profiling the range of all related launches using '--replay-mode range'.")

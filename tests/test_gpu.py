@@ -19,7 +19,7 @@ import pytest
 
 from nsightwrap import ProfileOptions, RunConfig, profile_command
 from nsightwrap.watch import gpu
-from nsightwrap.watch.process import COOKIE_VAR, processes_with
+from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).parent.parent

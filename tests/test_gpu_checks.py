@@ -13,7 +13,8 @@ import pytest
 from helpers import FAKE_SMI_DIR, app, run_config, scaled_ladder
 
 import nsightwrap.ncu.engine as engine
-from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 
 
@@ -44,7 +45,7 @@ def test_foreign_gpu_process_is_reported_and_marks_records_untrusted(smi, store)
     assert a.status == "hang"
     assert any(str(foreign.pid) in f for f in a.gpu_foreign_before)
     assert any("not this run's" in n for n in a.notes)
-    from nsightwrap.store.hangstore import Environment, ProfileKey
+    from nsightwrap.store.keys import Environment, ProfileKey
 
     env = Environment("h", "NVIDIA H200", "580", "2025.3.1.0")
     store.record_attempt(a, ProfileKey("basic"), env)
@@ -61,7 +62,7 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
     def stick(text):
         # The hanging target stays listed after it is killed (a kernel still spinning).
         if "0%.." in text and not sticky.read_text():
-            from nsightwrap.watch.process import COOKIE_VAR, OWNER_VAR, processes_with
+            from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, processes_with
 
             pids = [p.pid for p, env in processes_with(COOKIE_VAR)
                     if env.get(OWNER_VAR) == str(os.getpid()) and "app.py" in " ".join(p.cmdline())]

@@ -20,7 +20,8 @@ import psutil
 import pytest
 from helpers import app, read_until, run_cli, start_cli
 
-from nsightwrap.ncu.engine import RunConfig, profile_command
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.events import Output
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.watch.records import RUNTIME_VAR

@@ -46,7 +46,7 @@ from nsightwrap.ncu.progress import NcuObserver, StallRule
 from nsightwrap.status import HANG
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
-from nsightwrap.watch.process import processes_with
+from nsightwrap.watch.tree import processes_with
 
 DIST = Path(__file__).parent / "fake_dist"
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

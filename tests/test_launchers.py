@@ -9,10 +9,11 @@ import pytest
 from helpers import version_1_store
 
 from nsightwrap.errors import LadderError, OptionsError
-from nsightwrap.fallback.collectives import JobShape, collective_family, family_filter, unprofiled_reason
+from nsightwrap.fallback.collectives import JobShape, family_filter, unprofiled_reason
 from nsightwrap.fallback.ladder import exclude_kernels, ladder_from_dict, load_ladder
 from nsightwrap.ncu.attempt import most_connected
 from nsightwrap.ncu.events import Connected, Disconnected
+from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.output import parse_all
 from nsightwrap.store.keys import Environment, ProfileKey, job_gpus

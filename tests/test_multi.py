@@ -25,7 +25,7 @@ from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.launchers import WRAPPER_MODULE
-from nsightwrap.watch.process import COOKIE_VAR, processes_with
+from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
 DIST = Path(__file__).parent / "fake_dist"
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

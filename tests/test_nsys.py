@@ -13,9 +13,9 @@ from helpers import FAKE_NSYS, HERE, assert_tree_gone, fast_stop
 
 from nsightwrap.cli.main import main
 from nsightwrap.errors import NsightwrapError, NsysFailed, OptionsError, ToolError, ToolNotFound
-from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.ncu.context import RunConfig
 from nsightwrap.nsys.locate import find_nsys
-from nsightwrap.nsys.options import NsysOptions, build_nsys_argv, unique_nsys_path
+from nsightwrap.nsys.options import NSYS_DEFAULTS, NsysOptions, RunSettings, build_nsys_argv, unique_nsys_path
 from nsightwrap.nsys.run import classify_nsys, generated_files, profile_nsys
 from nsightwrap.reports.nsys.sqlite import KERNEL_COLUMNS, kernel_rows, nsys_export_sqlite
 from nsightwrap.reports.nsys.stats import (
@@ -26,7 +26,7 @@ from nsightwrap.reports.nsys.stats import (
     parse_stats_table,
     split_stats_output,
 )
-from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.tree import StopPolicy
 
 DATA = HERE / "data" / "nsys"
 #: The fake nsys writes its report within milliseconds of SIGINT; only its
@@ -150,6 +150,14 @@ def test_find_nsys_order(tmp_path):
 def test_find_nsys_named_but_missing(tmp_path):
     with pytest.raises(ToolNotFound, match="does not exist"):
         find_nsys(None, {"NSIGHTWRAP_NSYS": str(tmp_path / "nope")})
+
+
+def test_nsys_defaults_are_run_configs():
+    """profile_nsys(config=None) runs as with RunConfig(): nsys reads RunSettings' fields, which RunConfig has
+    (nsys knows no ncu, so it names the fields rather than importing ncu's RunConfig)."""
+    fields = [name for name in vars(RunSettings) if not name.startswith("_")]
+    assert fields == ["timeout", "stop", "env", "cwd", "report_dir"]
+    assert {f: getattr(NSYS_DEFAULTS, f) for f in fields} == {f: getattr(RunConfig(), f) for f in fields}
 
 
 # ----------------------------------------------------------------- profile_nsys with the fake

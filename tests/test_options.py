@@ -9,7 +9,8 @@ import pytest
 
 from nsightwrap.errors import OptionsError
 from nsightwrap.ncu.catalog import NcuInfo, parse_table, probe_ncu
-from nsightwrap.ncu.options import KernelFilter, ProfileOptions, ReplayMode, build_argv, validate
+from nsightwrap.ncu.options import KernelFilter, ProfileOptions, build_argv, validate
+from nsightwrap.status import ReplayMode
 
 DATA = Path(__file__).parent / "data" / "ncu"
 NCU = "/opt/ncu/ncu"

@@ -21,7 +21,8 @@ from helpers import FAKE_DIR, FAST_ALLOWANCE, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call import child
-from nsightwrap.call.api import Profiler, profile
+from nsightwrap.call.api import profile
+from nsightwrap.call.profiler import Profiler
 from nsightwrap.call.spec import CallFiles, make_spec, subject
 from nsightwrap.fallback.ladder import Ladder, Rung
 from nsightwrap.ncu.allowance import (

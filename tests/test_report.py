@@ -29,12 +29,11 @@ except ImportError:  # a machine with only an Nsight Compute install's extras/py
 
 from helpers import DATA
 
-from nsightwrap.errors import NsightwrapError, ToolNotFound
+from nsightwrap.errors import NsightwrapError, ReportError, ToolNotFound
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.reports.ncu import (
     IDENTITY_COLUMNS,
     TIDY_COLUMNS,
-    ReportError,
     api,
     attempt_dataframe,
     find_report_module,

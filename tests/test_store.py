@@ -19,7 +19,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.errors import NsightwrapError, StoreError
 from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall
@@ -31,7 +31,6 @@ from nsightwrap.store import (
     HangStore,
     ProfileKey,
     Record,
-    StoreError,
     normalize_kernel,
 )
 from nsightwrap.store.debuglog import debug_log, key_change
@@ -473,7 +472,8 @@ def test_range_replay_hang_is_recorded_for_the_kernel_it_was_tried_for(store):
 
 
 def test_a_rung_that_profiled_nothing_of_a_kernel_in_this_program_is_known(tmp_path):
-    from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+    from nsightwrap.store.hangstore import HangStore
+    from nsightwrap.store.keys import Environment, ProfileKey
 
     env = Environment("h", "NVIDIA H100", "580", "2025.3.1.0")
     key = ProfileKey(replay_mode="range")

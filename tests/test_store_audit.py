@@ -26,7 +26,8 @@ import pytest
 from helpers import ROOT, run_cli
 
 from nsightwrap.cli.preflight import FAIL, OK, Facts, check_store
-from nsightwrap.store import Environment, HangStore, ProfileKey, StoreError
+from nsightwrap.errors import StoreError
+from nsightwrap.store import Environment, HangStore, ProfileKey
 from nsightwrap.store.paths import sidecars
 
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
@@ -59,7 +60,8 @@ def _as_a_user(argv: list[str]) -> subprocess.CompletedProcess:
 
 RECORD = textwrap.dedent("""
     import sys
-    from nsightwrap.store import Environment, HangStore, ProfileKey, StoreError
+    from nsightwrap.errors import StoreError
+    from nsightwrap.store import Environment, HangStore, ProfileKey
     try:
         with HangStore(sys.argv[1]) as s:
             s.record("spin", ProfileKey("basic"), "ok", env=Environment())

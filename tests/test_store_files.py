@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from helpers import run_read_only
 
+from nsightwrap.errors import StoreError
+from nsightwrap.paths import ENV_XDG_CACHE
 from nsightwrap.store import (
     ENV_STORE,
-    ENV_XDG_CACHE,
     SCHEMA_VERSION,
     Environment,
     HangStore,
     ProfileKey,
-    StoreError,
     default_store_path,
     store_path,
 )
@@ -130,7 +130,8 @@ def test_readonly_store_reads_and_refuses_writes(tmp_path):
 READ_ONLY_CHECKS = textwrap.dedent("""
     import argparse, io, json, sys
     from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
-    from nsightwrap.store import Environment, HangStore, ProfileKey, StoreError
+    from nsightwrap.errors import StoreError
+    from nsightwrap.store import Environment, HangStore, ProfileKey
 
     path = sys.argv[1]
 

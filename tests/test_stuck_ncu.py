@@ -24,8 +24,8 @@ from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import Connected, Disconnected, KernelDone, KernelStarted
 from nsightwrap.ncu.progress import WatchState
 from nsightwrap.status import ERROR
-from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, RunState, ToolStuck, TotalTimeout
+from nsightwrap.watch.run import watch
 from nsightwrap.watch.tree import SETTLE_S, StopPolicy
 
 # --- the rule, time injected ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from helpers import DATA, STALL_S, app, run_cli, run_config
 
 from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
 from nsightwrap.ncu.catalog import parse_table
-from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.ncu.context import RunConfig
 
 FULL = [s.strip() for row in parse_table((DATA / "ncu/list_sets.txt").read_text()) if row["Identifier"] == "full"
         for s in row["Sections"].split(",")]

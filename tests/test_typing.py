@@ -55,7 +55,7 @@ def _top_level_imports() -> tuple[set[str], dict[str, str]]:
     typing_only: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nsightwrap"):
-            eager |= {a.asname or a.name for a in node.names}
+            eager |= {a.asname or a.name for a in node.names} - {"__version__"}  # public, not in __all__
         elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for imp in node.body:
                 assert isinstance(imp, ast.ImportFrom)

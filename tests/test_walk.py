@@ -9,9 +9,8 @@ import pytest
 import yaml
 from helpers import STALL_S, app, attempt_rows, run_cli, run_config, scaled_ladder
 
-from nsightwrap.errors import AttemptFailed
+from nsightwrap.errors import AttemptFailed, LadderError
 from nsightwrap.fallback.ladder import (
-    LadderError,
     builtin_profiles,
     exclude_kernels,
     ladder_from_dict,
@@ -20,7 +19,7 @@ from nsightwrap.fallback.ladder import (
 )
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.catalog import probe_ncu
-from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 
 rows = attempt_rows

@@ -16,11 +16,12 @@ import psutil
 import pytest
 from helpers import HERE, app, assert_clean, fast_stop, run_cli, run_config, sigterm_once_hung
 
-from nsightwrap.errors import OptionsError
-from nsightwrap.ncu.engine import ProfileInterrupted, RunConfig, profile_command
+from nsightwrap.errors import OptionsError, ProfileInterrupted
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import attempt_dataframe
-from nsightwrap.watch.process import COOKIE_VAR, OWNER_VAR, StopPolicy, processes_with
+from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, StopPolicy, processes_with
 
 
 def config(tmp_path, **kw) -> RunConfig:

@@ -11,12 +11,11 @@ program's own failure. The allowance rule itself is in
 
 from nsightwrap.calibrate.confirm import DEFAULT_LIMIT_S, Calibrator, calibrated_allowance, needs_confirmation
 from nsightwrap.calibrate.cupti.trace import StalledKernel
-from nsightwrap.calibrate.measure import measure, measure_plain, measure_with_nsys, program_verdict
+from nsightwrap.calibrate.measure import measure, measure_plain, measure_with_nsys
 from nsightwrap.calibrate.traced import measure_traced
-from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.calibrate.verdict import program_verdict
 
 __all__ = [
-    "Calibration",
     "Calibrator",
     "DEFAULT_LIMIT_S",
     "StalledKernel",

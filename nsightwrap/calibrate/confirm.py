@@ -48,7 +48,7 @@ from nsightwrap.ncu.allowance import Allowance, Calibration, KernelAllowances
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.listen import SILENT, RunListener
-from nsightwrap.ncu.names import function_core
+from nsightwrap.ncu.names import same_kernel
 from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
@@ -134,19 +134,12 @@ def _in_flight(unfinished: Sequence[tuple[str, float]]) -> str:
     return ", ".join(f'"{k}" ({s:.1f} s)' for k, s in unfinished)
 
 
-def _same_kernel(traced: str, stalled: str) -> bool:
-    """A traced kernel name (demangled) is the kernel ncu stalled on: same function_core, or ncu cut the
-    name short ("ncclDevKernel_AllReduce_Sum_f...") and the traced one starts that way."""
-    core, mine = function_core(traced), function_core(stalled)
-    return bool(mine) and (core == mine or (stalled.strip().endswith("...") and core.startswith(mine)))
-
-
 def program_fault(calibration: Calibration, stalled: str, calibration_limit: float, reached_s: float) -> str:
     """The evidence of a program fault: which kernel did not finish without ncu (Calibration.unfinished, from a
     kernel tracer), else the kernel ncu stalled on and that the program did not finish within the limit (a
     plain run, allowed the calibration limit after reached_s, when the program reached that kernel under ncu)."""
     unfinished = calibration.unfinished
-    mine = [u for u in unfinished if _same_kernel(u[0], stalled)]
+    mine = [u for u in unfinished if same_kernel(u[0], stalled)]
     others = [u for u in unfinished if u not in mine]
     also = f"; also in flight: {_in_flight(others)}" if others else ""
     if calibration.status == CRASHED:

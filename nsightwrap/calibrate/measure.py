@@ -22,7 +22,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
 from nsightwrap.calibrate.cupti.trace import StalledKernel
-from nsightwrap.calibrate.traced import CUPTI, measure_traced
+from nsightwrap.calibrate.traced import measure_traced
+from nsightwrap.calibrate.verdict import program_verdict
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
@@ -33,34 +34,24 @@ from nsightwrap.nsys.run import profile_nsys
 from nsightwrap.paths import work_dir
 from nsightwrap.reports.nsys.sqlite import api_calls, kernel_records, nsys_export_sqlite
 from nsightwrap.status import CRASHED, ERROR, HANG, OK, TIMEOUT
-from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import TotalTimeout
+from nsightwrap.watch.run import watch
 
-__all__ = ["CUPTI", "NSYS", "PLAIN", "durations_by_kernel", "marks_ranges", "measure", "measure_plain",
-           "measure_with_nsys", "program_verdict"]
+__all__ = [
+    "NSYS",
+    "PLAIN",
+    "durations_by_kernel",
+    "marks_ranges",
+    "measure",
+    "measure_plain",
+    "measure_with_nsys",
+]
 
 NSYS, PLAIN = "nsys", "plain run"
 #: What nsys is asked for: CUDA kernels only; no CPU sampling, context switches or backtraces. On an H100
 #: `nsys profile` of a 0.3 s program took 1.95 s so, 2.52 s without the last two (gpu-runs,
 #: h100-walk-timing-before-floor.log).
 NSYS_OPTIONS = NsysOptions(trace=("cuda",), sample="none", extra_args=("--cpuctxsw=none", "--backtrace=none"))
-
-
-def program_verdict(*, timed_out: bool, returncode: Optional[int], elapsed_s: float, limit_s: float,
-                    source: str, log_tail: str = "") -> Calibration:
-    """What one run of the program without ncu says: its wall time, or that it hangs or fails by itself."""
-    if timed_out:
-        return Calibration.failed(
-            TIMEOUT, f"without ncu the program itself did not finish within {limit_s:g} s ({source}): it hangs "
-                     "by itself, or runs longer than that (give a longer --calibration-limit, or --timeout for "
-                     "an up-front run --calibrate); not an ncu hang",
-            source)
-    if returncode:
-        tail = f"; its last output: {log_tail.strip()[-300:]}" if log_tail.strip() else ""
-        return Calibration.failed(
-            CRASHED, f"without ncu the program itself fails (exit code {returncode}, {source}): fix the program "
-                     f"first; not an ncu hang{tail}", source)
-    return Calibration.from_wall(elapsed_s, source)
 
 
 def _run_env(config: RunConfig) -> dict[str, str]:

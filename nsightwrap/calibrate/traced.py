@@ -13,19 +13,20 @@ in flight). The live line hears the kernel running (listener.calibrating).
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.trace import TRACE_DIR_VAR, InFlight, StalledKernel, TraceFollower
+from nsightwrap.calibrate.verdict import program_verdict
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
 from nsightwrap.ncu.listen import SILENT, CalibrationProgress, RunListener
-from nsightwrap.status import CRASHED, ERROR, OK, TIMEOUT
-from nsightwrap.watch.process import RunOutcome, watch
+from nsightwrap.paths import work_dir
+from nsightwrap.status import ERROR, OK, TIMEOUT
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
+from nsightwrap.watch.run import RunOutcome, watch
 
 __all__ = ["CUPTI", "INJECTION_VAR", "TraceRule", "measure_traced"]
 
@@ -112,18 +113,17 @@ def _judge(follower: TraceFollower, rule: TraceRule, outcome: RunOutcome, limit_
                   "(or the kernel is slower than that); not an ncu hang")
         return replace(Calibration.failed(TIMEOUT, reason, CUPTI), unfinished=unfinished)
     if outcome.verdict is not None and rule.stopped_after is None:  # the total timeout
-        reason = (f"without ncu the program itself did not finish within {limit_s:g} s ({CUPTI}){also}: it hangs "
-                  "by itself, or runs longer than that (give a longer --timeout / timeout=); not an ncu hang")
-        return replace(Calibration.failed(TIMEOUT, reason, CUPTI), unfinished=unfinished)
+        cal = program_verdict(timed_out=True, returncode=None, elapsed_s=outcome.elapsed_s, limit_s=limit_s,
+                              source=CUPTI)
+        return replace(cal, reason=cal.reason + also, unfinished=unfinished)
     if rule.stopped_after is not None:
         note = f'stopped early after "{rule.stalled.name}" finished ({rule.stopped_after:.1f} s into the run)'
         cal = Calibration.from_kernels(follower.kernel_times(), source=CUPTI, marks_ranges=follower.ranges or None)
         return replace(cal, notes=(note,), unfinished=unfinished)
     if outcome.returncode:
-        tail = outcome.log[-2000:].strip()
-        reason = (f"without ncu the program itself fails (exit code {outcome.returncode}, {CUPTI}){also}: fix the "
-                  "program first; not an ncu hang" + (f"; its last output: {tail[-300:]}" if tail else ""))
-        return replace(Calibration.failed(CRASHED, reason, CUPTI), unfinished=unfinished)
+        cal = program_verdict(timed_out=False, returncode=outcome.returncode, elapsed_s=outcome.elapsed_s,
+                              limit_s=limit_s, source=CUPTI, log_tail=outcome.log[-2000:])
+        return replace(cal, reason=cal.reason + also, unfinished=unfinished)
     cal = Calibration.from_kernels(follower.kernel_times(), program_s=outcome.elapsed_s, source=CUPTI,
                                    marks_ranges=follower.ranges)
     died = follower.died()
@@ -143,7 +143,7 @@ def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limi
                    listener: RunListener = SILENT, clock: Callable[[], float] = time.monotonic) -> Traced:
     """(calibration, "", None) from a traced run; (None, why, the run or None) when the tracer recorded
     nothing (a run that ended by itself still timed the program, so no plain run is needed)."""
-    work = Path(tempfile.mkdtemp(prefix="nsightwrap-trace-"))  # 0700
+    work = work_dir("trace")  # 0700, and removed by the next run or `cleanup` if this process is killed
     try:
         follower = TraceFollower(work, clock=clock)
         rule = TraceRule(follower, stalled, kernel_limit_s, listener)
@@ -162,7 +162,7 @@ def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limi
             return Calibration.failed(ERROR, why, CUPTI), "", None
         if outcome.exception is not None:
             raise outcome.exception
-        follower.poll()
+        follower.drain()  # to its end: a long trace is more than one poll's read budget
         if not follower.traced:
             return _untraced(follower, outcome)
         return _with_troubles(_judge(follower, rule, outcome, limit_s), follower), "", None

@@ -17,12 +17,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.call.profiler import Profiler
 from nsightwrap.call.result import ProfileResult
-from nsightwrap.errors import ChildError, NotProfilable, NsightwrapError
+from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.store.hangstore import HangStore
 
-__all__ = ["ChildError", "NotProfilable", "ProfileResult", "Profiler", "profile", "profiled"]
+__all__ = ["profile", "profiled"]
 
 
 def profile(

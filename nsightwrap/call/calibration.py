@@ -27,8 +27,8 @@ from nsightwrap.call.spec import CallFiles, read_result
 from nsightwrap.errors import ChildError, NsightwrapError
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
-from nsightwrap.watch.process import watch
 from nsightwrap.watch.rules import TotalTimeout
+from nsightwrap.watch.run import watch
 
 __all__ = ["EARLIER", "PLAIN", "STORED", "WARMUP", "Calibrations", "CallTime", "plain_run"]
 

@@ -23,7 +23,8 @@ from nsightwrap.call.result import ProfileResult
 from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
-from nsightwrap.fallback.walk import LadderResult, walk_ladder
+from nsightwrap.fallback.result import LadderResult
+from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import read_call_time
 from nsightwrap.ncu.context import RunConfig, RunContext

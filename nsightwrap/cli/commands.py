@@ -10,7 +10,6 @@ import argparse
 import sys
 from typing import Sequence
 
-from nsightwrap import __version__
 from nsightwrap.cli import doctor, run, sweep
 from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
 from nsightwrap.cli.common import Parser, UsageError, error_doc, in_flags, interrupted_doc, print_json, wants_json
@@ -21,6 +20,7 @@ from nsightwrap.cli.run import cmd_run
 from nsightwrap.cli.sweep import cmd_sweep
 from nsightwrap.errors import LadderError, NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
+from nsightwrap.version import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import IO, Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.paths import ENV_XDG_CACHE
 from nsightwrap.status import USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import normalize_kernel
-from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, store_path
+from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, store_path
 from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, silence
 
-__all__ = ["BROKEN_PIPE_EXIT", "add_hangs_parser", "cmd_hangs"]
+__all__ = ["add_hangs_parser", "cmd_hangs"]
 
 
 def add_hangs_parser(subparsers) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from nsightwrap.cli.common import positive
-from nsightwrap.ncu.engine import RunConfig
+from nsightwrap.ncu.context import RunConfig
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import DEFAULT_TRACE, NsysOptions
 from nsightwrap.nsys.run import profile_nsys

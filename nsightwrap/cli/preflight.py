@@ -32,7 +32,7 @@ from nsightwrap.store.paths import repair_sidecars, store_path
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.locate import version_key
-from nsightwrap.watch.process import find_orphans
+from nsightwrap.watch.orphans import find_orphans
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
 
@@ -234,8 +234,8 @@ def check_nsys(f: Facts) -> Check:
     try:
         nsys = find_nsys(env=f.env)
     except NsightwrapError:
-        return Check("nsys", SKIP, "not found: `python -m nsightwrap nsys` cannot run, and calibration times "
-                                   "the whole program (a plain run) instead of each kernel",
+        return Check("nsys", SKIP, "not found: `python -m nsightwrap nsys` cannot run, and calibration cannot "
+                                   "use it (the timing check says what it uses)",
                      "install Nsight Systems, or set NSIGHTWRAP_NSYS")
     importer = _importer(nsys)
     if importer is None:

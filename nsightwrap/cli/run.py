@@ -35,9 +35,9 @@ from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.locate import check_program
-from nsightwrap.watch.process import StopPolicy
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
+from nsightwrap.watch.tree import StopPolicy
 
 
 def add_parser(sub: Any) -> None:

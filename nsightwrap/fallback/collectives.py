@@ -24,8 +24,8 @@ from nsightwrap.ncu.options import KernelFilter
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch.launchers import Launch, parse_launch
 
-__all__ = ["COLLECTIVES_JOB", "COLLECTIVE_PREFIXES", "JobShape", "SERIALISED", "UpFront", "collective_family",
-           "family_filter", "unprofiled_reason", "up_front", "without_collectives"]
+__all__ = ["COLLECTIVES_JOB", "JobShape", "UpFront", "family_filter", "unprofiled_reason", "up_front",
+           "without_collectives"]
 
 #: Why a kernel of a collective family was not tried with every rank profiled.
 COLLECTIVE_ALL_RANKS = f"a collective with every rank profiled: {SERIALISED}"

@@ -22,10 +22,17 @@ from nsightwrap.errors import LadderError, did_you_mean
 from nsightwrap.ncu.catalog import NcuInfo
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import ALL_RANKS, ONE_RANK, RANGE_MODES, RANK_MODES, REGEX_PREFIX, REPLAY_MODES, ReplayMode
-from nsightwrap.store.hangstore import ProfileKey
+from nsightwrap.store.keys import ProfileKey
 
-__all__ = ["Ladder", "LadderError", "Rung", "builtin_profiles", "exclude_kernels", "ladder_from_dict", "load_ladder",
-           "rewrite_for_replay"]
+__all__ = [
+    "Ladder",
+    "Rung",
+    "builtin_profiles",
+    "exclude_kernels",
+    "ladder_from_dict",
+    "load_ladder",
+    "rewrite_for_replay",
+]
 
 
 def _profiles_dir() -> Path:

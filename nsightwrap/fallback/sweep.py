@@ -27,16 +27,17 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
-from nsightwrap.fallback.collectives import JobShape, collective_family
+from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
-from nsightwrap.ncu.known import run_rules
+from nsightwrap.ncu.known import collective_family, run_rules
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
-from nsightwrap.store.hangstore import HangStore, ProfileKey
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import ProfileKey
 from nsightwrap.watch import gpu
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.rules import Cancelled

@@ -36,10 +36,8 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
-    COLLECTIVE_PREFIXES,
     COLLECTIVES_JOB,
     JobShape,
-    collective_family,
     family_filter,
     unprofiled_reason,
     up_front,
@@ -58,10 +56,12 @@ from nsightwrap.fallback.result import (
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
-from nsightwrap.store.hangstore import Environment, HangStore, ProfileKey
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.watch.locate import check_program
 
 log = logging.getLogger("nsightwrap")
@@ -440,7 +440,9 @@ class _Walk:
         if status == NO_KERNELS and job.upfront:  # the filter is the same at every rung: none would find any
             step = self.result.steps[-1]
             self.result.steps[-1] = replace(step, notes=step.notes + (
-                f"no collective kernel ({job.name}) ran: the program launches none, so nothing is left to profile",))
+                f"no collective kernel ({job.name}) was profiled: the program launches none"
+                + (" that your kernel filter selects" if self.options.kernel is not None else "")
+                + ", so nothing is left to profile",))
             return True
         if status == HANG and attempt.stall is not None:
             self._after_hang(job, attempt, one_rank)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Optional
 
-from nsightwrap.ncu.names import function_core
+from nsightwrap.ncu.names import core_matches, function_core
 from nsightwrap.status import OK
 
 __all__ = ["Allowance", "AllowancePolicy", "BASE_CLOCK_FACTOR", "Calibration", "FLOOR_S", "KNOWN_CAUSE_S",
@@ -171,7 +171,7 @@ class Calibration:
         if key and name.strip().endswith("..."):
             cut = self._cut_names
             if name not in cut:
-                cut[name] = max((t for k, t in by_core.items() if k.startswith(key)), default=None)
+                cut[name] = max((t for k, t in by_core.items() if core_matches(k, name)), default=None)
             found = cut[name]
         if found is not None:
             return found, f"{name} ran {_fmt(found)} without ncu"

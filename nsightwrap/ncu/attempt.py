@@ -30,7 +30,8 @@ from nsightwrap.status import (
     ReplayMode,
 )
 from nsightwrap.watch.notes import stop_notes
-from nsightwrap.watch.process import RunOutcome, StopRecord
+from nsightwrap.watch.run import RunOutcome
+from nsightwrap.watch.tree import StopRecord
 
 _APP_RC = re.compile(r"The application returned an error code \((-?\d+)\)")
 

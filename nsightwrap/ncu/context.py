@@ -20,8 +20,9 @@ from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
 from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
-from nsightwrap.watch.process import StopPolicy
+from nsightwrap.watch.files import DEFAULT_REPORT_DIR
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, ToolStuck, TotalTimeout, WatchRule
+from nsightwrap.watch.tree import StopPolicy
 
 __all__ = ["DEFAULT_CALIBRATION_LIMIT_S", "FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
 
@@ -50,7 +51,7 @@ class RunConfig:
     stall_growth: float = DEFAULT_GROWTH
     timeout: Optional[float] = None  # total, for the whole run
     stop: StopPolicy = field(default_factory=StopPolicy)
-    report_dir: str = "nsightwrap-reports"
+    report_dir: str = DEFAULT_REPORT_DIR
     cache_dir: Optional[str] = None
     validate: bool = True  # check sets/sections against the installed ncu first
     check_gpu: bool = True  # look for foreign / leftover GPU processes with nvidia-smi

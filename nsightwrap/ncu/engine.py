@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -29,46 +27,20 @@ from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions, build_argv, control_character, validate
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.paths import work_dir
-from nsightwrap.secrets import mask_argv
 from nsightwrap.watch import gpu
-from nsightwrap.watch.files import folder_problem
+from nsightwrap.watch.files import folder_problem, wanted_report
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.notes import orphans_note
-from nsightwrap.watch.process import OWNER_VAR, processes_with, watch
 from nsightwrap.watch.rules import WatchRule
+from nsightwrap.watch.run import watch
+from nsightwrap.watch.tree import OWNER_VAR, processes_with
 
-__all__ = ["ProfileInterrupted", "RunConfig", "RunContext", "plan_report", "profile_command", "wanted_report"]
+__all__ = ["plan_report", "profile_command"]
 
 log = logging.getLogger("nsightwrap")
 
 REPORT_SUFFIX = ".ncu-rep"
-
-
-def _slug(command: Sequence[str]) -> str:
-    command = mask_argv(command)  # a report's name is written too: no secret in it
-    words = [os.path.basename(command[0])] + [os.path.basename(a) for a in command[1:3] if not a.startswith("-")]
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
-
-
-def report_stem(command: Sequence[str], config: "RunConfig") -> Path:
-    """A default report path without suffix: report_dir/program-args-time-random.
-
-    The random part keeps runs started in the same second (parallel probes) apart.
-    """
-    base = Path(config.report_dir)
-    if config.cwd and not base.is_absolute():
-        base = Path(config.cwd) / base
-    return base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-
-
-def wanted_report(given: Optional[str], command: Sequence[str], config: "RunConfig", suffix: str) -> Path:
-    """The path asked for (relative to config.cwd), or the default one with `suffix`."""
-    if given:
-        wanted = Path(given)
-        return Path(config.cwd) / wanted if config.cwd and not wanted.is_absolute() else wanted
-    stem = report_stem(command, config)
-    return stem.with_name(stem.name + suffix)  # not with_suffix: names hold dots (app.py)
 
 
 def unique_report_path(wanted: Path) -> Path:
@@ -90,7 +62,7 @@ def plan_report(options: ProfileOptions, command: Sequence[str],
                 config: RunConfig) -> tuple[ProfileOptions, Path, list[str]]:
     """Where this run's report goes, and options that say so to ncu."""
     notes = []
-    wanted = wanted_report(options.export, command, config, REPORT_SUFFIX)
+    wanted = wanted_report(options.export, command, REPORT_SUFFIX, report_dir=config.report_dir, cwd=config.cwd)
     if options.force_overwrite:
         path = wanted if wanted.name.endswith(REPORT_SUFFIX) else wanted.with_name(wanted.name + REPORT_SUFFIX)
     else:

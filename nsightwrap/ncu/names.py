@@ -8,7 +8,7 @@ the kernel ncu is profiling, and a hang record to the kernels like it
 
 from __future__ import annotations
 
-__all__ = ["function_core", "trim"]
+__all__ = ["core_matches", "function_core", "same_kernel", "trim"]
 
 ANONYMOUS_NAMESPACE = "(anonymous namespace)"
 _OPEN = {"<": ">", "(": ")", "[": "]"}
@@ -55,3 +55,18 @@ def function_core(name: str) -> str:
     core = words[-1] if words else ""
     core = core.rsplit("::", 1)[-1] if "::" in core and not core.endswith("::") else core
     return _drop_cut_mark(core)  # dropping brackets may leave a cut-off mark at the end ("k<...>..." -> "k...")
+
+
+def core_matches(core: str, printed: str) -> bool:
+    """Whether a kernel whose function_core is `core` is the kernel ncu printed as `printed`: the same core,
+    or, for a name ncu cut short with "..." ("ncclDevKernel_AllReduce_Sum_f...", 2x H200, 2026-11-26), a core
+    that starts with what is left of it. A name with no core matches nothing."""
+    mine = function_core(printed)
+    if not mine:
+        return False
+    return core.startswith(mine) if printed.strip().endswith("...") else core == mine
+
+
+def same_kernel(name: str, printed: str) -> bool:
+    """Whether the kernel `name` (as a tracer or nsys spells it) is the kernel ncu printed as `printed`."""
+    return core_matches(function_core(name), printed)

@@ -16,13 +16,7 @@ from nsightwrap.errors import OptionsError, did_you_mean
 from nsightwrap.ncu.catalog import NcuInfo
 from nsightwrap.status import RANGE_MODES, REGEX_PREFIX, ReplayMode
 
-__all__ = [
-    "KernelFilter",
-    "ProfileOptions",
-    "ReplayMode",
-    "build_argv",
-    "validate",
-]
+__all__ = ["KernelFilter", "ProfileOptions", "build_argv", "validate"]
 
 _KERNEL_NAME_BASES = ("function", "demangled", "mangled")
 _CACHE_CONTROL = ("all", "none")

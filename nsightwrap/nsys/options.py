@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from nsightwrap.errors import NsightwrapError, OptionsError
-from nsightwrap.ncu.engine import RunConfig, wanted_report
+from nsightwrap.watch.files import DEFAULT_REPORT_DIR, wanted_report
+from nsightwrap.watch.tree import StopPolicy
 
 NSYS_SUFFIX = ".nsys-rep"
 QDSTRM_SUFFIX = ".qdstrm"
@@ -18,6 +19,36 @@ DEFAULT_TRACE = ("cuda", "nvtx", "osrt")
 CAPTURE_RANGES = ("cudaProfilerApi", "nvtx")
 
 _OUTPUT_FLAGS = ("-o", "--output", "-f", "--force-overwrite")
+
+
+class RunSettings(Protocol):
+    """What an nsys run reads of the config it is given: nsightwrap.RunConfig has all of it (RunConfig is
+    ncu's, and nsys knows no ncu: the layers of the README's Layout), as has NSYS_DEFAULTS."""
+
+    @property
+    def timeout(self) -> Optional[float]: ...  # the total limit, seconds; None: none
+    @property
+    def stop(self) -> StopPolicy: ...
+    @property
+    def env(self) -> Optional[Mapping[str, str]]: ...  # None: this process's environment
+    @property
+    def cwd(self) -> Optional[str]: ...
+    @property
+    def report_dir(self) -> str: ...  # where a report goes unless output= names one (relative to cwd)
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    timeout: Optional[float] = None
+    stop: StopPolicy = StopPolicy()
+    env: Optional[Mapping[str, str]] = None
+    cwd: Optional[str] = None
+    report_dir: str = DEFAULT_REPORT_DIR
+
+
+#: The settings of profile_nsys(config=None): those of RunConfig() (no total limit, the default stop, this
+#: process's environment and folder, reports in DEFAULT_REPORT_DIR).
+NSYS_DEFAULTS: RunSettings = _Defaults()
 
 
 @dataclass(frozen=True)
@@ -118,10 +149,10 @@ def unique_nsys_path(wanted: str | os.PathLike) -> Path:
 
 
 def plan_nsys_report(options: NsysOptions, command: Sequence[str],
-                     config: RunConfig) -> tuple[NsysOptions, Path, list[str]]:
+                     config: RunSettings) -> tuple[NsysOptions, Path, list[str]]:
     """Where this run's report goes (never an existing one), and options that say so."""
     notes = []
-    wanted = wanted_report(options.output, command, config, NSYS_SUFFIX)
+    wanted = wanted_report(options.output, command, NSYS_SUFFIX, report_dir=config.report_dir, cwd=config.cwd)
     path = unique_nsys_path(wanted)
     if options.output and path != Path(nsys_report_path(wanted)):
         notes.append(f"{nsys_report_path(wanted)} (or its .qdstrm/.sqlite) already exists and is kept; "

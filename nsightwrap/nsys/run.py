@@ -6,7 +6,7 @@
     tables = nsys_stats(run.report)        # nsightwrap.reports.nsys: {"cuda_gpu_kern_sum": DataFrame, ...}
 
 `profile_nsys` runs `nsys profile` through the same watch loop as ncu
-(`watch.process.watch`): a new session, a cookie in every process's
+(`watch.run.watch`): a new session, a cookie in every process's
 environment, and the whole tree stopped whatever happens. nsys prints no
 per-kernel progress, so there is no stall rule; a total timeout
 (RunConfig.timeout) and an optional silence rule stop it. nsys exits 0 on
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nsightwrap.errors import NsysFailed, NsysInterrupted, OptionsError, ToolError
-from nsightwrap.ncu.engine import RunConfig
 from nsightwrap.nsys.locate import ENV_NSYS, bundled_with_ncu, find_nsys
 from nsightwrap.nsys.messages import (
     APP_FAILED,
@@ -34,9 +33,11 @@ from nsightwrap.nsys.messages import (
     lines_with,
 )
 from nsightwrap.nsys.options import (
+    NSYS_DEFAULTS,
     NSYS_SUFFIX,
     QDSTRM_SUFFIX,
     NsysOptions,
+    RunSettings,
     build_nsys_argv,
     nsys_stem,
     plan_nsys_report,
@@ -44,8 +45,9 @@ from nsightwrap.nsys.options import (
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, OK
 from nsightwrap.watch.notes import orphans_note, stop_notes
-from nsightwrap.watch.process import RunOutcome, StopRecord, watch
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
+from nsightwrap.watch.run import RunOutcome, watch
+from nsightwrap.watch.tree import StopRecord
 
 FRONTEND_NAMES = ("nsys",)
 
@@ -80,7 +82,7 @@ class SilenceRule(WatchRule):
         return None
 
 
-def nsys_rules(config: RunConfig, silence_timeout: Optional[float] = None) -> Optional[WatchRule]:
+def nsys_rules(config: RunSettings, silence_timeout: Optional[float] = None) -> Optional[WatchRule]:
     """TotalTimeout when config.timeout is set, | SilenceRule when asked for; None: no limit."""
     rules: list[WatchRule] = []
     if config.timeout is not None:
@@ -241,7 +243,7 @@ def build_nsys_run(outcome: RunOutcome, *, command: Sequence[str], expected: Opt
 def profile_nsys(
     command: Sequence[str],
     options: Optional[NsysOptions] = None,
-    config: RunConfig = RunConfig(),
+    config: Optional[RunSettings] = None,
     on_output: Optional[Callable[[str], None]] = None,
     *,
     nsys: Optional[str] = None,
@@ -254,10 +256,12 @@ def profile_nsys(
     A timeout or a failure is a status, not an exception (`run.raise_for_status()`
     makes it one). Problems found before launching (nsys missing, bad
     options) raise NsightwrapError; Ctrl-C raises NsysInterrupted after the
-    tree is stopped. config.timeout is the total limit; silence_timeout
+    tree is stopped. config (a RunConfig, or anything with RunSettings' fields; None: RunConfig()'s
+    defaults) gives the total limit (config.timeout), the stop, env, cwd and report_dir; silence_timeout
     (seconds without any output) is off unless given.
     """
     options = options or NsysOptions()
+    config = NSYS_DEFAULTS if config is None else config
     command = list(command)
     if not command:
         raise OptionsError("nothing to profile: give a command, e.g. ['python', 'train.py']")

@@ -9,10 +9,9 @@ nothing in the store imports it). The ``hangs`` command is in
 :mod:`nsightwrap.cli.hangs`.
 """
 
-from nsightwrap.errors import StoreError
 from nsightwrap.store.hangstore import BUSY_TIMEOUT_S, HangStore
 from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
-from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, ENV_XDG_CACHE, default_store_path, store_path
+from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, default_store_path, store_path
 from nsightwrap.store.schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION, CalibrationRow, KernelSummary, Record
 
 __all__ = [
@@ -21,7 +20,6 @@ __all__ = [
     "CalibrationRow",
     "DEFAULT_STORE",
     "ENV_STORE",
-    "ENV_XDG_CACHE",
     "Environment",
     "HangStore",
     "KernelSummary",
@@ -29,7 +27,6 @@ __all__ = [
     "ProfileKey",
     "Record",
     "SCHEMA_VERSION",
-    "StoreError",
     "default_store_path",
     "normalize_kernel",
     "store_path",

@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from nsightwrap.errors import StoreError
-from nsightwrap.paths import ENV_XDG_CACHE, cache_dir, make_private_dirs
+from nsightwrap.paths import cache_dir, make_private_dirs
 
-__all__ = ["DEFAULT_STORE", "ENV_STORE", "ENV_XDG_CACHE", "create_private", "default_store_path", "repair_sidecars",
-           "sidecars", "store_path", "unwritable_reason"]
+__all__ = [
+    "DEFAULT_STORE",
+    "ENV_STORE",
+    "create_private",
+    "default_store_path",
+    "repair_sidecars",
+    "sidecars",
+    "store_path",
+    "unwritable_reason",
+]
 
 ENV_STORE = "NSIGHTWRAP_STORE"
 #: The store when neither $NSIGHTWRAP_STORE nor $XDG_CACHE_HOME is set.

@@ -1,15 +1,23 @@
 """Files written safely: can a file be written there (asked before launching, not found out after a
-long run), and a file replaced at once, never seen half-written."""
+long run), a file replaced at once, never seen half-written, and where a profiler's report goes by default
+(the same naming for ncu and nsys, each passing its own suffix)."""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+import time
 import uuid
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
-__all__ = ["folder_problem", "write_atomic"]
+from nsightwrap.secrets import mask_argv
+
+__all__ = ["DEFAULT_REPORT_DIR", "folder_problem", "report_stem", "wanted_report", "write_atomic"]
+
+#: Where reports go unless told (RunConfig.report_dir), relative to the run's folder.
+DEFAULT_REPORT_DIR = "nsightwrap-reports"
 
 
 def folder_problem(folder: Path, create: bool = True) -> Optional[str]:
@@ -51,3 +59,30 @@ def write_atomic(path: Union[str, "os.PathLike[str]"], data: Union[str, bytes], 
         except OSError:
             pass
         raise
+
+
+def _slug(command: Sequence[str]) -> str:
+    command = mask_argv(command)  # a report's name is written too: no secret in it
+    words = [os.path.basename(command[0])] + [os.path.basename(a) for a in command[1:3] if not a.startswith("-")]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(words))[:60] or "run"
+
+
+def report_stem(command: Sequence[str], report_dir: str, cwd: Optional[str] = None) -> Path:
+    """A default report path without suffix: report_dir (relative to cwd)/program-args-time-random.
+
+    The random part keeps runs started in the same second (parallel probes) apart.
+    """
+    base = Path(report_dir)
+    if cwd and not base.is_absolute():
+        base = Path(cwd) / base
+    return base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def wanted_report(given: Optional[str], command: Sequence[str], suffix: str, *, report_dir: str,
+                  cwd: Optional[str] = None) -> Path:
+    """The path asked for (relative to cwd), or the default one in report_dir with `suffix`."""
+    if given:
+        wanted = Path(given)
+        return Path(cwd) / wanted if cwd and not wanted.is_absolute() else wanted
+    stem = report_stem(command, report_dir, cwd)
+    return stem.with_name(stem.name + suffix)  # not with_suffix: names hold dots (app.py)

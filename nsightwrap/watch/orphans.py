@@ -15,7 +15,8 @@ from typing import Mapping, Optional
 
 import psutil
 
-from nsightwrap.watch.records import RunRecord, forget_run, read_records, runtime_dir
+from nsightwrap.paths import runtime_dir
+from nsightwrap.watch.records import RunRecord, forget_run, read_records
 from nsightwrap.watch.tree import (
     COOKIE_VAR,
     OWNER_VAR,

@@ -16,12 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from nsightwrap.paths import ENV_RUNTIME, runtime_dir
+from nsightwrap.paths import ENV_RUNTIME
 from nsightwrap.secrets import mask_argv
 from nsightwrap.watch.tree import same_process
 
-__all__ = ["RUNTIME_VAR", "SUFFIX", "RunRecord", "forget_run", "read_records", "remove_record", "runtime_dir",
-           "write_record"]
+__all__ = ["RUNTIME_VAR", "SUFFIX", "RunRecord", "forget_run", "read_records", "remove_record", "write_record"]
 
 RUNTIME_VAR = ENV_RUNTIME  # the folder itself is resolved with the other per-user folders, in nsightwrap.paths
 SUFFIX = ".run.json"

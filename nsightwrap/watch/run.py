@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.paths import runtime_dir
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.watch.channels import CHUNK, BoundedText, EventLog, FollowedFile, PipeReader
 from nsightwrap.watch.guard import Guard
-from nsightwrap.watch.records import RunRecord, remove_record, runtime_dir, write_record
+from nsightwrap.watch.records import RunRecord, remove_record, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 from nsightwrap.watch.signals import Interrupts
 from nsightwrap.watch.tree import (

@@ -20,9 +20,12 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
+
+from nsightwrap.paths import cache_dir, make_private_dirs
 
 __all__ = ["LIBRARY", "SOURCE", "TRACER_VAR", "Cupti", "TracerBuild", "build_key", "cache_root", "compile_command",
            "cuda_roots", "find_compiler", "find_cupti", "find_tracer", "tracer_status"]
@@ -129,9 +132,8 @@ def compile_command(cxx: str, source: Path, out: Path, cupti: Cupti) -> list[str
 
 
 def cache_root(env: Mapping[str, str]) -> Path:
-    """$XDG_CACHE_HOME/nsightwrap/tracer, else ~/.cache/nsightwrap/tracer."""
-    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "nsightwrap" / "tracer"
+    """The per-user cache's tracer folder (nsightwrap.paths.cache_dir: XDG honoured as everywhere)."""
+    return cache_dir(env) / "tracer"
 
 
 def build_key(source: bytes, compiler_version: str, header: bytes) -> str:
@@ -158,11 +160,6 @@ def _compiler_version(cxx: str, run: Run, env: Mapping[str, str]) -> tuple[Optio
     return (done.stdout.strip() or done.stderr.strip() or cxx), ""
 
 
-def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-
-
 def _compile(cxx: str, cupti: Cupti, folder: Path, run: Run, env: Mapping[str, str]) -> str:
     """Compile into folder/LIBRARY through a temp name; "" when built, else the one-line reason (remembered)."""
     tmp = folder / f".{LIBRARY}.{os.getpid()}.tmp"
@@ -179,6 +176,26 @@ def _compile(cxx: str, cupti: Cupti, folder: Path, run: Run, env: Mapping[str, s
         tmp.unlink(missing_ok=True)
     (folder / FAILED_MARK).write_text(why + "\n")
     return why
+
+
+#: A failed build is not tried again for this long (each calibration would pay the compiler's time), then it is.
+RETRY_FAILED_S = 3600.0
+
+
+def _failed_before(mark: Path, now: Optional[float] = None) -> str:
+    """The remembered reason of a failed build of this key, with how to try again; "" when there is none, or
+    it is old enough to try again (a missing package installed since, say)."""
+    try:
+        age = (time.time() if now is None else now) - mark.stat().st_mtime
+        if age >= RETRY_FAILED_S:
+            return ""
+        why = _first_line(mark.read_text(errors="replace"))
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    except OSError as e:
+        return f"the tracer cache {mark.parent} cannot be read ({e})"
+    return (f"{why} (remembered in {mark}; it is tried again {RETRY_FAILED_S / 3600:g} h after, or now once that "
+            "file is removed)")
 
 
 def _given(value: str) -> TracerBuild:
@@ -221,16 +238,13 @@ def find_tracer(env: Mapping[str, str], *, roots: Optional[Sequence[Path]] = Non
     cxx, cupti, folder = ready
     if (folder / LIBRARY).is_file():
         return TracerBuild(folder / LIBRARY, "cached")
-    if (folder / FAILED_MARK).is_file():
-        try:
-            return TracerBuild(None, reason=_first_line((folder / FAILED_MARK).read_text(errors="replace")))
-        except OSError as e:
-            return TracerBuild(None, reason=f"the tracer cache {folder} cannot be read ({e})")
+    failed = _failed_before(folder / FAILED_MARK)
+    if failed:
+        return TracerBuild(None, reason=failed)
     if not build:
         return TracerBuild(None, "buildable", f"{Path(cxx).name}, CUPTI in {cupti.lib_dir}; built on first use")
     try:
-        _private_dir(folder.parent)
-        _private_dir(folder)
+        make_private_dirs(folder)
         with open(folder / "lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent run builds it; this one then finds it
             if (folder / LIBRARY).is_file():

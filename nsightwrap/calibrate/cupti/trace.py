@@ -14,6 +14,7 @@ is incomplete: kept for the next read)::
     {"ev":"range","pid":P,"api":"cuProfilerStart"|"cuProfilerStop","mono_ns":M}
     {"ev":"sync","pid":P,"corr":N,"mono_ns":M}                     a device-wide synchronize returned
     {"ev":"error","pid":P,"what":"TEXT"}
+    {"ev":"note","pid":P,"what":"TEXT"}                            a CUPTI call failed that tracing does without
     {"ev":"exit","pid":P,"mono_ns":M}                              every record flushed before it
 
 mono_ns is CLOCK_MONOTONIC (Python's time.monotonic_ns()); cupti_ns is
@@ -48,7 +49,7 @@ from typing import Callable, Optional
 
 import psutil
 
-from nsightwrap.ncu.names import function_core
+from nsightwrap.ncu.names import function_core, same_kernel
 
 __all__ = ["GRAPH_LAUNCH", "TRACE_DIR_VAR", "InFlight", "StalledKernel", "TraceFollower", "pid_alive"]
 
@@ -81,12 +82,8 @@ class StalledKernel:
         return function_core(self.name)
 
     def matches(self, name: str) -> bool:
-        """Whether the tracer's (full) `name` is this kernel: the same function_core, or, for a name ncu cut
-        short with "...", a core that starts with what is left of it (as Calibration.kernel_time matches)."""
-        core, mine = function_core(name), self.core
-        if not mine:
-            return False
-        return core.startswith(mine) if self.name.strip().endswith("...") else core == mine
+        """Whether the tracer's (full) `name` is this kernel (nsightwrap.ncu.names.same_kernel)."""
+        return same_kernel(name, self.name)
 
 
 @dataclass(frozen=True)
@@ -152,15 +149,25 @@ class TraceFollower:
         self.not_kept = 0  # launches not kept in flight (MAX_IN_FLIGHT)
 
     # --- reading ---------------------------------------------------------------
-    def poll(self) -> None:
-        """Read what every trace file gained since the last poll (new files included)."""
+    def poll(self) -> int:
+        """Read what every trace file gained since the last poll (new files included), at most READ_BUDGET
+        bytes a file; the bytes read."""
         try:
             names = sorted(p.name for p in self.folder.glob("trace-*.jsonl"))
         except OSError:
-            return
+            return 0
+        read = 0
         for name in names:
             proc = self._procs.setdefault(name, _Process(self.folder / name))
+            before = proc.offset
             self._read(proc)
+            read += proc.offset - before
+        return read
+
+    def drain(self) -> None:
+        """Read every file to its end (once the run is over: the watch loop's turns poll within a budget)."""
+        while self.poll():
+            pass
 
     def _read(self, proc: _Process) -> None:
         try:
@@ -235,6 +242,10 @@ class TraceFollower:
     def _on_range(self, proc: _Process, ev: dict) -> None:
         if ev["api"] == "cuProfilerStart":
             self.ranges = True
+
+    def _on_note(self, proc: _Process, ev: dict) -> None:
+        """A CUPTI call that failed without stopping the tracer (it traces on): kept as trouble."""
+        proc.trouble = str(ev.get("what", "unknown"))
 
     def _on_error(self, proc: _Process, ev: dict) -> None:
         what = str(ev.get("what", "unknown error"))

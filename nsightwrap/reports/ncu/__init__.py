@@ -27,7 +27,6 @@ Partial reports (ncu stopped during a hang) load like any other: they hold
 the results that were complete.
 """
 
-from nsightwrap.errors import ReportError
 from nsightwrap.reports.ncu.load import attempt_dataframe, load_report
 from nsightwrap.reports.ncu.module import find_report_module
 from nsightwrap.reports.ncu.raw_csv import CSV_IMPORT_TIMEOUT_S, parse_raw_csv, raw_csv_argv
@@ -37,7 +36,6 @@ __all__ = [
     "CSV_IMPORT_TIMEOUT_S",
     "IDENTITY_COLUMNS",
     "IDENTITY_UNITS",
-    "ReportError",
     "TIDY_COLUMNS",
     "TIDY_IDENTITY_COLUMNS",
     "attempt_dataframe",
