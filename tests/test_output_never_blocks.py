@@ -158,3 +158,39 @@ def test_a_closed_reader_is_not_an_error():
     writer.close(timeout=1)
     os.close(w)
     assert writer.broken and writer.dropped == len(b"nobody\n") + len(b"still nobody\n")
+
+
+def test_a_full_non_blocking_descriptor_is_waited_for_not_taken_for_broken():
+    """stderr shared in O_NONBLOCK mode (a parent's, a multiplexer's): a full pipe answers EAGAIN. That is
+    no broken reader: the writer's thread waits and goes on, and the final summary still comes. It was taken
+    for EPIPE: everything after it, the summary included, was dropped."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    writer = OutputWriter(w)
+    got = bytearray()
+
+    def late_reader():
+        time.sleep(0.3)  # the writer's thread meets a full pipe first
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=late_reader, daemon=True)
+    reader.start()
+    try:
+        t0 = time.monotonic()
+        for _ in range(40):
+            writer.write(b"y" * 8192)  # 320 KB into a 64 KB pipe: never waited for here
+        assert time.monotonic() - t0 < 0.2
+        time.sleep(0.1)
+        writer.write(b"summary\n")
+        assert writer.flush(timeout=10)
+    finally:
+        writer.close(timeout=1)
+        os.close(w)
+        reader.join(10)
+        os.close(r)
+    assert not writer.broken and writer.dropped == 0
+    assert bytes(got) == b"y" * 8192 * 40 + b"summary\n"

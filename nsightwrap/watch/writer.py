@@ -6,7 +6,9 @@ its timeout, its stall rule and its answer to Ctrl-C. `OutputWriter` hands
 each write to a thread that does the (blocking) writing; the caller only
 appends to a buffer. What does not fit in the buffer is dropped and
 counted (`dropped`, in bytes), never waited for; after a broken pipe (the
-reader went away, `| head`) everything is dropped and counted.
+reader went away, `| head`) everything is dropped and counted. A full
+descriptor in non-blocking mode (EAGAIN) is waited for by the thread, never
+taken for a broken one.
 
 `TextOut` is the same writer as a text file object (for `print`, logging,
 rich): str is encoded as UTF-8, and a str that carries the exact bytes it
@@ -17,6 +19,7 @@ bytes, so a program's output is passed through byte for byte.
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -29,6 +32,8 @@ __all__ = ["BROKEN_PIPE_EXIT", "OutputWriter", "ReaderSafe", "TextOut", "lost_ou
 BROKEN_PIPE_EXIT = 141
 #: Bytes waiting to be written at most; more is dropped and counted.
 BUFFER_LIMIT = 1 << 20
+#: On a full non-blocking descriptor (EAGAIN), how long the writer's thread waits before it tries again.
+WAIT_WRITABLE_S = 0.05
 
 
 class OutputWriter:
@@ -89,16 +94,32 @@ class OutputWriter:
                 self._cond.notify_all()
 
     def _write_all(self, data: bytes) -> int:
-        """Bytes written; fewer than len(data) when the descriptor failed (then `broken`)."""
+        """Bytes written; fewer than len(data) when the descriptor failed (then `broken`) or the writer was
+        closed while the descriptor was full.
+
+        A descriptor in non-blocking mode (O_NONBLOCK, set by whoever shares it: a parent shell, a
+        terminal multiplexer) that is full answers EAGAIN: that is no failure, this thread waits until it
+        can write again and goes on (only this thread waits; `write` never does).
+        """
         done = 0
         view = memoryview(data)
         while done < len(data):
             try:
                 done += os.write(self.fd, view[done:])
+            except BlockingIOError:  # EAGAIN: full for now
+                if self._closed:
+                    break
+                self._wait_writable()
             except OSError:  # EPIPE (nobody reads any more), EBADF, EIO: nothing more can be written
                 self.broken = True
                 break
         return done
+
+    def _wait_writable(self) -> None:
+        try:
+            select.select([], [self.fd], [], WAIT_WRITABLE_S)
+        except (OSError, ValueError):  # a descriptor select cannot watch: wait a little, then try again
+            time.sleep(WAIT_WRITABLE_S)
 
     def flush(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for what is queued to be written; True when it was."""
