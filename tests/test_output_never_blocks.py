@@ -9,6 +9,7 @@ check that the verdicts still come on time.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -194,3 +195,59 @@ def test_a_full_non_blocking_descriptor_is_waited_for_not_taken_for_broken():
         os.close(r)
     assert not writer.broken and writer.dropped == 0
     assert bytes(got) == b"y" * 8192 * 40 + b"summary\n"
+
+
+class CountedScreen(io.StringIO):
+    """A terminal for the live screen that counts what it drops, as stderr's TextOut does (`.writer`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.writer = OutputWriter(os.open(os.devnull, os.O_WRONLY))
+
+
+def live_screen():
+    from rich.console import Console
+
+    from nsightwrap.cli.screen import LiveScreen
+
+    term = CountedScreen()
+    return LiveScreen(Console(file=term, force_terminal=True, width=200)), term
+
+
+def test_the_live_screen_counts_a_long_line_it_cuts():
+    """One line longer than the screen shows: its start was cut without a count (lines were counted from
+    newlines only), so the lost-output warning said nothing."""
+    from nsightwrap.cli.screen import LIVE_CHARS
+
+    screen, term = live_screen()
+    try:
+        screen.output("z" * (LIVE_CHARS * 6) + "\n")
+        assert term.writer.dropped == LIVE_CHARS * 5
+        assert "1 line(s) of output not shown or cut short" in term.getvalue()
+    finally:
+        os.close(term.writer.fd)
+
+
+def test_the_live_screen_counts_the_start_of_an_open_line_it_drops():
+    from nsightwrap.cli.screen import LIVE_CHARS
+
+    screen, term = live_screen()
+    try:
+        screen.output("p" * (LIVE_CHARS * 3))  # an open line, no newline yet: only its last LIVE_CHARS are kept
+        assert term.writer.dropped == LIVE_CHARS * 2
+        screen.output("\n")
+        assert term.writer.dropped == LIVE_CHARS * 2  # the kept end is shown whole, not counted twice
+    finally:
+        os.close(term.writer.fd)
+
+
+def test_the_live_screen_counts_lines_over_its_limit_in_bytes():
+    from nsightwrap.cli.screen import LIVE_LINES
+
+    screen, term = live_screen()
+    try:
+        screen.output("é\n" * (LIVE_LINES + 10))
+        assert term.writer.dropped == 10 * len("é\n".encode())
+        assert "10 line(s) of output not shown (30 bytes)" in term.getvalue()
+    finally:
+        os.close(term.writer.fd)

@@ -174,21 +174,28 @@ class LiveScreen(PlainScreen):
 
         At most LIVE_LINES lines and LIVE_CHARS characters of a piece are shown (the last ones): rich
         takes about 10 us a line, and a flood must not hold the watch loop. The rest is dropped and
-        counted with what stderr's writer dropped.
+        counted with what stderr's writer dropped (the lost-output warning says it), a line cut short
+        and the start of an open line longer than LIVE_CHARS included.
         """
         with self._lock:
             text = self._partial + text
             done, _, partial = text.rpartition("\n")
             self._partial = partial[-LIVE_CHARS:]
+        if len(partial) > LIVE_CHARS:  # an open line longer than the screen keeps: its start is lost
+            self._dropped(_size(partial[:-LIVE_CHARS]))
         if not (done or text.endswith("\n")):
             return
         lines = done.split("\n")
-        block = "\n".join(lines[-LIVE_LINES:])[-LIVE_CHARS:]
-        hidden = len(lines) - block.count("\n") - 1
+        shown = "\n".join(lines[-LIVE_LINES:])
+        block = shown[-LIVE_CHARS:]
+        whole = block.count("\n") + 1  # lines of the block, the first perhaps cut at its start
+        cut = len(block) < len(shown) and shown[-len(block) - 1] != "\n"
+        hidden = len(lines) - whole + (1 if cut else 0)  # lines not shown, or not shown whole
         if hidden > 0:
-            self._dropped(len(done) - len(block))
-            self.console.print(f"[nsightwrap: {hidden} line(s) of output not shown: more than a terminal can "
-                               "show]", markup=False, highlight=False, soft_wrap=True)
+            self._dropped(_size(done) - _size(block))
+            self.console.print(f"[nsightwrap: {hidden} line(s) of output not shown{' or cut short' if cut else ''} "
+                               f"({_size(done) - _size(block)} bytes): more than a terminal can show]",
+                               markup=False, highlight=False, soft_wrap=True)
         self.console.print(block, markup=False, highlight=False, soft_wrap=True)
 
     def _dropped(self, chars: int) -> None:
@@ -250,6 +257,14 @@ class LiveScreen(PlainScreen):
     @property
     def on_output(self) -> Optional[Callable[[str], None]]:
         return self.output
+
+
+def _size(text: str) -> int:
+    """The bytes `text` takes on stderr (what stderr's writer counts)."""
+    try:
+        return len(text.encode("utf-8", "surrogateescape"))  # the bytes a RawText was decoded from
+    except UnicodeEncodeError:
+        return len(text.encode("utf-8", "replace"))
 
 
 def open_screen(quiet: bool, err: Optional[TextIO] = None) -> PlainScreen:
