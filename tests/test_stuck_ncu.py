@@ -147,3 +147,27 @@ def test_the_cli_sets_the_limit_and_says_ncu_is_stuck(fake_env, tmp_path):
     assert done.returncode == 5 and d["status"] == ERROR and "ncu itself is stuck" in d["reason"], done.stderr
     assert d["kernel_count"] == 1 and d["stop"]["graceful"]
     assert run_cli(["run", "--stuck-timeout", "0", "--", *app("vec_add")], env=env).returncode == 2
+
+
+def test_sweep_sections_takes_the_limit_its_reason_names(fake_env, tmp_path):
+    """The stuck reason says "raise the limit with --stuck-timeout SEC": sweep-sections has the flag too, and
+    its probes' RunConfig gets it (without it, the sweep would wait the default 60 s)."""
+    env = dict(fake_env, FAKE_NCU_STUCK="wedge", PYTHONPATH=str(ROOT), NSIGHTWRAP_STORE=str(tmp_path / "s.db"))
+    t0 = time.monotonic()
+    done = run_cli(["sweep-sections", "--json", "-q", "--no-preflight", "--stuck-timeout", "0.5",
+                    "--stall-timeout", "0.4", "--set", "basic", "--", *app("vec_add")], env=env, timeout=50)
+    took = time.monotonic() - t0
+    d = json.loads(done.stdout)
+    assert "ncu itself is stuck" in d["error"] and "--stuck-timeout SEC" in d["error"], done.stderr
+    assert "stuck_timeout=SEC in Python" in d["error"]  # the Python hint is kept as it is
+    assert took < 30, took
+    assert run_cli(["sweep-sections", "--stuck-timeout", "0", "--", *app("vec_add")], env=env).returncode == 2
+
+
+def test_run_and_sweep_share_one_stuck_timeout_option():
+    from nsightwrap.cli.commands import build_parser
+
+    parser = build_parser()
+    helps = {name: next(a for a in parser.commands[name]._actions if "--stuck-timeout" in a.option_strings)
+             for name in ("run", "sweep-sections")}
+    assert helps["run"].help == helps["sweep-sections"].help and helps["run"].default == DEFAULT_STUCK_TIMEOUT

@@ -13,6 +13,7 @@ from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import settle
 from nsightwrap.watch.writer import lost_output, silence
 
@@ -129,6 +130,14 @@ def add_calibration_limit(parser: argparse.ArgumentParser) -> None:
         help="when a stall is calibrated, how long the stalled kernel may run without ncu (a plain run: this "
              "long after the program reached it under ncu) before the program is reported as hanging by itself "
              f"(status timeout, program_fault), never as an ncu hang (default {DEFAULT_CALIBRATION_LIMIT_S:g})")
+
+
+def add_stuck_timeout(parser: argparse.ArgumentParser) -> None:
+    """--stuck-timeout SEC (run, sweep-sections): RunConfig.stuck_timeout, which the stuck-ncu reason names."""
+    parser.add_argument(
+        "--stuck-timeout", type=positive, default=DEFAULT_STUCK_TIMEOUT, metavar="SEC",
+        help="after the program has ended, how long ncu may stay silent without exiting before it is "
+             f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
 
 
 def given(text: str) -> str:

@@ -14,6 +14,7 @@ from nsightwrap.cli.common import (
     LineLog,
     UsageError,
     add_calibration_limit,
+    add_stuck_timeout,
     configure_logging,
     given,
     interrupted_doc,
@@ -35,7 +36,6 @@ from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
 from nsightwrap.watch.locate import check_program
-from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import interruptible
 from nsightwrap.watch.tree import StopPolicy
 
@@ -65,9 +65,7 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     add_calibration_limit(run)
     run.add_argument("--timeout", type=positive, metavar="SEC", help="limit for the whole run")
-    run.add_argument("--stuck-timeout", type=positive, default=DEFAULT_STUCK_TIMEOUT, metavar="SEC",
-                     help="after the program has ended, how long ncu may stay silent without exiting before it is "
-                          f"called stuck (exit 5) and stopped (default {DEFAULT_STUCK_TIMEOUT:g})")
+    add_stuck_timeout(run)
     run.add_argument("--grace", type=positive, default=StopPolicy().grace, metavar="SEC",
                      help="after SIGINT, how long ncu may take to write the report and exit")
     run.add_argument("-o", "--export", type=given, metavar="REPORT",

@@ -11,6 +11,7 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
     UsageError,
     add_calibration_limit,
+    add_stuck_timeout,
     configure_logging,
     given,
     interrupted_doc,
@@ -49,6 +50,7 @@ def add_parser(sub: Any) -> None:
                             f"calibrated allowance, else the profile's first rung, else {DEFAULT_STALL_TIMEOUT:g})")
     sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     add_calibration_limit(sweep)
+    add_stuck_timeout(sweep)
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
@@ -83,7 +85,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     markdown = _markdown_path(args.markdown) if args.markdown else None
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
-                       stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit)
+                       stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit,
+                       stuck_timeout=args.stuck_timeout)
     path = store_path(args.store)
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)
