@@ -12,6 +12,7 @@ middle of its output.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,31 @@ def test_cleanup_piped_to_true_still_stops_the_orphan_it_announced(env, unbuffer
     finally:
         root.kill()
         root.wait()
+
+
+def test_hangs_json_is_written_as_every_command_s(tmp_path, monkeypatch):
+    """`hangs list --json` printed its object itself: no settle (a later signal could still change the exit
+    code) and no word of the output that stderr's writer dropped."""
+    import argparse
+    import io
+
+    from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
+    from nsightwrap.watch.signals import Interrupts
+    from nsightwrap.watch.writer import OutputWriter, TextOut
+
+    parser = argparse.ArgumentParser(prog="nsightwrap")
+    add_hangs_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["hangs", "list", "--json", "--store", str(tmp_path / "none.db")])
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        writer = OutputWriter(fd)
+        writer.count_dropped(123)  # what stderr could not write
+        monkeypatch.setattr(sys, "stderr", TextOut(writer))
+        out = io.StringIO()
+        with Interrupts(raise_first=True) as scope:
+            assert cmd_hangs(args, out=out) == 0
+            assert scope.delivered  # settled: a signal from now on is only counted
+    finally:
+        os.close(fd)
+    doc = json.loads(out.getvalue())
+    assert doc["status"] == "ok" and any("123 bytes of output" in w for w in doc["warnings"])

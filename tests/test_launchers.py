@@ -11,11 +11,12 @@ from helpers import version_1_store
 from nsightwrap.errors import LadderError, OptionsError
 from nsightwrap.fallback.collectives import JobShape, family_filter, unprofiled_reason
 from nsightwrap.fallback.ladder import exclude_kernels, ladder_from_dict, load_ladder
-from nsightwrap.ncu.attempt import most_connected
 from nsightwrap.ncu.events import Connected, Disconnected
 from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.output import parse_all
+from nsightwrap.ncu.progress import WatchState
+from nsightwrap.ncu.tally import RunTally
 from nsightwrap.store.keys import Environment, ProfileKey, job_gpus
 from nsightwrap.watch.launchers import WRAPPER_MODULE, launcher_python, one_rank_argv, parse_launch, wrap_one_rank
 from nsightwrap.watch.onerank import plan
@@ -173,9 +174,22 @@ def test_job_shape_from_the_command_and_from_ncu_output():
 
 
 def test_most_processes_connected_at_once():
+    """Counted at once, not in all: application replay connects to the program again for every pass. What
+    production reads: the run's tally (the attempt's `connected`) and the watch state (the known-cause rules)."""
     two_ranks = [(0, Connected(1, "py")), (0, Connected(2, "py")), (0, Disconnected(1)), (0, Disconnected(2))]
     app_replay = [(0, Connected(1, "a")), (0, Disconnected(1)), (0, Connected(2, "a")), (0, Disconnected(2))]
-    assert most_connected(two_ranks) == 2 and most_connected(app_replay) == 1 and most_connected([]) == 0
+
+    def watched(events):
+        state = WatchState(started_at=0.0, last_output_at=0.0)
+        for t, e in events:
+            state.observe(e, float(t))
+        return state.most_connected
+
+    for most in (lambda ev: RunTally.of(ev).most_connected, watched):
+        assert most(two_ranks) == 2 and most(app_replay) == 1 and most([]) == 0
+    import nsightwrap.ncu.attempt as attempt
+
+    assert not hasattr(attempt, "most_connected")  # a third count, of no production caller: gone
 
 
 def test_another_ranks_connect_line_does_not_lose_a_kernel():

@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import IO, Any, Callable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S
@@ -162,24 +162,26 @@ def wants_json(argv: Sequence[str]) -> bool:
     return "--json" in own
 
 
-def print_json(doc: dict[str, Any]) -> None:
-    """The one JSON object of a command, on stdout, secret values masked; after it, signals change
-    neither it nor the exit code.
+def print_json(doc: dict[str, Any], out: Optional[IO[str]] = None) -> None:
+    """The one JSON object of a command, on stdout (or `out`), secret values masked; after it, signals
+    change neither it nor the exit code.
 
     Output that stderr's writer could not write (nobody read it) is said in `warnings`. A reader of
-    stdout that went away costs no traceback: stdout then points at /dev/null.
+    stdout that went away costs no traceback: stdout then points at /dev/null, and the object counts as
+    said (the command's exit code stands).
     """
     settle()
+    out = sys.stdout if out is None else out
     text = json.dumps(mask_doc(_with_lost_output(doc))) + "\n"
-    answer = getattr(sys.stdout, "answer", None)  # a watch.writer.ReaderSafe, installed by cli.main
+    answer = getattr(out, "answer", None)  # a watch.writer.ReaderSafe, installed by cli.main
     if answer is not None:
         answer(text)
         return
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        out.write(text)
+        out.flush()
     except BrokenPipeError:
-        silence(sys.stdout)
+        silence(out)
 
 
 def _with_lost_output(doc: dict[str, Any]) -> dict[str, Any]:

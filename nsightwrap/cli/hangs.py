@@ -4,19 +4,22 @@
 user cannot write (a colleague's, a read-only mount) can still be read;
 ``forget`` needs write access. ``list`` and ``show`` take ``--json``: then
 stdout holds exactly one JSON object, errors included (``"status":
-"error"``). Output cut short by its reader (``hangs show K | head``) ends
-quietly with exit code 141, as for a program stopped by SIGPIPE.
+"error"``), written as every command's (cli.common.print_json: secrets
+masked, output lost on stderr said, later signals settled). Output cut
+short by its reader (``hangs show K | head``) ends quietly with exit code
+141, as for a program stopped by SIGPIPE; the JSON object counts as said,
+as for the other commands.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Sequence
 
+from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.paths import ENV_XDG_CACHE
 from nsightwrap.status import USAGE_EXIT_CODE
@@ -86,12 +89,8 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
 def _failed(e: Exception, args, path: Path, out: IO[str], err: IO[str]) -> int:
     print(f"nsightwrap hangs: {e}", file=err)
     if getattr(args, "json", False):
-        _print_json(out, {"status": "error", "error": str(e), "store": str(path)})
+        print_json({"status": "error", "error": str(e), "store": str(path)}, out)
     return USAGE_EXIT_CODE
-
-
-def _print_json(out: IO[str], doc: dict[str, Any]) -> None:
-    print(json.dumps(doc), file=out)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -116,9 +115,8 @@ def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
             rows = store.kernels()
             uncalibrated = store.uncalibrated_hangs()
     if args.json:
-        _print_json(out, {"status": "ok", "store": str(path), "exists": path.exists(),
-                          "kernels": [dict(k._asdict(), n_uncalibrated=uncalibrated.get(k.kernel, 0))
-                                      for k in rows]})
+        print_json({"status": "ok", "store": str(path), "exists": path.exists(),
+                    "kernels": [dict(k._asdict(), n_uncalibrated=uncalibrated.get(k.kernel, 0)) for k in rows]}, out)
     elif not path.exists():
         print(f"no hang store at {path} yet: nothing recorded", file=out)
     elif not rows:
@@ -142,7 +140,7 @@ def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
                "pattern": normalize_kernel(args.kernel), "records": [r.to_dict() for r in recs]}
         if args.markdown:
             doc["markdown"] = markdown
-        _print_json(out, doc)
+        print_json(doc, out)
     elif not path.exists():
         print(f"no hang store at {path} yet: nothing recorded", file=out)
     elif markdown is not None:

@@ -15,7 +15,6 @@ from typing import Any, Optional, Sequence
 
 from nsightwrap.errors import AttemptFailed, AttemptHung
 from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.events import Connected, Disconnected
 from nsightwrap.ncu.progress import Stall
 from nsightwrap.ncu.tally import RunTally
 from nsightwrap.secrets import mask_doc, mask_text
@@ -251,23 +250,6 @@ def _kernels(tally: RunTally) -> tuple[KernelResult, ...]:
         return tuple(KernelResult(*k) for k in tally.done.items())
     return tuple(KernelResult(name, kid, n, ReplayMode.APPLICATION.value)
                  for (kid, name), n in sorted(tally.replay.items()))
-
-
-def most_connected(events: Sequence[tuple[float, Any]]) -> int:
-    """The most processes ncu was connected to at once: the ranks of a multi-process program.
-
-    Counted at once, not in all: application replay connects to the
-    program again for every pass, one process after another.
-    """
-    live: set[int] = set()
-    most = 0
-    for _, e in events:
-        if isinstance(e, Connected):
-            live.add(e.pid)
-            most = max(most, len(live))
-        elif isinstance(e, Disconnected):
-            live.discard(e.pid)
-    return most
 
 
 def _hint(errors: tuple[str, ...]) -> str:

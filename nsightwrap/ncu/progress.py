@@ -67,8 +67,7 @@ class WatchState(RunState):
     current: Optional[KernelInProgress] = None
     longest_gap: float = 0.0
     kernels_done: int = 0
-    slow_warnings: int = 0  # ncu's slow-launch warnings so far
-    last_slow_warning_at: float = -math.inf  # when the last one came
+    last_slow_warning_at: float = -math.inf  # when ncu's last slow-launch warning came (the count: RunTally)
     max_passes: int = 0  # the most replay passes a finished kernel of this run needed
     connected: set = field(default_factory=set)  # pids ncu is connected to now
     most_connected: int = 0  # the most processes ncu was connected to at once (2+: a multi-process program)
@@ -101,8 +100,7 @@ class WatchState(RunState):
                                             replay_pass=event.pass_number, marks=1)
         elif isinstance(event, NcuWarning):
             if SLOW_LAUNCH_WARNING in event.text:
-                self.slow_warnings += 1  # recorded, never a verdict
-                self.last_slow_warning_at = now
+                self.last_slow_warning_at = now  # recorded, never a verdict
         elif cur is not None and cur.replay_pass is not None:
             self.current = None  # the program went on after an application-replay pass
         self.last_output_at = now
