@@ -100,6 +100,9 @@ def _command(argv: list[str]) -> int:
         code = run_command(argv)
         settle()  # the command answered: a signal while stderr drains changes neither answer nor code
         out.finish()
+    except BrokenPipeError:  # a write that went round the wrapper (to the descriptor itself): no traceback
+        silence(out.stream)
+        return BROKEN_PIPE_EXIT
     finally:
         sys.stdout = out.stream
     if out.cut and code == 0:  # output lost in the middle and nothing else went wrong: as SIGPIPE would
