@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, attempt_rows
 
 from nsightwrap.watch.records import RUNTIME_VAR
+from nsightwrap.watch.tree import processes_with
 
 # Older tests import these from conftest; new ones import from helpers.
 __all__ = ["DATA", "FAKE_APP", "FAKE_DIR", "FAKE_NCU", "FAKE_SCALE", "HERE", "app"]
@@ -137,3 +139,12 @@ def fake_rows(monkeypatch):
     import nsightwrap.fallback.walk
 
     monkeypatch.setattr(nsightwrap.fallback.walk, "report_rows", attempt_rows)
+
+
+@pytest.fixture
+def tag(monkeypatch):
+    """Every process of the test carries FAKE_TEST_TAG, so that leftovers can be looked for."""
+    value = uuid.uuid4().hex
+    monkeypatch.setenv("FAKE_TEST_TAG", value)
+    yield value
+    assert processes_with("FAKE_TEST_TAG", value) == [], "processes of this test were left behind"

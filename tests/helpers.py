@@ -184,3 +184,12 @@ def version_1_store(path: Path, insert_sql: str, params: Sequence[Any] = ()) -> 
     conn.close()
     return path
 
+
+class FakeContext:
+    """What Calibrator needs of a RunContext: its config and replace(**changes)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def replace(self, **changes):
+        return FakeContext(self.config.replace(**changes))

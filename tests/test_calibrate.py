@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from helpers import version_1_store
+from helpers import FakeContext, version_1_store
 
 from nsightwrap.calibrate import Calibrator, calibrated_allowance, program_verdict
 from nsightwrap.ncu.allowance import (
@@ -197,16 +197,6 @@ def _attempt(status=HANG, silent=10.0, kernel="k", calibrated=False, kernels=(),
     return Attempt(status=status, reason="r", command=("ncu", "app"), returncode=None, kernels=tuple(kernels),
                    stall=stall, report=None, report_complete=False, elapsed_s=silent + 2.0, stop=None, warnings=(),
                    errors=(), notes=(), log="", started_at="2026-11-27T00:00:00+00:00", cookie="c")
-
-
-class FakeContext:
-    """What Calibrator needs of a RunContext: its config and replace(**changes)."""
-
-    def __init__(self, config: RunConfig):
-        self.config = config
-
-    def replace(self, **changes):
-        return FakeContext(self.config.replace(**changes))
 
 
 def _calibrator(calibration, store=None, **kw):

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -46,7 +45,6 @@ from nsightwrap.ncu.progress import NcuObserver, StallRule
 from nsightwrap.status import HANG
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
-from nsightwrap.watch.tree import processes_with
 
 DIST = Path(__file__).parent / "fake_dist"
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
@@ -160,14 +158,6 @@ def test_up_front_plan_and_the_filters_it_makes():
 
 
 # --- real processes: the fake torchrun and the fake ncu ---------------------------------------------------
-@pytest.fixture
-def tag(monkeypatch):
-    value = uuid.uuid4().hex
-    monkeypatch.setenv("FAKE_TEST_TAG", value)
-    yield value
-    assert processes_with("FAKE_TEST_TAG", value) == [], "processes of this test were left behind"
-
-
 @pytest.fixture
 def cfg(tmp_path, fake_env, tag):
     """Stall timeouts that a fake kernel never reaches, and the known cause's grace on the tests' clock: a

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -42,15 +41,6 @@ def torchrun(*steps: str, n: int = 2) -> list[str]:
 def rows(attempt) -> pd.DataFrame:
     """Rows from the attempt's record (the fake's reports are copies, not this program's)."""
     return pd.DataFrame({"function": [k.name for k in attempt.kernels]})
-
-
-@pytest.fixture
-def tag(monkeypatch):
-    """Every process of the test carries FAKE_TEST_TAG, so that leftovers can be looked for."""
-    value = uuid.uuid4().hex
-    monkeypatch.setenv("FAKE_TEST_TAG", value)
-    yield value
-    assert processes_with("FAKE_TEST_TAG", value) == [], "processes of this test were left behind"
 
 
 @pytest.fixture

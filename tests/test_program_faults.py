@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from helpers import FAKE_APP, app, no_leftovers, run_cli, run_config
+from helpers import FAKE_APP, FakeContext, app, no_leftovers, run_cli, run_config
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.calibrate.confirm import confirm_limit
@@ -49,14 +49,6 @@ def _attempt(kernel="k", silent=3.0, detected_at=7.5):
     return Attempt(status=HANG, reason="r", command=("ncu", "app"), returncode=None, kernels=(), stall=stall,
                    report=None, report_complete=False, elapsed_s=detected_at + 0.5, stop=None, warnings=(),
                    errors=(), notes=(), log="", started_at="2026-11-27T00:00:00+00:00", cookie="c")
-
-
-class FakeContext:
-    def __init__(self, config: RunConfig):
-        self.config = config
-
-    def replace(self, **changes):
-        return FakeContext(self.config.replace(**changes))
 
 
 def _confirm(measured, config=RunConfig(), attempt=None):

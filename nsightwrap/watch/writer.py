@@ -237,10 +237,7 @@ class ReaderSafe:
             self.write(line)
 
     def flush(self) -> None:
-        try:
-            self.stream.flush()
-        except BrokenPipeError:
-            self._gone(cut=True)
+        self._flush(cut=True)
 
     def answer(self, text: str) -> None:
         """Write the command's answer and flush it; a reader gone by now is no cut."""
@@ -251,11 +248,14 @@ class ReaderSafe:
             self._gone(cut=False)
 
     def finish(self) -> None:
-        """The last flush, once the command said everything."""
+        """The last flush, once the command said everything: a reader gone by now cut nothing."""
+        self._flush(cut=False)
+
+    def _flush(self, cut: bool) -> None:
         try:
             self.stream.flush()
         except BrokenPipeError:
-            self._gone(cut=False)
+            self._gone(cut=cut)
 
     def _gone(self, cut: bool) -> None:
         self.cut = self.cut or cut

@@ -7,24 +7,16 @@ Without ncu it finishes in about WORK seconds (torch's start-up counted), the ha
 Under ncu the hang kernel's launch blocks while it is profiled, so the host never sets its flag. Most of
 the time is host work (time.sleep between a few GPU steps), like a data loader: few kernels, a long process.
 """
-import ctypes
+import importlib.util
 import sys
 import time
+from pathlib import Path
 
 T0 = time.monotonic()
 import torch  # noqa: E402
 
-SPIN = r"""
-extern "C" __global__ void wait_for_host(volatile int* flag, unsigned long long limit_ns, int* result) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    while (*flag == 0) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 > limit_ns) { *result = -1; return; }
-    }
-    *result = 1;
-}
-"""
+#: The kernel that hangs under ncu only, as the example has it (examples/cupy_hang_under_ncu.py).
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cupy_hang_under_ncu.py"
 
 
 def step(x):
@@ -34,19 +26,11 @@ def step(x):
 
 
 def hang_under_ncu(limit_s):
-    import cupy as cp
-    import numpy as np
-
-    rt = cp.cuda.runtime
-    host = rt.hostAlloc(8, rt.hostAllocMapped)
-    flags = np.ctypeslib.as_array((ctypes.c_int32 * 2).from_address(host))
-    flags[:] = 0
-    cp.RawKernel(SPIN, "wait_for_host")((1,), (1,), (cp.uint64(host), cp.uint64(int(limit_s * 1e9)),
-                                                       cp.uint64(host + 4)))
-    flags[0] = 1  # under ncu this runs only after profiling of the kernel ended
-    cp.cuda.Device().synchronize()
-    print("wait_for_host result", int(flags[1]), "(1: released by the host, -1: gave up)", flush=True)
-    rt.freeHost(host)
+    """The example's wait_for_host, launched once (it imports CuPy: only now, after torch's work)."""
+    spec = importlib.util.spec_from_file_location("cupy_hang_under_ncu", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main(limit_s)
 
 
 def main():
