@@ -114,7 +114,7 @@ def stalled_launch(attempt: Attempt, options: Any = None) -> StalledKernel:
     o = options
     chosen = o is not None and (bool(o.launch_skip) or bool(o.launch_skip_before_match) or o.kernel_id is not None
                                 or o.profile_from_start is False)
-    kept = attempt.kernel_count is None or attempt.kernel_count == len(attempt.kernels)
+    kept = attempt.n_kernels == len(attempt.kernels)
     if chosen or attempt.connected > 1 or not kept:
         return StalledKernel(stall.kernel)
     return StalledKernel(stall.kernel, sum(1 for k in attempt.kernels if k.name == stall.kernel))

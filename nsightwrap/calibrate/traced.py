@@ -86,10 +86,6 @@ class TraceRule(WatchRule):
             self.listener.calibrating(self.progress(state, now))
 
 
-def _unfinished(follower: TraceFollower, now: float) -> tuple[tuple[str, float], ...]:
-    return tuple((f.name, round(f.seconds(now), 3)) for f in follower.in_flight())
-
-
 def _untraced(follower: TraceFollower, outcome: RunOutcome) -> Traced:
     """The tracer saw nothing: why, and the run (it still bounds every kernel, unless it timed out)."""
     errors = follower.errors()
@@ -102,7 +98,7 @@ def _judge(follower: TraceFollower, rule: TraceRule, outcome: RunOutcome, limit_
     """The traced run's Calibration (follower read to its end)."""
     now = rule.last_now if rule.last_now is not None else outcome.state.started_at + outcome.elapsed_s
     flying = follower.in_flight()
-    unfinished = _unfinished(follower, now)
+    unfinished = tuple((f.name, round(f.seconds(now), 3)) for f in flying)
     also = f"; in flight: {_listing(flying, now)}" if flying else "; no kernel was in flight"
     if rule.over_limit is not None:
         k = rule.over_limit

@@ -25,14 +25,13 @@ from nsightwrap.status import HANG
 from nsightwrap.watch.launchers import parse_launch
 from nsightwrap.watch.rules import Verdict, WatchRule
 
-__all__ = ["COLLECTIVES_SERIALISED", "COLLECTIVE_PREFIXES", "CollectiveRule", "KNOWN_CAUSE_GRACE_S",
+__all__ = ["COLLECTIVES_SERIALISED", "COLLECTIVE_PREFIXES", "CollectiveRule",
            "collective_family", "known_cause_rule", "run_rules"]
 
 #: Kernel families that are collectives: every rank's kernel waits for the others' (NCCL, NVSHMEM).
 COLLECTIVE_PREFIXES = ("nccl", "nvshmem")
 #: Silence after a collective's last mark (its `0%..` burst) before the known cause is called
 #: (RunConfig.allowance.known_cause_s).
-KNOWN_CAUSE_GRACE_S = KNOWN_CAUSE_S
 #: The evidence of such a hang (its Stall.basis).
 COLLECTIVES_SERIALISED = (f"{KNOWN_CAUSE}: ncu serialises kernel launches across the processes it profiles, so a "
                           "collective waits for its other half forever (FACTS.md)")
@@ -54,7 +53,7 @@ class CollectiveRule(WatchRule):
     finish, so it gets no such rule.
     """
 
-    grace_s: float = KNOWN_CAUSE_GRACE_S
+    grace_s: float = KNOWN_CAUSE_S
     ranks: Optional[int] = None  # the job's processes as its launcher says (None: not said)
 
     def __post_init__(self) -> None:
@@ -90,7 +89,7 @@ class CollectiveRule(WatchRule):
 
 
 def known_cause_rule(command: Sequence[str], options: Any = None,
-                     grace_s: float = KNOWN_CAUSE_GRACE_S) -> Optional[CollectiveRule]:
+                     grace_s: float = KNOWN_CAUSE_S) -> Optional[CollectiveRule]:
     """The known-cause rule of a run of `command` with ProfileOptions `options`, or None where none applies
     (ncu wraps one rank alone). Any command gets it: a program no launcher announced is still found to be
     multi-process when ncu connects to several of its processes at once."""

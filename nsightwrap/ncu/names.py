@@ -8,6 +8,8 @@ the kernel ncu is profiling, and a hang record to the kernels like it
 
 from __future__ import annotations
 
+import functools
+
 __all__ = ["core_matches", "function_core", "same_kernel", "trim"]
 
 ANONYMOUS_NAMESPACE = "(anonymous namespace)"
@@ -46,6 +48,7 @@ def _outside_brackets(text: str) -> str:
     return "".join(kept)
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and asked for the same few names on every turn of a watch loop
 def function_core(name: str) -> str:
     """The function's own name: `trim`, drop template arguments and parameter lists, keep the last
     blank-separated word and its last ``::`` component. ``void at::native::(anonymous

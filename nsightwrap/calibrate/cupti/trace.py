@@ -50,6 +50,7 @@ from typing import Callable, Optional
 import psutil
 
 from nsightwrap.ncu.names import function_core, same_kernel
+from nsightwrap.watch.tree import alive
 
 __all__ = ["GRAPH_LAUNCH", "TRACE_DIR_VAR", "InFlight", "StalledKernel", "TraceFollower", "pid_alive"]
 
@@ -76,10 +77,6 @@ class StalledKernel:
 
     name: str
     ordinal: Optional[int] = None
-
-    @property
-    def core(self) -> str:
-        return function_core(self.name)
 
     def matches(self, name: str) -> bool:
         """Whether the tracer's (full) `name` is this kernel (nsightwrap.ncu.names.same_kernel)."""
@@ -116,7 +113,7 @@ class _Process:
     launches: dict[int, InFlight] = field(default_factory=dict)
     #: Launches a device-wide synchronize has shown finished, whose record has not come yet (their seq kept
     #: for when it comes): no longer in flight.
-    synced: dict[int, InFlight] = field(default_factory=dict)
+    synced: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -126,10 +123,10 @@ class _Kernel:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie does not)."""
+    """Whether `pid` runs (a zombie does not: watch.tree.alive)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return alive(psutil.Process(pid))
+    except psutil.Error:
         return False
 
 
@@ -219,9 +216,11 @@ class TraceFollower:
         seconds = max(0, int(ev["end_ns"]) - int(ev["start_ns"])) / 1e9
         k = self._kernels.setdefault(name, _Kernel())
         k.longest_s, k.count = max(k.longest_s, seconds), k.count + 1
-        launch = proc.launches.pop(int(ev["corr"]), None) or proc.synced.pop(int(ev["corr"]), None)
-        if launch is None and not ev.get("graph"):  # a correlation id the launch line did not carry:
-            launch = self._oldest(proc, name)  # its oldest launch of that name, so none stays in flight forever
+        corr = int(ev["corr"])
+        known = proc.launches.pop(corr, None) is not None or corr in proc.synced
+        proc.synced.discard(corr)
+        if not known and not ev.get("graph"):  # a correlation id the launch line did not carry:
+            self._oldest(proc, name)  # its oldest launch of that name goes, so none stays in flight forever
         core = function_core(name)
         self._done[core] = self._done.get(core, 0) + 1
 
@@ -236,7 +235,7 @@ class TraceFollower:
         corr = int(ev["corr"])
         for c in [c for c in proc.launches if c < corr]:
             if len(proc.synced) < MAX_IN_FLIGHT:
-                proc.synced[c] = proc.launches[c]
+                proc.synced.add(c)
             del proc.launches[c]
 
     def _on_range(self, proc: _Process, ev: dict) -> None:
@@ -296,7 +295,8 @@ class TraceFollower:
 
     def running(self, kernel: StalledKernel) -> list[InFlight]:
         """The launches of `kernel` (by function_core) in flight, oldest first."""
-        return [f for f in self.in_flight() if kernel.matches(f.name)]
+        mine = (f for p in self._procs.values() for f in p.launches.values() if kernel.matches(f.name))
+        return sorted(mine, key=lambda f: f.since)
 
     def died(self) -> list[int]:
         """Processes whose file has no "exit" line and that are gone: they died or were killed."""
