@@ -14,6 +14,7 @@ as for the other commands.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -103,14 +104,9 @@ def _fmt_s(value: Optional[float]) -> Optional[str]:
     return None if value is None else f"{value:.1f}"
 
 
-def _there(path: Path) -> bool:
-    """Is there something at `path` (a dangling link too: the store's check says what is wrong with it)?"""
-    return path.exists() or path.is_symlink()
-
-
 def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
     rows, uncalibrated = [], {}
-    if _there(path):
+    if os.path.lexists(path):
         with HangStore(path, readonly=True) as store:
             rows = store.kernels()
             uncalibrated = store.uncalibrated_hangs()
@@ -131,7 +127,7 @@ def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
 
 def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
     recs, markdown = [], None
-    if _there(path):
+    if os.path.lexists(path):
         with HangStore(path, readonly=True) as store:
             recs = store.records(kernel=args.kernel) or store.records(pattern=args.kernel)
             markdown = debug_log(store, args.kernel) if args.markdown else None
@@ -168,7 +164,7 @@ def _print_records(recs, out: IO[str]) -> None:
 
 
 def _export(args, path: Path, out: IO[str], err: IO[str]) -> int:
-    if not _there(path):
+    if not os.path.lexists(path):
         print(f"nsightwrap hangs: no hang store at {path} yet: nothing to export", file=err)
         return USAGE_EXIT_CODE
     with HangStore(path, readonly=True) as store:

@@ -277,7 +277,7 @@ def check_timing(f: Facts) -> Check:
 def check_store(f: Facts) -> Check:
     """What a command that records does first (repair_sidecars, then store_problem), then the store's mode."""
     path = f.store
-    if path.exists() or path.is_symlink():
+    if os.path.lexists(path):  # a dangling link too: the check says what is wrong
         repaired = repair_sidecars(path)
         problem = store_problem(path, writing=True)
         if problem:

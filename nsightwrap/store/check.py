@@ -15,6 +15,7 @@ stop every write.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import stat
@@ -80,7 +81,8 @@ def _not_a_file(path: Path) -> Optional[str]:
     return f"{path} is {kind}, not a hang store file: {_elsewhere(path)}."
 
 
-def _expected_tables(version: int) -> dict[str, set[str]]:
+@functools.cache  # the migrations are constant: built once per version, read only
+def _expected_tables(version: int) -> dict[str, frozenset[str]]:
     """The tables and their columns that a store of schema `version` has (the migrations, applied in memory)."""
     conn = sqlite3.connect(":memory:")
     try:
@@ -88,7 +90,7 @@ def _expected_tables(version: int) -> dict[str, set[str]]:
             conn.executescript(script)
         names = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                  if not n.startswith("sqlite_")]
-        return {n: {row[1] for row in conn.execute(f"PRAGMA table_info({n})")} for n in names}
+        return {n: frozenset(row[1] for row in conn.execute(f"PRAGMA table_info({n})")) for n in names}
     finally:
         conn.close()
 

@@ -23,6 +23,7 @@ kernel spun on the GPU says nothing about the settings (every run hung then).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time as _time
 import uuid
@@ -75,7 +76,7 @@ def _now() -> str:
 def _connect_writable(path: Path, busy_timeout: float) -> sqlite3.Connection:
     """Open (creating it private if missing) and migrate the store for writing, once :func:`store_problem`
     (the check doctor runs too) finds nothing wrong with it."""
-    if path.exists() or path.is_symlink():
+    if os.path.lexists(path):  # a dangling link too: the check says what is wrong
         repair_sidecars(path)
         problem = store_problem(path, writing=True)
         if problem:

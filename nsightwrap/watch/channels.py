@@ -13,7 +13,7 @@ import os
 import select
 import time
 from collections import Counter, deque
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 CHUNK = 64 * 1024
 
@@ -122,15 +122,19 @@ class FollowedFile:
         """What was written since the last read, at most `budget` bytes."""
         return self.decoder.decode(self._pull(budget))
 
-    def read_all(self, budget: int) -> str:
-        """Everything left (the writer is gone), `budget` bytes at a time."""
-        parts = []
+    def pieces(self, budget: int) -> Iterator[str]:
+        """Everything left (the writer is gone), decoded `budget` bytes at a time, then the decoder's end
+        (an unfinished character): a long log left unread is never held whole."""
         while True:
             data = self._pull(budget)
             if not data:
                 break
-            parts.append(self.decoder.decode(data))
-        return "".join(parts) + self.decoder.decode(b"", final=True)
+            yield self.decoder.decode(data)
+        yield self.decoder.decode(b"", final=True)
+
+    def read_all(self, budget: int) -> str:
+        """Everything left (the writer is gone), in one string."""
+        return "".join(self.pieces(budget))
 
     def close(self) -> None:
         if self.fd is not None:

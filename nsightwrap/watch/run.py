@@ -280,12 +280,8 @@ class _Watch:
         while not self.out.eof and self.clock() < end:
             self.pump(0.05)
         if self.tool is not None:
-            while True:  # in bounded pieces: a long log left unread is never held whole
-                rest = self.tool.read(READ_BUDGET)
-                if not rest:
-                    break
+            for rest in self.tool.pieces(READ_BUDGET):  # in bounded pieces, never the whole log at once
                 self._take(rest, parse=True)
-            self._take(self.tool.read_all(READ_BUDGET), parse=True)  # an unfinished character at the end
         if not self.closed:
             self._take("", parse=True, final=True)
 

@@ -282,8 +282,9 @@ def _grace(wait_gone: WaitGone, policy: StopPolicy, target: psutil.Process,
            clock: Callable[[], float]) -> list:
     """Wait for the process sent SIGINT, at most `grace`; once it is gone, the rest get SETTLE_S."""
     end = clock() + policy.grace
-    left = wait_gone(policy.grace, True, without(target.pid))
-    if left and all(p.pid != target.pid for p in left):
+    enough = without(target.pid)
+    left = wait_gone(policy.grace, True, enough)
+    if left and enough(left):
         left = wait_gone(max(0.0, min(SETTLE_S, end - clock())), True)
     return left
 

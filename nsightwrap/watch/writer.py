@@ -167,9 +167,6 @@ class TextOut:
         for line in lines:
             self.write(line)
 
-    def write_bytes(self, data: bytes) -> None:
-        self.writer.write(data)
-
     def flush(self) -> None:
         """Nothing to wait for: the writer's thread writes as soon as it can."""
 
