@@ -183,12 +183,18 @@ def test_known_hangs_match_pattern_gpu_and_ncu_version(store):
                  env=Environment("h", "NVIDIA H200", "580.159.04", "2024.1.0"))
     new_driver = Environment("other", "NVIDIA H200", "590.1", "2025.3.1")
     store.record("nvjet_sm90_tst_64x64_64x4_3...", ProfileKey("detailed"), "timeout", env=new_driver)
+    other_host = Environment("other", "NVIDIA H200", "580.159.04", "2025.3.1")
+    store.record("nvjet_sm90_tst_64x64_64x4_3...", ProfileKey("detailed"), "timeout", env=other_host,
+                 basis="from calibration (nsys)")
+    store.record("nvjet_sm90_tst_64x64_64x4_9...", ProfileKey("detailed"), "timeout", env=other_host)
     store.record("vec_add", FULL, "hang", env=H200)
 
     found = store.known_hangs("nvjet_sm90_tst_128x128_64x4_2...", H200)
-    assert [(r.kernel, r.outcome, r.driver) for r in found] == [
-        ("nvjet_sm90_tst_64x64_64x4_3...", "timeout", "590.1"),      # the driver may differ, and is reported
-        ("nvjet_sm90_tst_256x128_64x4_1...", "hang", "580.159.04")]
+    # Issue 22: the driver must match too (a newer driver's record is stale here), and another host's
+    # hang counts only when calibrated (an uncalibrated one may be a slow kernel there).
+    assert [(r.kernel, r.outcome, r.host) for r in found] == [
+        ("nvjet_sm90_tst_64x64_64x4_3...", "timeout", "other"),
+        ("nvjet_sm90_tst_256x128_64x4_1...", "hang", "gpu-box")]
     assert store.known_hangs("block_reduce", H200) == []
     a100 = Environment(gpu="NVIDIA A100", ncu_version="2025.3.1")
     assert store.known_hangs("nvjet_sm90_tst_1x1_1x1_1...", a100) == []
@@ -197,7 +203,7 @@ def test_known_hangs_match_pattern_gpu_and_ncu_version(store):
     assert store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", ProfileOptions(set="full"), H200)
     assert not store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", BASIC, H200)
     assert not store.hangs_for("nvjet_sm90_tst_256x128_64x4_1...", ProfileKey("full", replay_mode="range"), H200)
-    assert store.records(pattern="nvjet_sm90_tst_1x2_3x4_5...")[0].kernel == "nvjet_sm90_tst_64x64_64x4_3..."
+    assert store.records(pattern="nvjet_sm90_tst_1x2_3x4_5...")[1].kernel == "nvjet_sm90_tst_64x64_64x4_3..."
 
 
 def test_untrusted_records_never_count(store):
@@ -238,14 +244,19 @@ def test_what_walks_and_sweeps_ask_matches_every_field_as_they_did(store):
     store.record("k8", FULL, "hang", env=H200, command=("ncu", "--set", "full", "./other", "1024"))
     store.record("*", FULL, "hang", env=H200, command=ncu)
     store.record("k9", FULL, "ok", env=H200, command=ncu)
-    store.record("k10", FULL, "hang", env=Environment("other-host", "NVIDIA H200", "590.1", "2025.3.1"),
-                 command=ncu)                                                   # host and driver may differ
+    store.record("k10", FULL, "hang", env=Environment("other-host", "NVIDIA H200", "580.159.04", "2025.3.1"),
+                 command=ncu, basis="from calibration (nsys)")                 # the host may differ (calibrated)
+    store.record("k11", FULL, "hang", env=Environment("other-host", "NVIDIA H200", "590.1", "2025.3.1"),
+                 command=ncu, basis="from calibration (nsys)")                 # the driver may not (issue 22)
+    store.record("k12", FULL, "hang", env=Environment("other-host", "NVIDIA H200", "580.159.04", "2025.3.1"),
+                 command=ncu)                                 # nor an uncalibrated hang of another host
 
     def walk_did(key, env, command):  # the walk's filter before the store had the method
         names = []
         for r in store.records():
             if (r.hung and r.trusted and r.key == key.canonical() and r.gpu == env.gpu
-                    and r.ncu_version == env.ncu_version and r.processes == env.processes
+                    and r.ncu_version == env.ncu_version and r.processes == env.processes and r.driver == env.driver
+                    and (r.host == env.host or r.calibrated)
                     and list(r.command[-len(command):]) == list(command) and r.kernel not in names
                     and r.kernel != "*"):
                 names.append(r.kernel)
@@ -254,7 +265,8 @@ def test_what_walks_and_sweeps_ask_matches_every_field_as_they_did(store):
     def sweep_did(kernel, key, env):  # the sweep's
         for r in store.records(kernel=kernel):
             if (r.trusted and r.key == key.canonical() and r.gpu == env.gpu and r.ncu_version == env.ncu_version
-                    and r.processes == env.processes):
+                    and r.processes == env.processes and r.driver == env.driver
+                    and (r.host == env.host or r.calibrated or not r.hung)):
                 return r
         return None
 

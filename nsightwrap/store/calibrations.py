@@ -1,4 +1,5 @@
-"""Calibrations in the hang store: SQL for the ``calibrations`` table (schema versions 2 and 4).
+"""Calibrations in the hang store: the rows of the ``calibrations`` table (schema versions 2 and 4; the
+statements are built by :mod:`nsightwrap.store.queries`).
 
 A program's calibration is kept per command (the row's subject, a JSON list), GPU model and driver, one row per
 kernel (its longest launch without ncu) and one row ``*`` for the whole
@@ -13,31 +14,24 @@ from typing import Any, Optional, Sequence
 
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.store.keys import Environment
+from nsightwrap.store.queries import insert_calibration
 from nsightwrap.store.schema import CALIBRATION_COLUMNS, command_json
 
-__all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "insert_row", "match_sql", "newest_row_sql"]
+__all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "insert_row"]
 
 #: The kernel name of the row holding the program's wall time.
 PROGRAM = "*"
 #: The columns an INSERT fills: every one of CalibrationRow but the id, in its order.
 _INSERTED = CALIBRATION_COLUMNS[1:]
-_INSERT = f"INSERT INTO calibrations ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))})"
 
 
-def insert_row(row: dict[str, Any]) -> tuple[str, list[Any]]:
+def insert_row(row: dict[str, Any]) -> Any:
     """The INSERT statement of one row given by column (every column of CalibrationRow but the id)."""
-    return _INSERT, [row[c] for c in _INSERTED]
-
-
-def newest_row_sql(subject: str, kernel: str, env: Environment) -> tuple[str, tuple[Any, ...]]:
-    """All columns of the newest row of `subject`'s `kernel` on this GPU model and driver."""
-    sql = (f"SELECT {', '.join(CALIBRATION_COLUMNS)} FROM calibrations WHERE subject = ? AND kernel = ? "
-           "AND gpu IS ? AND driver IS ? ORDER BY id DESC LIMIT 1")
-    return sql, (subject, kernel, env.gpu, env.driver)
+    return insert_calibration({c: row[c] for c in _INSERTED})
 
 
 def calibration_rows(calibration: Calibration, command: Sequence[str], env: Environment, time: str,
-                     run_id: str) -> list[tuple[str, tuple[Any, ...]]]:
+                     run_id: str) -> list[Any]:
     """INSERT statements for one calibration; none when it failed or is a bare bound (profile(fn)). One stopped
     early (once the stalled kernel had finished: no program time) keeps its kernels and no ``*`` row."""
     if not calibration.ok or (calibration.program_s is None and (calibration.bound_s is not None
@@ -45,20 +39,11 @@ def calibration_rows(calibration: Calibration, command: Sequence[str], env: Envi
         return []
     head = (time, env.host, env.gpu, env.driver, command_json(command))
     ranges = None if calibration.marks_ranges is None else int(calibration.marks_ranges)
-    rows = [(_INSERT, (*head, name, float(seconds), calibration.source, run_id, "", None))
+    rows = [(*head, name, float(seconds), calibration.source, run_id, "", None)
             for name, seconds in calibration.kernels]
-    if calibration.program_s is None:
-        return rows
-    return rows + [(_INSERT, (*head, PROGRAM, float(calibration.program_s), calibration.source, run_id, "", ranges))]
-
-
-def match_sql(command: Sequence[str], env: Environment) -> tuple[str, list[Any]]:
-    """The rows of the newest calibration of `command` on this GPU model and driver."""
-    where = "subject = ? AND gpu IS ? AND driver IS ?"
-    sql = (f"SELECT kernel, seconds, source, time, marks_ranges FROM calibrations WHERE {where} AND run_id = "
-           f"(SELECT run_id FROM calibrations WHERE {where} ORDER BY id DESC LIMIT 1)")
-    params = [command_json(command), env.gpu, env.driver]
-    return sql, params + params
+    if calibration.program_s is not None:
+        rows.append((*head, PROGRAM, float(calibration.program_s), calibration.source, run_id, "", ranges))
+    return [insert_row(dict(zip(_INSERTED, row))) for row in rows]
 
 
 def calibration_from_rows(rows: Sequence[Sequence[Any]]) -> Optional[Calibration]:

@@ -59,6 +59,16 @@ run of the same kernel::
     processes       INTEGER  the job's processes (ranks); 1 for older rows
     gpus            INTEGER or NULL   the GPUs its processes here could use
     ranks           TEXT     "all" (ncu wrapped every rank) or "one" (one rank alone)
+
+Version 4 adds ``calibrations.marks_ranges``. Version 5 makes records shareable between machines (a team's
+PostgreSQL store, ``hangs export``/``import``)::
+
+    uid             TEXT UNIQUE   made by the writer (a UUID): a record written twice (a retry, an import
+                                  of records already there) is kept once; older rows get one when migrated
+    user_name       TEXT or NULL  who recorded it (Record.user; ``user`` is a reserved word in PostgreSQL)
+
+The migrations are SQLite's SQL; :mod:`nsightwrap.store.migrate` applies the same text to PostgreSQL with
+its two type names translated.
 """
 
 from __future__ import annotations
@@ -78,7 +88,7 @@ from nsightwrap.store.paths import ENV_STORE
 
 __all__ = ["CALIBRATION_COLUMNS", "COLUMNS", "CalibrationRow", "KernelSummary", "MIGRATIONS", "Record",
            "SCHEMA_VERSION", "SELECT", "SQL_NAME",
-           "command_json", "migrate", "refuse_newer", "row_to_record", "stored_version"]
+           "command_json", "refuse_newer", "row_to_record", "stored_version"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,9 @@ class Record:
     processes: int = 1
     gpus: Optional[int] = None
     ranks: str = ALL_RANKS
+    #: Schema version 5: the record's own id, the same in every store it is copied to, and who recorded it.
+    uid: Optional[str] = None
+    user: Optional[str] = None
 
     @property
     def calibrated(self) -> bool:
@@ -144,7 +157,7 @@ class Record:
 COLUMNS = tuple(f.name for f in fields(Record))
 
 # Record field -> SQL column, where they differ.
-SQL_NAME = {"set": "set_name"}
+SQL_NAME = {"set": "set_name", "user": "user_name"}
 SELECT = "SELECT " + ", ".join(SQL_NAME.get(c, c) for c in COLUMNS) + " FROM records"
 
 
@@ -241,6 +254,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE calibrations ADD COLUMN marks_ranges INTEGER;
     """,
+    """
+    ALTER TABLE records ADD COLUMN uid TEXT;
+    ALTER TABLE records ADD COLUMN user_name TEXT;
+    CREATE UNIQUE INDEX records_uid ON records (uid);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -290,26 +308,3 @@ def refuse_newer(version: Optional[int], path: Path) -> None:
         raise StoreError(path, f"the hang store {path} has schema version {version}, newer than this "
                          f"nsightwrap knows ({SCHEMA_VERSION}). Upgrade nsightwrap, or set {ENV_STORE} to "
                          "another file.")
-
-
-def migrate(conn: sqlite3.Connection, path: Path) -> None:
-    """Apply the migrations the store lacks, in one IMMEDIATE transaction."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT version FROM schema_version").fetchone()
-        version = 0 if row is None else int(row[0])
-        refuse_newer(version, path)
-        for script in MIGRATIONS[version:]:
-            for statement in script.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-        if row is None:
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        elif version != SCHEMA_VERSION:
-            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
