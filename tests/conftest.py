@@ -148,3 +148,29 @@ def tag(monkeypatch):
     monkeypatch.setenv("FAKE_TEST_TAG", value)
     yield value
     assert processes_with("FAKE_TEST_TAG", value) == [], "processes of this test were left behind"
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server for this session (one per xdist worker, ~1.5 s to start; see tests/pg.py),
+    stopped and removed at the end; the tests that need it skip, saying why, where it cannot be started."""
+    import pg
+
+    why = pg.missing()
+    if why:
+        pytest.skip(why)
+    server = pg.start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_setting(request, tmp_path) -> str:
+    """What --store / NSIGHTWRAP_STORE / store= is given, once for each backend: an SQLite file, and the URL
+    (with the team's password) of a fresh database on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "hangs.db")
+    server = request.getfixturevalue("pg_server")
+    return server.url(server.new_database())

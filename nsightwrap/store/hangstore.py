@@ -42,7 +42,7 @@ from nsightwrap.status import HANG_OUTCOMES, NO_KERNELS, OK
 from nsightwrap.store import queries as q
 from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, insert_row
 from nsightwrap.store.database import Database, open_database
-from nsightwrap.store.export import write_csv, write_yaml
+from nsightwrap.store.export import write_csv, write_jsonl, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.location import StoreArg, StoreLocation, resolve_store
 from nsightwrap.store.paths import ENV_STORE
@@ -91,6 +91,8 @@ class HangStore:
         self.readonly = readonly
         self.user = user if user is not None else this_user()
         self._now = now
+        #: What a caller should say about this store (open_store: "the database is down, recording here").
+        self.notes: list[str] = []
         self._db: Optional[Database] = None
         self._db = open_database(self.location, readonly=readonly, busy_timeout=busy_timeout)
 
@@ -340,6 +342,10 @@ class HangStore:
         trusted is ``true``/``false``.
         """
         return write_csv(reversed(self.records(kernel=kernel)), path_or_file, self.path)
+
+    def export_jsonl(self, path_or_file: Union[str, Path, IO[str]], kernel: Optional[str] = None) -> int:
+        """Write one JSON object a line (oldest first), what ``hangs import`` reads; the rows written."""
+        return write_jsonl(reversed(self.records(kernel=kernel)), path_or_file, self.path)
 
     def export_yaml(self, path_or_file: Union[str, Path, IO[str]], kernel: Optional[str] = None) -> int:
         """Write ``{schema_version, records: [...]}`` (oldest first) with yaml.safe_dump; the rows written."""

@@ -53,10 +53,13 @@ def migrate(conn: Connection, refuse_newer) -> int:
     dialect = conn.dialect.name
     if dialect == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+    found = version_of(conn)
+    if found == SCHEMA_VERSION:  # the common case: no DDL, so a role that may not create tables opens it too
+        return found
+    refuse_newer(found)
     conn.execute(text("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"))
     row = conn.execute(text("SELECT version FROM schema_version")).first()
     version = 0 if row is None else int(row[0])
-    refuse_newer(version)
     for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
         for statement in statements(script, dialect):
             conn.execute(text(statement))

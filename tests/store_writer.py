@@ -1,0 +1,42 @@
+"""A writer for the store's concurrency tests and benchmark: `python store_writer.py STORE WORKER N DONE_FILE`.
+
+Records N records (kernel ``w{WORKER}``, uid derived from (WORKER, i)) and, after each record() returned,
+appends i to DONE_FILE: a record counts as written once its line is there. Started again after a SIGKILL,
+it goes on from the first index not in DONE_FILE, retrying that one with the same uid (it may have been
+committed before the kill): the store must keep it once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment, ProfileKey
+
+NAMESPACE = uuid.UUID("6e736967-6874-7772-6170-000000000022")
+ENV = Environment("writer-host", "NVIDIA H200", "580.159.04", "2025.3.1")
+
+
+def uid(worker: int, i: int) -> str:
+    return uuid.uuid5(NAMESPACE, f"{worker}:{i}").hex
+
+
+def main(store: str, worker: int, n: int, done_file: str) -> None:
+    try:
+        with open(done_file) as f:
+            start = len(f.read().split())
+    except FileNotFoundError:
+        start = 0
+    fd = os.open(done_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with HangStore(store, busy_timeout=60) as s:
+        for i in range(start, n):
+            s.record(f"w{worker}", ProfileKey("full"), "hang" if i % 3 == 0 else "ok", env=ENV,
+                     note=f"{worker}:{i}", uid=uid(worker, i))
+            os.write(fd, f"{i}\n".encode())
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,0 +1,144 @@
+"""A hang store shared by a team (issue 22): the same store on SQLite and on a real PostgreSQL server.
+
+Each test that takes ``store_setting`` runs on both backends (conftest: an SQLite file, and a fresh
+database of the session's PostgreSQL server, tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from store_kills import check_written, write_with_kills
+
+from nsightwrap.errors import StoreError
+from nsightwrap.store import SCHEMA_VERSION, Environment, HangStore, ProfileKey, StoreLocation, resolve_store
+from nsightwrap.store.location import POSTGRES_EXTRA
+
+FULL = ProfileKey("full")
+H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
+CALIBRATED = "from calibration (nsys)"
+
+
+def test_the_setting_is_resolved_once_by_a_visible_precedence(tmp_path):
+    env = {"NSIGHTWRAP_STORE": "postgresql://team:pw@db/hangs", "XDG_CACHE_HOME": str(tmp_path)}
+    given = resolve_store(str(tmp_path / "mine.db"), env)                   # parameter (or --store) first
+    assert (given.path, given.source) == (tmp_path / "mine.db", "parameter")
+    from_env = resolve_store(None, env)                                      # then $NSIGHTWRAP_STORE
+    assert from_env.is_database and from_env.source == "NSIGHTWRAP_STORE"
+    assert str(from_env) == "postgresql://team:***@db/hangs" and "pw" not in repr(from_env)
+    assert from_env.sqlalchemy_url().startswith("postgresql+psycopg://")
+    default = resolve_store("", {"XDG_CACHE_HOME": str(tmp_path)})           # then the default file
+    assert (default.path, default.source) == (tmp_path / "nsightwrap" / "hangs.db", "default")
+    assert resolve_store(given) is given
+    with pytest.raises(StoreError, match="mysql URL"):
+        resolve_store("mysql://u:secret@h/db")
+
+
+def test_records_round_trip_on_both_backends(store_setting):
+    with HangStore(store_setting, user="ada") as store:
+        assert store.schema_version == SCHEMA_VERSION and len(store) == 0
+        rec = store.record("vec_add", FULL, "hang", env=H200, stall_s=2.5, command=["ncu", "./app"],
+                           allowance_s=1.5, basis=CALIBRATED)
+        assert (rec.host, rec.user, rec.gpu, rec.stall_s, rec.command) == ("gpu-box", "ada", "NVIDIA H200", 2.5,
+                                                                           ("ncu", "./app"))
+        assert len(rec.uid) == 32 and store.records() == [rec]
+        assert store.known_hangs("vec_add", H200) == [rec] and store.hangs_for("vec_add", FULL, H200)
+        assert store.kernels()[0][:3] == ("vec_add", 1, 1) and store.uncalibrated_hangs() == {}
+        again = store.record("vec_add", FULL, "hang", env=H200, uid=rec.uid)   # a retried write: kept once
+        assert again == rec and len(store) == 1
+        assert store.forget(kernel="vec_add") == 1 and len(store) == 0
+    with HangStore(store_setting, readonly=True) as store:                   # opens again, nothing to migrate
+        assert store.records() == []
+
+
+def test_a_record_applies_only_where_it_was_true(store_setting):
+    """Same GPU model, driver, ncu version and job shape (processes; one rank or all in the key)."""
+    with HangStore(store_setting) as store:
+        store.record("k", FULL, "hang", env=H200, basis=CALIBRATED)
+        assert store.hangs_for("k", FULL, H200)
+        for other in (Environment("gpu-box", "NVIDIA H100", "580.159.04", "2025.3.1"),
+                      Environment("gpu-box", "NVIDIA H200", "590.10", "2025.3.1"),
+                      Environment("gpu-box", "NVIDIA H200", "580.159.04", "2026.1.0"),
+                      Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1", processes=2)):
+            assert not store.hangs_for("k", FULL, other) and store.known_hangs("k", other) == []
+        assert not store.hangs_for("k", ProfileKey("full", ranks="one"), H200)
+        newer = Environment("gpu-box", "NVIDIA H200", "590.10", "2025.3.1")
+        assert store.stale_records(newer) == {"k": 1} and store.stale_records(H200) == {}
+
+
+def test_untrusted_and_uncalibrated_records_never_apply_on_another_host(store_setting):
+    machine_b = Environment("machine-b", "NVIDIA H200", "580.159.04", "2025.3.1")
+    with HangStore(store_setting, user="ada") as store:
+        store.record("foreign", FULL, "hang", env=H200, trusted=False, basis=CALIBRATED)  # foreign GPU work
+        store.record("slow", FULL, "hang", env=H200, basis="default (not calibrated)")
+        store.record("real", FULL, "hang", env=H200, basis=CALIBRATED)
+    with HangStore(store_setting, user="bob") as store:
+        assert [r.kernel for r in store.known_hangs("foreign", machine_b)] == []
+        assert not store.hangs_for("slow", FULL, machine_b) and store.hangs_for("slow", FULL, H200)
+        assert store.hangs_for("real", FULL, machine_b)
+        assert {(r.kernel, r.host, r.user) for r in store.records()} == {
+            ("foreign", "gpu-box", "ada"), ("slow", "gpu-box", "ada"), ("real", "gpu-box", "ada")}
+
+
+def test_writers_killed_at_random_lose_and_duplicate_nothing(store_setting, tmp_path):
+    """Goal (small here; benchmarks/bench_store_concurrency.py runs 8 x 500): a record counts as written
+    when record() returned; after random SIGKILLs (each writer started again, retrying its unconfirmed
+    record with the same uid) every one is there once, and the writers' records are all there."""
+    workers, n = 4, 40
+    kills = write_with_kills(store_setting, tmp_path, workers, n, kills=4)
+    with HangStore(store_setting, readonly=True) as store:
+        recs = store.records()
+    assert kills == 4 and check_written(recs, tmp_path, workers, n) == (0, 0)
+    assert len(recs) == workers * n and len({r.uid for r in recs}) == len(recs)
+
+
+def test_a_database_url_without_its_driver_says_what_to_install(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
+                        if name == "psycopg" else real(name, *a, **k))
+    with pytest.raises(StoreError) as e:
+        HangStore("postgresql://team:hunter2@db.example/hangs")
+    assert POSTGRES_EXTRA in str(e.value) and "hunter2" not in str(e.value)
+
+
+def test_a_database_that_is_down_is_one_clear_line_with_no_password(pg_server):
+    from nsightwrap.store import open_store
+    from nsightwrap.store.database import StoreUnreachable
+
+    url = f"postgresql://team:Pa55-down@127.0.0.1:{_closed_port()}/nowhere"
+    with pytest.raises(StoreUnreachable) as e:
+        HangStore(url)
+    text = str(e.value)
+    assert "\n" not in text and "Pa55-down" not in text and "cannot reach the hang store" in text
+    assert "postgresql://team:***@127.0.0.1" in text
+    loc = StoreLocation(url=url)
+    assert "Pa55-down" not in repr(loc) + str(loc) + loc.mask(f"password=Pa55-down {url}")
+    store = open_store(url, env={"XDG_CACHE_HOME": str(pg_server.folder.parent / "unused")}) if False else None
+    assert store is None
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_read_only_role_reads_and_is_refused_writes(pg_server):
+    db = pg_server.new_database()
+    with HangStore(pg_server.url(db)) as store:
+        store.record("k", FULL, "hang", env=H200)
+    import pg
+
+    reader = pg_server.url(db, "reader", pg.READER_PASSWORD)
+    with HangStore(reader, readonly=True) as store:
+        assert [r.kernel for r in store.records()] == ["k"] and store.kernels()[0][:3] == ("k", 1, 1)
+    with HangStore(reader) as store:                      # up to date: opening asks for no DDL
+        with pytest.raises(StoreError) as e:
+            store.record("k", FULL, "ok", env=H200)
+    assert "permission denied" in str(e.value) and pg.READER_PASSWORD not in str(e.value)
+    assert json.dumps(str(e.value))  # one plain message
