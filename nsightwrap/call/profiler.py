@@ -31,6 +31,7 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
+from nsightwrap.store.opening import open_store
 
 __all__ = ["Profiler"]
 
@@ -73,7 +74,8 @@ class Profiler:
             context = RunContext.create(config.replace(env=dict(os.environ if config.env is None else config.env)))
         self.context = context  # ncu located now: ToolNotFound before anything runs
         self._owns_store = isinstance(store, (str, os.PathLike))
-        self.store: Optional[HangStore] = HangStore(store) if self._owns_store else store  # type: ignore[arg-type]
+        # A team's database that is down: the local file instead (self.store.notes says so).
+        self.store: Optional[HangStore] = open_store(store) if self._owns_store else store  # type: ignore[arg-type]
         self._environment: Optional[Environment] = None
         self.calibrations = Calibrations(self.store, lambda: self.environment)
 

@@ -16,7 +16,8 @@ def add_parser(sub: Any) -> None:
                             description="Each check prints a line (ok, warn, FAIL, skip) and, where something is "
                                         "wrong, what to do. Exit code 2 when a check FAILs.")
     doctor.add_argument("--ncu", metavar="PATH", help="ncu to check (default: $NSIGHTWRAP_NCU, PATH, CUDA)")
-    doctor.add_argument("--store", metavar="PATH", help="hang store to check (default: $NSIGHTWRAP_STORE, XDG cache)")
+    doctor.add_argument("--store", metavar="PATH|URL",
+                        help="hang store to check: a file or postgresql://... (default: $NSIGHTWRAP_STORE, XDG cache)")
     doctor.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 

@@ -15,10 +15,10 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from nsightwrap.calibrate.cupti.build import TRACER_VAR, tracer_status
-from nsightwrap.errors import NsightwrapError
+from nsightwrap.errors import NsightwrapError, StoreError
 from nsightwrap.ncu.attempt import COUNTERS_REMEDY
 from nsightwrap.ncu.catalog import default_cache_dir
 from nsightwrap.ncu.context import RunContext
@@ -28,7 +28,10 @@ from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.paths import make_private_dirs, work_dir
 from nsightwrap.store.check import store_problem
-from nsightwrap.store.paths import repair_sidecars, store_path
+from nsightwrap.store.database import StoreUnreachable
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.location import StoreLocation, local_default, resolve_store
+from nsightwrap.store.paths import repair_sidecars
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.locate import version_key
@@ -75,7 +78,7 @@ class Facts:
     context: Optional[RunContext]
     ncu_problem: str
     gpus: Optional[list]
-    store: Path
+    store: Union[Path, StoreLocation]  # a file, or the location of a database
     env: dict
 
     @classmethod
@@ -86,7 +89,8 @@ class Facts:
         except NsightwrapError as e:
             context, problem = None, str(e)
         env = dict(context.env) if context else dict(os.environ)
-        path = store_path(store, env)
+        location = resolve_store(store, env)
+        path = location.path or location
         return cls(context, problem, gpu.gpus(), path, env)
 
 
@@ -277,6 +281,8 @@ def check_timing(f: Facts) -> Check:
 def check_store(f: Facts) -> Check:
     """What a command that records does first (repair_sidecars, then store_problem), then the store's mode."""
     path = f.store
+    if isinstance(path, StoreLocation):
+        return _check_database(path)
     if os.path.lexists(path):  # a dangling link too: the check says what is wrong
         repaired = repair_sidecars(path)
         problem = store_problem(path, writing=True)
@@ -294,6 +300,18 @@ def check_store(f: Facts) -> Check:
         return Check("store", FAIL, f"{path} cannot be created: {problem}",
                      "set NSIGHTWRAP_STORE (or --store) to a file in a folder you can write")
     return Check("store", OK, f"{path} (not created yet; will be made 0600)")
+
+
+def _check_database(location: StoreLocation) -> Check:
+    """A team's database: reachable (a run that cannot reach it records in the local file instead)?"""
+    try:
+        HangStore(location, readonly=True, busy_timeout=5).close()
+    except StoreUnreachable as e:
+        return Check("store", WARN, f"{e} Runs record in the local store {local_default()} meanwhile",
+                     "start the database or fix the URL; then `nsightwrap hangs export`/`import` moves the records")
+    except StoreError as e:  # e.g. a database with no tables yet: the first run that records makes them
+        return Check("store", OK, f"{location} (a PostgreSQL database, reachable: {e})")
+    return Check("store", OK, f"{location} (a PostgreSQL database, reachable)")
 
 
 #: Everything doctor asks, in order.

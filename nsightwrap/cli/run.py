@@ -34,7 +34,8 @@ from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.paths import store_path
+from nsightwrap.store.location import resolve_store
+from nsightwrap.store.opening import open_store
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 from nsightwrap.watch.tree import StopPolicy
@@ -73,8 +74,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--no-validate", action="store_true", help="do not check sets/sections against ncu first")
     run.add_argument("--profile", metavar="NAME|FILE",
                      help="walk down this fallback ladder (default, quick, deep, or a YAML file) for kernels that hang")
-    run.add_argument("--store", metavar="PATH", help="hang store for --profile (default: $NSIGHTWRAP_STORE or "
-                                                      "~/.cache/nsightwrap/hangs.db)")
+    run.add_argument("--store", metavar="PATH|URL", help="hang store for --profile: a file or "
+                                                          "postgresql://user@host/db (default: $NSIGHTWRAP_STORE or "
+                                                          "~/.cache/nsightwrap/hangs.db)")
     run.add_argument("--retry-known-hangs", action="store_true",
                      help="with --profile: try rungs the store knows to hang")
     run.add_argument("--rank", type=int, metavar="N",
@@ -133,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     return _program_fault(args, calibration)
             if args.profile:
                 return _run_ladder(args, command, options, context, screen, log, calibrator, store)
-            return _run_once(args, command, options, context, screen, log, calibrator)
+            return _run_once(args, command, options, context, screen, log, calibrator, store)
     except KeyboardInterrupt:
         # Between attempts (back-off, GPU settle wait, probing ncu): nothing of ours is running.
         return report_interrupt(args, screen, None)
@@ -148,11 +150,24 @@ def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScree
     front only when it exists (a calibration kept by an earlier run is used
     from the start), else opened on a stall.
     """
-    store = functools.lru_cache(maxsize=None)(lambda: HangStore(args.store))
-    known = store_path(args.store)
+    location = resolve_store(args.store)
+    store = functools.lru_cache(maxsize=None)(lambda: _said(open_store(location)))
+    known = location.is_database or location.path.exists()
     calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say,
-                            lazy=not (args.profile or known.exists()))
+                            lazy=not (args.profile or known))
     return calibrator, store
+
+
+def _said(store: HangStore) -> HangStore:
+    """The store, its notes said on stderr at once (the team's database is down: recording here instead)."""
+    for note in store.notes:
+        print(f"nsightwrap: {note}", file=sys.stderr)
+    return store
+
+
+def _store_notes(store: Callable[[], HangStore]) -> tuple[str, ...]:
+    """The notes of the store, if the run opened it."""
+    return tuple(store().notes) if store.cache_info().currsize else ()  # type: ignore[attr-defined]
 
 
 def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
@@ -169,7 +184,8 @@ def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
 
 
 def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-              screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator) -> int:
+              screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator,
+              store: Callable[[], HangStore]) -> int:
     options, left_out = without_collectives(command, options)  # they would hang with every rank profiled
     if left_out and not args.quiet:
         screen.say(f"[nsightwrap] {left_out}\n")
@@ -184,8 +200,9 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     if left_out:
         attempt = dataclasses.replace(attempt, notes=(*attempt.notes, left_out))
     screen.close()
-    if args.json:
-        print_json(attempt.to_dict())
+    if args.json:  # the store's notes were said on stderr when it was opened
+        doc = attempt.to_dict()
+        print_json({**doc, "notes": [*doc.get("notes", []), *_store_notes(store)]})
         _say_notes([attempt], log)  # the JSON holds them too; said where a person reads them
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
@@ -215,7 +232,7 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
     screen.close()
     status = result.status
     if args.json:
-        print_json(_walk_doc(result, status))
+        print_json({**_walk_doc(result, status), "notes": list(_store_notes(store))})
     else:
         print("\n" + result.summary(), file=sys.stderr)
     _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created

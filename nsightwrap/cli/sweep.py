@@ -28,8 +28,8 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.status import EXIT_CODES, HANG, OK
 from nsightwrap.store.debuglog import debug_log
-from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.paths import store_path
+from nsightwrap.store.location import resolve_store
+from nsightwrap.store.opening import open_store
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
@@ -54,8 +54,9 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
-    sweep.add_argument("--store", metavar="PATH",
-                       help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
+    sweep.add_argument("--store", metavar="PATH|URL",
+                       help="hang store: a file or postgresql://user@host/db (default: $NSIGHTWRAP_STORE or "
+                            "~/.cache/nsightwrap/hangs.db)")
     sweep.add_argument("--markdown", metavar="FILE", help="write the debug log of the investigated kernels here")
     # What the sweep shows and prints (kept together).
     sweep.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
@@ -87,7 +88,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit,
                        stuck_timeout=args.stuck_timeout)
-    path = store_path(args.store)
+    path = resolve_store(args.store)
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)
 
@@ -102,7 +103,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 return refuse(args, screen, refused)
             if not args.section:  # a mistyped --set is refused before the store is made
                 sections_of_set(context.info, args.section_set)
-            store = HangStore(path)  # after the preflight, whose store check would see it created
+            store = open_store(path)  # after the preflight, whose store check would see it created
+            for note in store.notes:  # the team's database is down: recording in the local file instead
+                print(f"nsightwrap: {note}", file=sys.stderr)
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
                                     context=context, store=store, jobs=args.jobs, on_probe=said,
@@ -116,7 +119,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         configure_logging(False, screen.line)
     # Hangs found: the sweep did its job (0); a program fault or nothing profiled: its own code.
     code = EXIT_CODES[result.status] if result.status not in (OK, HANG) else 0
-    print_json({"exit_code": code, **result.to_dict()}) if args.json else print(result.table())
+    doc = {"exit_code": code, **result.to_dict()}
+    if store.notes:
+        doc["notes"] = [*doc.get("notes", []), *store.notes]
+    print_json(doc) if args.json else print(result.table())
     if markdown is not None:
         try:
             markdown.write_text("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")

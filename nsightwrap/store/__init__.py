@@ -2,7 +2,8 @@
 
 Layers inside, each importing only those before it: ``keys`` (kernel-name
 patterns, ProfileKey, Environment), ``paths`` (where the store lives, private
-files), ``location`` (a file or a PostgreSQL URL, resolved once), ``schema`` (Record, migrations), ``queries`` (every statement, SQLAlchemy Core), ``migrate``,
+files), ``location`` (a file or a PostgreSQL URL, resolved once), ``schema``
+(Record, migrations), ``queries`` (every statement, SQLAlchemy Core), ``migrate``,
 ``check`` (is it a store file the commands can use: the one
 check of every command and doctor), ``database`` (one connection, SQLite or PostgreSQL),
 ``export`` (CSV/YAML/JSON lines), ``rows``, ``hangstore``
