@@ -94,18 +94,16 @@ def test_writers_killed_at_random_lose_and_duplicate_nothing(store_setting, tmp_
 
 
 def test_a_database_url_without_its_driver_says_what_to_install(monkeypatch):
-    import builtins
+    import importlib.util
 
-    real = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
-                        if name == "psycopg" else real(name, *a, **k))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "psycopg" else real(name, *a))
     with pytest.raises(StoreError) as e:
         HangStore("postgresql://team:hunter2@db.example/hangs")
     assert POSTGRES_EXTRA in str(e.value) and "hunter2" not in str(e.value)
 
 
 def test_a_database_that_is_down_is_one_clear_line_with_no_password(pg_server):
-    from nsightwrap.store import open_store
     from nsightwrap.store.database import StoreUnreachable
 
     url = f"postgresql://team:Pa55-down@127.0.0.1:{_closed_port()}/nowhere"
@@ -116,8 +114,6 @@ def test_a_database_that_is_down_is_one_clear_line_with_no_password(pg_server):
     assert "postgresql://team:***@127.0.0.1" in text
     loc = StoreLocation(url=url)
     assert "Pa55-down" not in repr(loc) + str(loc) + loc.mask(f"password=Pa55-down {url}")
-    store = open_store(url, env={"XDG_CACHE_HOME": str(pg_server.folder.parent / "unused")}) if False else None
-    assert store is None
 
 
 def _closed_port() -> int:
@@ -142,3 +138,36 @@ def test_read_only_role_reads_and_is_refused_writes(pg_server):
             store.record("k", FULL, "ok", env=H200)
     assert "permission denied" in str(e.value) and pg.READER_PASSWORD not in str(e.value)
     assert json.dumps(str(e.value))  # one plain message
+
+
+def test_a_walk_on_machine_b_skips_the_hang_machine_a_recorded(pg_server, fake_env, tmp_path, monkeypatch):
+    """Goal: a hang recorded by one machine is skipped on a second with the same keys (GPU, driver, ncu, job):
+    machine B (another host name and HOME, a fresh process's view) runs what a second walk on machine A
+    runs, and never probes the known hang."""
+    import socket
+
+    from helpers import app, attempt_rows, run_config
+
+    from nsightwrap.fallback.walk import walk_ladder
+    from nsightwrap.ncu.options import ProfileOptions
+
+    url = pg_server.url(pg_server.new_database())
+    program = app("vec_add", "k@hang-if=SourceCounters", "vec_add", "block_reduce")
+
+    def walk(host: str):
+        monkeypatch.setattr(socket, "gethostname", lambda: host)
+        home = tmp_path / host
+        env = dict(fake_env, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+        config = run_config(tmp_path, report_dir=str(home / "r"), env=env)      # calibrated allowances
+        with HangStore(url) as store:
+            return walk_ladder(program, ProfileOptions(set="full"), "default", config, store=store,
+                               reader=attempt_rows)
+
+    first = walk("machine-a")
+    second = walk("machine-b")
+    assert len(first.attempts) == 5 and len(second.attempts) == 2  # main (k excluded) and k at basic
+    assert [(s.job, s.rung.name) for s in second.steps if s.skipped] == [("k", "requested"), ("k", "detailed")]
+    assert [a.status for a in second.attempts] == ["ok", "ok"]              # no stalled run: k never probed
+    with HangStore(url, readonly=True) as store:
+        hangs = [r for r in store.records(kernel="k") if r.hung]
+    assert {r.host for r in hangs} == {"machine-a"} and all(r.calibrated for r in hangs)

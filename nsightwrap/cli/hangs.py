@@ -206,7 +206,7 @@ def _print_records(recs, out: IO[str], here: Environment) -> None:
     print(_table(["ID", "TIME", "KERNEL", "OUTCOME", "SETTINGS", "PROCESSES", "PASSES", "STALL_S", "ELAPSED_S",
                   "GPU", "DRIVER", "NCU"], rows), file=out)
     for r in recs:
-        if r.command or r.note:
+        if r.command or r.note or stale[r.id]:
             print(f"\n#{r.id}: {shlex.join(r.command) if r.command else '(no command)'}"
                   + (f"\n    {r.note}" if r.note else "")
                   + (f"\n    allowance {r.allowance_s:.1f} s {r.basis}" if r.basis and r.allowance_s is not None

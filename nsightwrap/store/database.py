@@ -17,6 +17,7 @@ what to do, with the URL's password masked.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sqlite3
 import time as _time
@@ -172,11 +173,9 @@ def _close(db: "Database | None", engine: Engine) -> None:
 
 
 def _postgres_engine(location: StoreLocation) -> Engine:
-    try:
-        import psycopg  # noqa: F401  (the driver SQLAlchemy loads: said here, with what to install)
-    except ImportError:
+    if importlib.util.find_spec("psycopg") is None:  # the driver SQLAlchemy loads: said here, with what to install
         raise StoreError(None, f"the hang store {location.shown} is a PostgreSQL database, and the driver psycopg "
-                         f"is not installed: {POSTGRES_EXTRA}") from None
+                         f"is not installed: {POSTGRES_EXTRA}")
     try:
         return create_engine(location.sqlalchemy_url(), poolclass=StaticPool, hide_parameters=True,
                              connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "nsightwrap"})

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
-from sqlalchemy import exc
+from sqlalchemy import exc, select
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import Calibration
@@ -154,7 +154,7 @@ class HangStore:
 
     @property
     def schema_version(self) -> int:
-        return int(self._query(q.select(q.schema_version.c.version))[0][0])
+        return int(self._query(select(q.schema_version.c.version))[0][0])
 
     # --- writing -------------------------------------------------------------
     def _insert(self, rows: Sequence[dict[str, Any]]) -> list[Record]:

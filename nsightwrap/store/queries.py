@@ -40,7 +40,7 @@ from nsightwrap.store.keys import Environment
 from nsightwrap.store.schema import CALIBRATION_COLUMNS, COLUMNS, SQL_NAME
 
 __all__ = ["applies", "calibration_run", "calibrations", "count_records", "delete_records", "insert_calibration",
-           "insert_record", "kernel_summary", "newest_calibration", "records", "schema_version", "select",
+           "insert_record", "kernel_summary", "newest_calibration", "records", "schema_version",
            "select_records", "stale", "stale_counts", "uid_of", "uncalibrated_hangs", "where_kernel"]
 
 _META = MetaData()
