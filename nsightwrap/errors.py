@@ -117,8 +117,9 @@ class ReportError(NsightwrapError):
 class StoreError(NsightwrapError):
     """The hang store cannot be opened, read or written; says what to do."""
 
-    def __init__(self, path: Union[str, os.PathLike, None], message: str):
-        self.path = None if path is None else Path(path)
+    def __init__(self, path: Union[str, os.PathLike, None, object], message: str):
+        # The store's file; None for a database (a StoreLocation given here names no file).
+        self.path = Path(path) if isinstance(path, (str, os.PathLike)) else None
         super().__init__(message)
 
 

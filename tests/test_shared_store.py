@@ -171,3 +171,12 @@ def test_a_walk_on_machine_b_skips_the_hang_machine_a_recorded(pg_server, fake_e
     with HangStore(url, readonly=True) as store:
         hangs = [r for r in store.records(kernel="k") if r.hung]
     assert {r.host for r in hangs} == {"machine-a"} and all(r.calibrated for r in hangs)
+
+
+def test_errors_of_a_database_store_name_it_masked_and_no_file(store_setting, tmp_path):
+    with HangStore(store_setting) as store:
+        store.record("k", FULL, "ok", env=H200)
+        with pytest.raises(StoreError) as e:
+            store.export_csv(tmp_path / "no such folder" / "x.csv")
+    assert "cannot write the export" in str(e.value) and "T3am-s3cret" not in str(e.value) + repr(store)
+    assert e.value.path == (None if store.is_database else tmp_path / "hangs.db")

@@ -308,8 +308,8 @@ class HangStore:
         row = {"time": time or self._now(), "host": env.host, "gpu": env.gpu, "driver": env.driver,
                "subject": subject, "kernel": kernel, "seconds": float(seconds), "source": source,
                "run_id": uuid.uuid4().hex, "note": mask_text(note), "marks_ranges": None}
-        rid = self._write([insert_row(row)])[0][0][0][0]
-        return CalibrationRow(id=rid, **row)
+        (ids, _), = self._write([insert_row(row)])
+        return CalibrationRow(id=ids[0][0], **row)
 
     def call_time(self, subject: str, env: Environment, kernel: str = "*") -> Optional[CalibrationRow]:
         """The newest calibration of `subject` (or `kernel` of it) on this GPU model and driver, if any."""
@@ -328,7 +328,7 @@ class HangStore:
         rows = self._query(q.calibration_run(command_json(command), env))
         try:
             return calibration_from_rows(rows)
-        except (TypeError, ValueError) as e:  # a row changed by hand: name it and the way out
+        except (TypeError, ValueError) as e:  # a row changed by hand (SQLite's loose types): name it and the way out
             raise StoreError(self.path, f"a row of the table calibrations in the hang store {self.path} cannot be "
                              f"read ({e}): its seconds are not a number. Delete the bad rows (sqlite3 {self.path} "
                              "\"DELETE FROM calibrations WHERE typeof(seconds) NOT IN ('real', 'integer')\"), or "
