@@ -47,8 +47,9 @@ def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:
 
 
 def store_path(path: Union[str, os.PathLike, None] = None, env: Optional[Mapping[str, str]] = None) -> Path:
-    """The store at ``path`` (``~`` expanded) when one is given (not None or empty), else
-    :func:`default_store_path` of ``env``: what ``--store``, ``HangStore(path)`` and doctor all resolve."""
+    """The store file at ``path`` (``~`` expanded) when one is given (not None or empty), else
+    :func:`default_store_path` of ``env``. Files only: the commands, ``HangStore(path)`` and doctor resolve the
+    setting, a file or a database URL, with :func:`nsightwrap.store.location.resolve_store`."""
     return Path(path).expanduser() if path else default_store_path(env)
 
 
