@@ -104,7 +104,7 @@ def test_a_database_url_without_its_driver_says_what_to_install(monkeypatch):
 
 
 def test_a_database_that_is_down_is_one_clear_line_with_no_password(pg_server):
-    from nsightwrap.store.database import StoreUnreachable
+    from nsightwrap.store.location import StoreUnreachable
 
     url = f"postgresql://team:Pa55-down@127.0.0.1:{_closed_port()}/nowhere"
     with pytest.raises(StoreUnreachable) as e:
@@ -180,3 +180,14 @@ def test_errors_of_a_database_store_name_it_masked_and_no_file(store_setting, tm
             store.export_csv(tmp_path / "no such folder" / "x.csv")
     assert "cannot write the export" in str(e.value) and "T3am-s3cret" not in str(e.value) + repr(store)
     assert e.value.path == (None if store.is_database else tmp_path / "hangs.db")
+
+
+def test_sqlalchemy_loads_with_the_first_store_opened_not_with_the_commands():
+    """A run that records nothing (a plain `nsightwrap run`) pays nothing for SQLAlchemy's import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nsightwrap.cli.main, nsightwrap.cli.run, nsightwrap.cli.sweep, nsightwrap.cli.hangs, "
+            "nsightwrap.store, nsightwrap.calibrate.confirm; print('sqlalchemy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr

@@ -28,9 +28,8 @@ from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.paths import make_private_dirs, work_dir
 from nsightwrap.store.check import store_problem
-from nsightwrap.store.database import StoreUnreachable
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.location import StoreLocation, local_default, resolve_store
+from nsightwrap.store.location import StoreLocation, StoreUnreachable, local_default, resolve_store
 from nsightwrap.store.paths import repair_sidecars
 from nsightwrap.watch import cudaprobe, gpu
 from nsightwrap.watch.files import folder_problem

@@ -14,7 +14,6 @@ from typing import Any, Optional, Sequence
 
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.store.keys import Environment
-from nsightwrap.store.queries import insert_calibration
 from nsightwrap.store.schema import CALIBRATION_COLUMNS, command_json
 
 __all__ = ["PROGRAM", "calibration_from_rows", "calibration_rows", "insert_row"]
@@ -27,6 +26,8 @@ _INSERTED = CALIBRATION_COLUMNS[1:]
 
 def insert_row(row: dict[str, Any]) -> Any:
     """The INSERT statement of one row given by column (every column of CalibrationRow but the id)."""
+    from nsightwrap.store.queries import insert_calibration  # with SQLAlchemy, once a store is open
+
     return insert_calibration({c: row[c] for c in _INSERTED})
 
 

@@ -30,19 +30,15 @@ from sqlalchemy.pool import StaticPool
 
 from nsightwrap.errors import StoreError
 from nsightwrap.store.check import read_only_advice, readonly_connection, store_problem
-from nsightwrap.store.location import POSTGRES_EXTRA, StoreLocation
+from nsightwrap.store.location import POSTGRES_EXTRA, StoreLocation, StoreUnreachable
 from nsightwrap.store.migrate import migrate, version_of
 from nsightwrap.store.paths import ENV_STORE, create_private, repair_sidecars, unwritable_reason
 from nsightwrap.store.schema import SCHEMA_VERSION, refuse_newer
 
-__all__ = ["CONNECT_TIMEOUT_S", "Database", "StoreUnreachable", "open_database"]
+__all__ = ["CONNECT_TIMEOUT_S", "Database", "open_database"]
 
 #: How long a PostgreSQL server may take to answer before the store is called unreachable.
 CONNECT_TIMEOUT_S = 10
-
-
-class StoreUnreachable(StoreError):
-    """The store's database server cannot be reached (down, wrong host or port, refused login)."""
 
 
 class Database:

@@ -33,26 +33,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
-from sqlalchemy import exc, select
-
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import HANG_OUTCOMES, NO_KERNELS, OK
-from nsightwrap.store import queries as q
 from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, insert_row
-from nsightwrap.store.database import Database, open_database
 from nsightwrap.store.export import write_csv, write_jsonl, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
 from nsightwrap.store.location import StoreArg, StoreLocation, resolve_store
 from nsightwrap.store.paths import ENV_STORE
-from nsightwrap.store.queries import insert_record, uid_of
 from nsightwrap.store.rows import attempt_rows, record_row
 from nsightwrap.store.schema import COLUMNS, CalibrationRow, KernelSummary, Record, command_json, row_to_record
 
 if TYPE_CHECKING:  # pragma: no cover
+    from types import ModuleType
+
     from nsightwrap.ncu.attempt import Attempt
     from nsightwrap.ncu.options import ProfileOptions
+    from nsightwrap.store.database import Database
 
 __all__ = ["BUSY_TIMEOUT_S", "HangStore", "this_user"]
 
@@ -93,12 +91,22 @@ class HangStore:
         self._now = now
         #: What a caller should say about this store (open_store: "the database is down, recording here").
         self.notes: list[str] = []
-        self._db: Optional[Database] = None
+        self._db: Optional["Database"] = None
+        from nsightwrap.store.database import open_database  # SQLAlchemy loads with the first store opened
+
         self._db = open_database(self.location, readonly=readonly, busy_timeout=busy_timeout)
 
     # --- plumbing ------------------------------------------------------------
     @property
-    def _open(self) -> Database:
+    def _q(self) -> "ModuleType":
+        """nsightwrap.store.queries, every statement (loaded with SQLAlchemy when a store is opened, so that
+        importing this module, as every command does, costs nothing)."""
+        from nsightwrap.store import queries
+
+        return queries
+
+    @property
+    def _open(self) -> "Database":
         if self._db is None:
             raise StoreError(self.location.path, f"the hang store {self.path} is closed; open a new HangStore")
         return self._db
@@ -119,21 +127,25 @@ class HangStore:
             raise StoreError(self.location.path, f"the hang store {self.path} was opened read-only: nothing was "
                              "written. Open it with HangStore(path) to record (this user must be able to write "
                              f"it), or set {ENV_STORE} to a store this user may write.")
+        from sqlalchemy.exc import SQLAlchemyError
+
         db = self._open
         try:
             return db.write(statements)
-        except exc.SQLAlchemyError as e:
+        except SQLAlchemyError as e:
             raise db.error(e, "write to") from None
 
     def _query(self, stmt: Any) -> list[tuple]:
+        from sqlalchemy.exc import SQLAlchemyError
+
         db = self._open
         try:
             return db.query(stmt)
-        except exc.SQLAlchemyError as e:
+        except SQLAlchemyError as e:
             raise db.error(e, "read") from None
 
     def _records(self, *where: Any, limit: Optional[int] = None) -> list[Record]:
-        return [row_to_record(r, self.path) for r in self._query(q.select_records(*where, limit=limit))]
+        return [row_to_record(r, self.path) for r in self._query(self._q.select_records(*where, limit=limit))]
 
     def close(self) -> None:
         if self._db is not None:
@@ -154,18 +166,18 @@ class HangStore:
 
     @property
     def schema_version(self) -> int:
-        return int(self._query(select(q.schema_version.c.version))[0][0])
+        return int(self._query(self._q.version())[0][0])
 
     # --- writing -------------------------------------------------------------
     def _insert(self, rows: Sequence[dict[str, Any]]) -> list[Record]:
         """Insert the rows in one transaction; each as stored (a uid already there: the record kept then)."""
-        results = self._write([insert_record(r, self._db.dialect) for r in rows])
+        results = self._write([self._q.insert_record(r, self._open.dialect) for r in rows])
         out = []
         for row, (ids, _) in zip(rows, results):
             if ids:
                 out.append(row_to_record((ids[0][0], *[row[c] for c in COLUMNS[1:]]), self.path))
             else:  # written before (a retry, an import): the record as it is there
-                out.append(row_to_record(self._query(uid_of(row["uid"]))[0], self.path))
+                out.append(row_to_record(self._query(self._q.uid_of(row["uid"]))[0], self.path))
         return out
 
     def record(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], outcome: str, *, env: Environment,
@@ -224,7 +236,7 @@ class HangStore:
             rows.append(d)
         if not rows:
             return 0
-        return sum(len(ids) for ids, _ in self._write([insert_record(r, self._db.dialect) for r in rows]))
+        return sum(len(ids) for ids, _ in self._write([self._q.insert_record(r, self._open.dialect) for r in rows]))
 
     def forget(self, kernel: Optional[str] = None, record_id: Optional[int] = None, all: bool = False) -> int:
         """Delete the records of one kernel (exact name), one record, or all; the rows deleted.
@@ -234,24 +246,24 @@ class HangStore:
         given = sum([kernel is not None, record_id is not None, bool(all)])
         if given != 1:
             raise ValueError("forget: give exactly one of kernel=, record_id= or all=True")
-        return self._write([q.delete_records(kernel, record_id)])[0][1]
+        return self._write([self._q.delete_records(kernel, record_id)])[0][1]
 
     # --- reading -------------------------------------------------------------
     def records(self, kernel: Optional[str] = None, pattern: Optional[str] = None,
                 limit: Optional[int] = None) -> list[Record]:
         """Records, newest first; ``kernel`` matches the exact name, ``pattern``
         a kernel name or pattern through normalize_kernel()."""
-        return self._records(*q.where_kernel(kernel, None if pattern is None else normalize_kernel(pattern)),
+        return self._records(*self._q.where_kernel(kernel, None if pattern is None else normalize_kernel(pattern)),
                              limit=limit)
 
     def _matching(self, kernel: str, env: Environment, *where: Any) -> list[Record]:
-        return self._records(q.records.c.kernel_pattern == normalize_kernel(kernel), q.applies(env), *where)
+        return self._records(self._q.records.c.kernel_pattern == normalize_kernel(kernel), self._q.applies(env), *where)
 
     def known_hangs(self, kernel: str, env: Environment) -> list[Record]:
         """Trusted hang/timeout records of kernels like this one (same pattern)
         on the same GPU model, driver and ncu version, in a job of as many processes,
         newest first (from another host: calibrated ones only)."""
-        return self._matching(kernel, env, q.records.c.outcome.in_(HANG_OUTCOMES))
+        return self._matching(kernel, env, self._q.records.c.outcome.in_(HANG_OUTCOMES))
 
     def hangs_for(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"], env: Environment) -> bool:
         """Is this exact key known to hang on kernels like this one, here?
@@ -261,7 +273,7 @@ class HangStore:
         decides (a later ok means the hang is gone); else any hang of a
         kernel with the same pattern counts.
         """
-        c = q.records.c
+        c = self._q.records.c
         rows = self._matching(kernel, env, c.key == as_key(key).canonical(), c.outcome.in_((OK, *HANG_OUTCOMES)))
         exact = [r for r in rows if r.kernel == kernel.strip()]
         if exact:  # this very kernel's newest verdict decides
@@ -275,7 +287,7 @@ class HangStore:
         A rung that profiles nothing (range replay of a program that marks no
         range) does so again for the same program: a second walk skips it.
         """
-        c = q.records.c
+        c = self._q.records.c
         rows = self._matching(kernel, env, c.key == as_key(key).canonical(),
                               c.outcome.in_((OK, NO_KERNELS, *HANG_OUTCOMES)))
         program = mask_argv(program)  # as it is kept
@@ -284,20 +296,20 @@ class HangStore:
 
     def kernels(self) -> list[KernelSummary]:
         """Every kernel in the store, most recently recorded first."""
-        return [KernelSummary(k, int(n), int(h or 0), t) for k, n, h, t, _ in self._query(q.kernel_summary())]
+        return [KernelSummary(k, int(n), int(h or 0), t) for k, n, h, t, _ in self._query(self._q.kernel_summary())]
 
     def uncalibrated_hangs(self) -> dict[str, int]:
         """Per kernel, its trusted hang records judged without a calibrated allowance (older ones included),
         and not called by a known cause."""
-        return {k: int(n) for k, n in self._query(q.uncalibrated_hangs())}
+        return {k: int(n) for k, n in self._query(self._q.uncalibrated_hangs())}
 
     def stale_records(self, env: Environment) -> dict[str, int]:
         """Per kernel, its records made with another GPU model, driver or ncu version than `env`'s (fields of
         env that are None are not compared): shown by ``hangs list``, never applied here."""
-        return {k: int(n) for k, n in self._query(q.stale_counts(env))}
+        return {k: int(n) for k, n in self._query(self._q.stale_counts(env))}
 
     def __len__(self) -> int:
-        return int(self._query(q.count_records())[0][0])
+        return int(self._query(self._q.count_records())[0][0])
 
     # --- calibrations ---------------------------------------------------------
     def record_call_time(self, subject: str, seconds: float, env: Environment, *, source: str,
@@ -313,7 +325,7 @@ class HangStore:
 
     def call_time(self, subject: str, env: Environment, kernel: str = "*") -> Optional[CalibrationRow]:
         """The newest calibration of `subject` (or `kernel` of it) on this GPU model and driver, if any."""
-        rows = self._query(q.newest_calibration(subject, kernel, env))
+        rows = self._query(self._q.newest_calibration(subject, kernel, env))
         return CalibrationRow(*rows[0]) if rows else None
 
     def record_calibration(self, calibration: Calibration, command: Sequence[str], env: Environment) -> int:
@@ -325,7 +337,7 @@ class HangStore:
 
     def calibration_for(self, command: Sequence[str], env: Environment) -> Optional[Calibration]:
         """The newest calibration of this very command on this GPU model and driver, or None."""
-        rows = self._query(q.calibration_run(command_json(command), env))
+        rows = self._query(self._q.calibration_run(command_json(command), env))
         try:
             return calibration_from_rows(rows)
         except (TypeError, ValueError) as e:  # a row changed by hand (SQLite's loose types): name it and the way out
@@ -355,7 +367,7 @@ class HangStore:
     def _here(self, key: Union[ProfileKey, "ProfileOptions"], env: Environment, *where: Any) -> list[Record]:
         """Records that apply on env (queries.applies) with this exact key that also match `where`; newest
         first."""
-        return self._records(q.records.c.key == as_key(key).canonical(), q.applies(env), *where)
+        return self._records(self._q.records.c.key == as_key(key).canonical(), self._q.applies(env), *where)
 
     def hanging_kernels(self, key: Union[ProfileKey, "ProfileOptions"], env: Environment,
                         command: Sequence[str]) -> list[str]:
@@ -363,7 +375,7 @@ class HangStore:
         this same program (a command line ending with `command`)."""
         program = mask_argv(command)  # as it is kept
         names: list[str] = []
-        c = q.records.c
+        c = self._q.records.c
         for r in self._here(key, env, c.outcome.in_(HANG_OUTCOMES), c.kernel != "*"):
             if list(r.command[-len(program):]) == program and r.kernel not in names:
                 names.append(r.kernel)
@@ -372,5 +384,5 @@ class HangStore:
     def newest_verdict(self, kernel: str, key: Union[ProfileKey, "ProfileOptions"],
                        env: Environment) -> Optional[Record]:
         """The newest record of this very kernel (exact name) with this exact key here, whatever its outcome."""
-        rows = self._here(key, env, q.records.c.kernel == kernel)
+        rows = self._here(key, env, self._q.records.c.kernel == kernel)
         return rows[0] if rows else None

@@ -26,12 +26,17 @@ from nsightwrap.paths import cache_dir
 from nsightwrap.secrets import MASK, mask_text
 from nsightwrap.store.paths import ENV_STORE, STORE_NAME
 
-__all__ = ["POSTGRES_EXTRA", "StoreLocation", "is_url", "local_default", "resolve_store"]
+__all__ = ["POSTGRES_EXTRA", "StoreLocation", "StoreUnreachable", "is_url", "local_default", "mask_url",
+           "resolve_store"]
 
 #: What to install for a PostgreSQL store (the extra of pyproject.toml).
 POSTGRES_EXTRA = "pip install 'nsightwrap[postgres]'"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+
+class StoreUnreachable(StoreError):
+    """The store's database server cannot be reached (down, wrong host or port, refused login)."""
+
 
 StoreArg = Union[str, "os.PathLike[str]", "StoreLocation", None]
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from nsightwrap.store.database import StoreUnreachable
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.location import StoreArg, local_default, resolve_store
+from nsightwrap.store.location import StoreArg, StoreUnreachable, local_default, resolve_store
 
 __all__ = ["open_store"]
 

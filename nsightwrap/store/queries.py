@@ -41,7 +41,7 @@ from nsightwrap.store.schema import CALIBRATION_COLUMNS, COLUMNS, SQL_NAME
 
 __all__ = ["applies", "calibration_run", "calibrations", "count_records", "delete_records", "insert_calibration",
            "insert_record", "kernel_summary", "newest_calibration", "records", "schema_version",
-           "select_records", "stale", "stale_counts", "uid_of", "uncalibrated_hangs", "where_kernel"]
+           "select_records", "stale", "stale_counts", "uid_of", "uncalibrated_hangs", "version", "where_kernel"]
 
 _META = MetaData()
 _INTS = {"id", "passes_reached", "trusted", "processes", "gpus", "marks_ranges"}
@@ -58,6 +58,10 @@ calibrations = Table("calibrations", _META, *(_column(c) for c in CALIBRATION_CO
 schema_version = Table("schema_version", _META, Column("version", Integer))
 #: The records' columns in Record's order.
 _RECORD = [records.c[SQL_NAME.get(c, c)] for c in COLUMNS]
+
+
+def version() -> Executable:
+    return select(schema_version.c.version)
 
 
 def select_records(*where: Any, limit: Optional[int] = None) -> Executable:
