@@ -98,6 +98,8 @@ class Profiler:
     def __repr__(self) -> str:
         return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.calibrations)}>"
 
+    # The one definition of a call's options: nsightwrap.profile() takes this signature (call/api.py), so a
+    # parameter added here is profile()'s too.
     def profile(
         self,
         fn: Callable[..., Any],
