@@ -85,12 +85,12 @@ class NcuInfo:
                 return s.sections
         raise KeyError(f"unknown section set {name!r}; known sets: {', '.join(self.set_ids)}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "NcuInfo":
-        """Inverse of to_json; raises (KeyError/TypeError/ValueError) on a malformed dict."""
+    def from_dict(cls, data: Mapping[str, Any]) -> "NcuInfo":
+        """Inverse of to_dict; raises (KeyError/TypeError/ValueError) on a malformed dict."""
         sets = tuple(
             SectionSet(
                 identifier=str(s["identifier"]),
@@ -273,7 +273,7 @@ def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None
         data = json.loads(file.read_text(encoding="utf-8"))
         if data.get("format") != _CACHE_FORMAT or data.get("key") != dict(key):
             return None
-        info = NcuInfo.from_json(data["info"])
+        info = NcuInfo.from_dict(data["info"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return dataclasses.replace(info, path=path)
@@ -281,7 +281,7 @@ def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None
 
 def _store_cache(file: Path, key: Mapping[str, Any], info: NcuInfo) -> None:
     """Write atomically; caching is an optimisation, so failures are ignored."""
-    payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_json()}, indent=1)
+    payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_dict()}, indent=1)
     try:
         make_private_dirs(file.parent)
         write_atomic(file, payload)
