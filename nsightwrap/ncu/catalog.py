@@ -19,22 +19,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError
-from nsightwrap.paths import cache_dir, make_private_dirs
+from nsightwrap.paths import make_private_dirs, tools_dir
 from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.locate import Runner, run_command
 
 __all__ = [
-    "ENV_CACHE_DIR",
     "NcuInfo",
     "Section",
     "SectionSet",
-    "default_cache_dir",
     "parse_table",
     "parse_version",
     "probe_ncu",
 ]
 
-ENV_CACHE_DIR = "NSIGHTWRAP_CACHE_DIR"
 
 # Bump when NcuInfo's JSON shape changes so old cache files are re-probed.
 _CACHE_FORMAT = 1
@@ -248,13 +245,6 @@ def _parse_sections(text: str) -> tuple[Section, ...]:
 # --------------------------------------------------------------------------
 
 
-def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get(ENV_CACHE_DIR):
-        return Path(env[ENV_CACHE_DIR]).expanduser()
-    return cache_dir(env) / "tools"
-
-
 def _cache_key(path: str) -> dict[str, Any]:
     """Identity of the binary: a reinstall or upgrade changes mtime or size."""
     real = os.path.realpath(path)
@@ -312,7 +302,7 @@ def probe_ncu(
     ``$XDG_CACHE_HOME/nsightwrap/tools`` (``~/.cache/nsightwrap/tools``), created 0700.
     """
     runner = run_command if runner is None else runner
-    cache_dir = default_cache_dir(env) if cache_dir is None else Path(cache_dir)
+    cache_dir = tools_dir(env) if cache_dir is None else Path(cache_dir)
     try:
         key: dict[str, Any] | None = _cache_key(path)
     except OSError:
