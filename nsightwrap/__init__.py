@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.ncu.context import RunConfig, RunContext
     from nsightwrap.ncu.engine import profile_command
     from nsightwrap.ncu.locate import find_ncu
+    from nsightwrap.ncu.names import normalize_kernel
     from nsightwrap.ncu.options import KernelFilter, ProfileOptions
     from nsightwrap.ncu.progress import Stall, StallRule
     from nsightwrap.nsys.options import NsysOptions
@@ -55,7 +56,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.ncu import load_report, parse_raw_csv
     from nsightwrap.reports.nsys.sqlite import kernel_rows
     from nsightwrap.reports.nsys.stats import nsys_stats
-    from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
+    from nsightwrap.store import Environment, HangStore, ProfileKey, Record
     from nsightwrap.store.debuglog import debug_log
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
@@ -88,7 +89,7 @@ _LAZY = {
     "WatchRule": "watch.rules",
     "find_ncu": "ncu.locate",
     "load_ladder": "fallback.ladder",
-    "normalize_kernel": "store",
+    "normalize_kernel": "ncu.names",
     "probe_ncu": "ncu.catalog",
     "profile_command": "ncu.engine",
     "range": "call.ranges",

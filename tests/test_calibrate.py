@@ -26,12 +26,12 @@ from nsightwrap.ncu.allowance import (
 from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuWarning, Progress, ReplayPass
-from nsightwrap.ncu.names import function_core
+from nsightwrap.ncu.names import function_core, normalize_kernel
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall, StallRule, WatchState
 from nsightwrap.status import CRASHED, HANG, OK, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment, normalize_kernel
+from nsightwrap.store.keys import Environment
 
 ONE_METRIC = ProfileOptions(metrics=("gpu__time_duration.sum",))
 SOL = ProfileOptions(sections=("SpeedOfLight",))

@@ -22,11 +22,11 @@ from typing import IO, Any, Callable, Optional, Sequence
 
 from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.paths import ENV_XDG_CACHE
 from nsightwrap.status import USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import normalize_kernel
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, store_path
 from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, silence
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Optional
 
-from nsightwrap.ncu.names import core_matches, function_core
+from nsightwrap.ncu.names import core_matches, cut_short, function_core
 from nsightwrap.status import EXIT_CODES, OK
 
 __all__ = ["Allowance", "AllowancePolicy", "BASE_CLOCK_FACTOR", "Calibration", "FLOOR_S", "KNOWN_CAUSE_S",
@@ -173,7 +173,7 @@ class Calibration:
         found = by_core.get(key)  # never "": a name with no core matches no other
         # ncu cuts long names with "...": "ncclDevKernel_AllReduce_Sum_f..." (2x H200, 2026-11-26) is
         # nsys's ncclDevKernel_AllReduce_Sum_f32_RING_LL(...).
-        if key and name.strip().endswith("..."):
+        if key and cut_short(name):
             cut = self._cut_names
             if name not in cut:
                 cut[name] = max((t for k, t in by_core.items() if core_matches(k, name)), default=None)
