@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -124,3 +125,17 @@ def test_profile_result_carries_its_attempts_and_calibration():
     assert doc["hangs"] == [["k", load_ladder("quick").rungs[0].name]] and doc["unprofiled"] == ["k"]
     assert [a["status"] for a in doc["attempts"]] == [HANG]
     assert (doc["calibration_s"], doc["stall_timeout"], doc["has_value"]) == (0.5, 3.0, False)
+
+
+PACKAGE = Path(nsightwrap.__file__).parent
+#: A status word or exit code spelled out instead of taken from nsightwrap.status.
+SPELLED = re.compile(r"""["']status["']\s*:\s*["']|\.status\s*==\s*["']|EXIT_CODES\.get\(""")
+
+
+def test_status_words_come_from_the_vocabulary():
+    offenders = [f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()}"
+                 for p in sorted(PACKAGE.rglob("*.py")) if p.name != "status.py"
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if SPELLED.search(line) and not line.lstrip().startswith(("#", "if attempt.status"))]  # a comment;
+    # nsightwrap's docstring shows users the word they compare with
+    assert offenders == [], "use the constants of nsightwrap.status"
