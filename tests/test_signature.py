@@ -69,6 +69,19 @@ def test_a_parameter_added_to_the_method_appears_in_the_front_door():
     assert typing.get_type_hints(door)["triage"] is bool
 
 
+def test_a_type_known_to_type_checkers_only_stays_as_written():
+    class Other:
+        def profile(self, fn: Callable[..., Any], *args: Any, triage: NotImportedHere | None = None,  # noqa: F821
+                    **kwargs: Any) -> ProfileResult:
+            raise AssertionError
+
+    @_options_of(Other.profile)
+    def door(fn: Callable[..., Any], *args: Any, **options: Any) -> ProfileResult:
+        raise AssertionError
+
+    assert inspect.signature(door).parameters["triage"].annotation == "NotImportedHere | None"
+
+
 def test_a_method_without_kwargs_is_refused():
     def method(self, fn: Callable[..., Any], *, kernel: Optional[str] = None) -> ProfileResult:
         raise AssertionError

@@ -28,6 +28,14 @@ __all__ = ["profile", "profiled"]
 P = ParamSpec("P")
 
 
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """fn's annotations resolved; as written where one names a type imported for type checkers only."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError:
+        return dict(fn.__annotations__)
+
+
 def _options_of(method: Callable[Concatenate[Any, P], ProfileResult]) -> Callable[
         [Callable[..., ProfileResult]], Callable[P, ProfileResult]]:
     """The front door's signature made from `method`'s (Profiler.profile: the one definition of a call's
@@ -36,7 +44,7 @@ def _options_of(method: Callable[Concatenate[Any, P], ProfileResult]) -> Callabl
     checkers and IDEs read `method`'s parameters through P."""
 
     def build(door: Callable[..., ProfileResult]) -> Callable[P, ProfileResult]:
-        hints = {**typing.get_type_hints(method), **typing.get_type_hints(door)}
+        hints = {**_hints(method), **_hints(door)}
         *options, rest = list(inspect.signature(method).parameters.values())[1:]  # without self
         if rest.kind is not inspect.Parameter.VAR_KEYWORD:
             raise TypeError(f"{method.__qualname__} must end with **kwargs (fn's keyword arguments)")
