@@ -68,10 +68,9 @@ def profile(
 ) -> ProfileResult:
     """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process.
 
-    Takes Profiler.profile's arguments (one definition: kernel, set, sections,
-    metrics, replay, profile, warmup, repeat, stall_timeout, timeout,
-    calibrate, on_output, then fn's own keyword arguments), and three of its
-    own that choose the Profiler: store, config, profiler.
+    Takes every call option of Profiler.profile (their one definition; the
+    signature above is built from it), fn's own keyword arguments, and three
+    arguments of its own that choose the Profiler: store, config, profiler.
 
     kernel: a regex on the kernel's function name (`regex:` prefix optional;
     `exact:NAME` for an exact name). profile: a ladder name (default, quick,
