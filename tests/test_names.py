@@ -10,7 +10,7 @@ import pytest
 
 import nsightwrap
 from nsightwrap.ncu.known import collective_family
-from nsightwrap.ncu.names import core_matches, cut_short, function_core, normalize_kernel, same_kernel
+from nsightwrap.ncu.names import core_matches, cut_short, function_core, normalize_kernel, same_kernel, uncut
 from nsightwrap.reports.ncu import parse_raw_csv
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nsightwrap"
@@ -53,6 +53,7 @@ def test_other_kernels_are_no_collective():
 def test_a_name_cut_short():
     assert cut_short("ncclDevKernel_AllReduce_Sum_f...") and cut_short("k... ")
     assert not cut_short("vec_add") and not cut_short("void f(...)x")
+    assert uncut(" ncclDevKernel_AllReduce_Sum_f... ") == "ncclDevKernel_AllReduce_Sum_f" and uncut("k") == "k"
     assert core_matches("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ncclDevKernel_AllReduce_Sum_f...")
     assert same_kernel("void ncclDevKernel_AllReduce_Sum_f32_RING_LL(int)", "ncclDevKernel_AllReduce_Sum_f...")
 
@@ -69,3 +70,12 @@ def test_only_names_py_takes_kernel_names_apart():
                  for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "ncu" / "names.py"
                  for n, line in enumerate(p.read_text().splitlines(), 1) if PARSING.search(line)]
     assert offenders == [], "parse kernel names with nsightwrap.ncu.names"
+
+
+def test_the_debug_log_selects_a_cut_name_by_its_start(tmp_path):
+    from nsightwrap.store.debuglog import debug_log
+    from nsightwrap.store.hangstore import HangStore
+
+    with HangStore(tmp_path / "hangs.db") as store:
+        assert "--kernel '^nvjet_sm90_tst_256' --set basic" in debug_log(store, " nvjet_sm90_tst_256... ")
+        assert "--kernel-name vec_add --set basic" in debug_log(store, "vec_add")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["core_matches", "cut_short", "function_core", "normalize_kernel", "same_kernel", "trim"]
+__all__ = ["core_matches", "cut_short", "function_core", "normalize_kernel", "same_kernel", "trim", "uncut"]
 
 #: What ncu appends to a name it cut short.
 CUT_MARK = "..."
@@ -32,6 +32,11 @@ def cut_short(name: str) -> bool:
     """Whether ncu cut `name` short ("ncclDevKernel_AllReduce_Sum_f...", 2x H200, 2026-11-26): only its start
     is known."""
     return name.strip().endswith(CUT_MARK)
+
+
+def uncut(name: str) -> str:
+    """What ncu printed of a name it cut short: without blanks around it and its ``...``."""
+    return _drop_cut_mark(name.strip())
 
 
 def trim(name: str) -> str:

@@ -17,7 +17,7 @@ import shlex
 from typing import Optional, Sequence
 
 from nsightwrap.ncu.attempt import SERIALISED
-from nsightwrap.ncu.names import CUT_MARK, cut_short, normalize_kernel
+from nsightwrap.ncu.names import cut_short, normalize_kernel, uncut
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import (
     CRASHED,
@@ -272,7 +272,7 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
     worked = [a for a in trusted if a.outcome == OK]
     tried = {a.key for a in trusted if a.outcome in (OK, *HANG_OUTCOMES)}
     if cut_short(kernel):  # ncu truncated the name: select by its start
-        k = shlex.quote("^" + re.escape(kernel.strip()[:-len(CUT_MARK)]))
+        k = shlex.quote("^" + re.escape(uncut(kernel)))
         run = f"python -m nsightwrap run --kernel {k}"
     else:
         k = shlex.quote(kernel)
