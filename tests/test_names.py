@@ -13,7 +13,7 @@ from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.names import core_matches, cut_short, function_core, normalize_kernel, same_kernel, uncut
 from nsightwrap.reports.ncu import parse_raw_csv
 
-PACKAGE = Path(__file__).resolve().parents[1] / "nsightwrap"
+PACKAGE = Path(nsightwrap.__file__).parent  # wherever the tests folder puts this file
 #: What taking a kernel's name apart looks like; only nsightwrap/ncu/names.py may do it.
 PARSING = re.compile(r"""endswith\(\s*["']\.\.\.["']|\(anonymous namespace\)|def _?\w*demangled?\w*\(""")
 

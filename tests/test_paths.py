@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import nsightwrap
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.paths import (
     ENV_CACHE_DIR,
@@ -22,7 +23,7 @@ from nsightwrap.paths import (
 )
 from nsightwrap.store.paths import ENV_STORE, default_store_path, store_path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "nsightwrap"
+PACKAGE = Path(nsightwrap.__file__).parent  # wherever the tests folder puts this file
 #: What places a file in a per-user folder by itself; only nsightwrap/paths.py may do it.
 PER_USER = re.compile(r"""["']XDG_[A-Z_]+["']|Path\.home\(|gettempdir\(|Path\(["']~|expanduser\(["']~""")
 
