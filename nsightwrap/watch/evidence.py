@@ -23,7 +23,8 @@ the verdict is never delayed by more than about that.
 Beside it, a run keeps its tool log and a timestamped :class:`Transcript`
 of everything it printed (``ncu.log``, ``transcript.log``; see
 nsightwrap.ncu.engine), so that a bundle holds each run's log with times.
-The folder keeps the newest ``keep_runs`` runs.
+The folder keeps the newest ``keep_runs`` runs. Its files are masked as
+everything nsightwrap writes (nsightwrap.secrets).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def stack_command(pid: int, python: bool, which: Callable[[str], Optional[str]])
 def _describe(p: psutil.Process) -> dict:
     info: dict = {"pid": p.pid}
     for key, get in (("ppid", p.ppid), ("name", p.name), ("state", p.status), ("threads", p.num_threads),
-                     ("cmdline", lambda: mask_argv(p.cmdline()))):
+                     ("cmdline", lambda: [mask_text(a) for a in mask_argv(p.cmdline())])):
         try:
             info[key] = get()
         except psutil.Error:
@@ -102,6 +103,11 @@ class _Tool:
     def record(self) -> dict:
         return {"file": self.out.name, "command": mask_argv(self.argv), "seconds": self.seconds, "cut_short": self.cut,
                 "returncode": None if self.proc is None else self.proc.returncode, "error": self.error}
+
+
+def _mask_file(src: Path, dest: Path) -> None:
+    """`src` copied to `dest` with secret values masked (nsightwrap.secrets), as everything nsightwrap writes."""
+    dest.write_text(mask_text(src.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
 
 
 def _start(tool: _Tool, now: float) -> None:
@@ -193,6 +199,9 @@ class StallEvidence:
             processes = [_describe(p) for p in members]
             tools, skipped = self._tools(members, out)
             _run_all(tools, min(self.tool_s, self.budget_s), self.clock)
+            for tool in tools:
+                if tool.out.exists():
+                    _mask_file(tool.out, tool.out)
             doc = {"cookie": cookie, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    "reason": mask_text(reason), "processes": processes, "tools": [t.record() for t in tools],
                    "skipped": skipped, "seconds": round(self.clock() - t0, 3)}
@@ -210,7 +219,7 @@ class StallEvidence:
             dest = self.run_folder(cookie)
             make_private_dirs(dest)
             for f in kept:
-                shutil.copyfile(f, dest / f.name)
+                _mask_file(f, dest / f.name)
             self._prune()
         except OSError:
             pass  # losing a log must not fail the run
@@ -254,7 +263,7 @@ class Transcript:
     def _line(self, channel: str, line: str) -> None:
         now = self.clock()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
-        entry = f"{stamp} +{now - self.t0:8.3f}s [{channel}] {line}\n"
+        entry = f"{stamp} +{now - self.t0:8.3f}s [{channel}] {mask_text(line)}\n"
         if self.file is None or self.written + len(entry) > self.limit:
             self.dropped += len(entry)
             return
