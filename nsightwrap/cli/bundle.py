@@ -34,11 +34,11 @@ from nsightwrap.store.paths import store_path
 from nsightwrap.store.schema import CALIBRATION_COLUMNS, Record
 from nsightwrap.watch.evidence import StallEvidence
 
-__all__ = ["Bundle", "ENV_PREFIXES", "hang_bundle"]
+__all__ = ["Bundle", "KEPT_PREFIXES", "hang_bundle"]
 
 #: Environment variables kept (values masked as secrets.py says): those that change how CUDA, the profilers,
 #: Python and the job behave. Anything else (HOME, SSH_*, a shell's own) is left out.
-ENV_PREFIXES = ("CUDA", "NV", "NSIGHT", "NCU", "NSYS", "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH", "PYTHON",
+KEPT_PREFIXES = ("CUDA", "NV", "NSIGHT", "NCU", "NSYS", "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH", "PYTHON",
                 "TORCH", "PYTORCH", "NCCL", "OMP_", "MKL_", "TRITON", "XLA_", "TF_", "JAX_", "HF_", "SLURM_",
                 "OMPI_", "PMI_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_")
 #: The most kept of one file (bytes): its head and tail, the middle said.
@@ -93,7 +93,7 @@ class _Files:
 def _environment(env: Mapping[str, str]) -> str:
     lines = []
     for name in sorted(env):
-        if name.upper().startswith(ENV_PREFIXES):
+        if name.upper().startswith(KEPT_PREFIXES):
             value = MASK if is_secret_name(name) else env[name]
             lines.append(f"{name}={value}")
     return "\n".join(lines) + "\n"
@@ -206,7 +206,7 @@ def _readme(kernel: str, files: _Files, runs: Sequence[str], missing: Sequence[s
               "(a bare word in a log, a short option such as `-p X`) is not recognised: read the files before "
               "you send them.",
               "- environment.txt keeps only variables that change how CUDA, the profilers, Python and the job "
-              f"behave (names starting with {', '.join(ENV_PREFIXES)}); HOME, SSH_* and the rest are left out.",
+              f"behave (names starting with {', '.join(KEPT_PREFIXES)}); HOME, SSH_* and the rest are left out.",
               "- Host stacks and `nvidia-smi -q` are kept as the tools printed them (masked as above): they name "
               "this host's paths, process ids and GPU serial numbers.",
               "- The `.ncu-rep` reports are not included: they are ncu's binary files, which hold the program's "

@@ -63,7 +63,7 @@ def _cuda(env: Mapping[str, str]) -> dict[str, Any]:
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     header = _output([smi]) if smi else ""
     found = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    nvcc = _find("nvcc", env, "NSIGHTWRAP_NVCC")
+    nvcc = _find("nvcc", env, "")
     return {"driver_cuda": found.group(1) if found else None,
             "nvcc": _output([nvcc, "--version"]).splitlines()[-1:] if nvcc else "not found"}
 
