@@ -55,6 +55,10 @@ TRANSCRIPT = "transcript.log"
 _COOKIE = re.compile(r"[0-9a-f]{32}")
 
 
+def _which(name: str) -> Optional[str]:
+    return shutil.which(name)
+
+
 def _is_python(p: psutil.Process) -> bool:
     try:
         return os.path.basename(p.exe() or p.name()).startswith("python")
@@ -159,7 +163,7 @@ class StallEvidence:
     tool_s: float = 2.0
     max_processes: int = 6
     keep_runs: int = 200
-    which: Callable[[str], Optional[str]] = field(default=shutil.which, repr=False)
+    which: Callable[[str], Optional[str]] = field(default=_which, repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
 
     @classmethod
