@@ -101,6 +101,8 @@ def _store_with_a_hang(tmp_path: Path) -> Path:
     with HangStore(path) as s:
         s.record("k", ProfileKey(set="full"), "hang", env=H200, stall_s=3.0, command=["ncu", "--set", "full", "./a"],
                  run_id="a" * 32)
+        s.record_call_time(json.dumps(["./a"]), 0.25, H200, source="cupti", kernel="k")      # the program's calibration
+        s.record_call_time(json.dumps(["./other"]), 9.0, H200, source="nsys")                 # another program's
     return path
 
 
@@ -116,6 +118,8 @@ def test_a_zip_and_the_triage_slot(tmp_path):
     assert json.loads(files["triage.json"]) == {"triage_runs": [{"kernel": "k", "verdict": "racecheck: 12 hazards"}]}
     assert "Runs without a folder" in files["README.md"] and json.loads(files["versions.json"]) == {"stub": True}
     assert "ncu --set full ./a" in files["commands.sh"]
+    assert [(c["kernel"], c["seconds"], c["source"]) for c in json.loads(files["calibrations.json"])] == [
+        ("k", 0.25, "cupti")]
 
 
 def test_no_triage_file_without_triage_results(tmp_path):

@@ -41,6 +41,8 @@ __all__ = ["Bundle", "KEPT_PREFIXES", "hang_bundle"]
 KEPT_PREFIXES = ("CUDA", "NV", "NSIGHT", "NCU", "NSYS", "LD_LIBRARY_PATH", "LD_PRELOAD", "PATH", "PYTHON",
                 "TORCH", "PYTORCH", "NCCL", "OMP_", "MKL_", "TRITON", "XLA_", "TF_", "JAX_", "HF_", "SLURM_",
                 "OMPI_", "PMI_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_")
+_NO_RECORDS = ("no records of {} (nor of kernels like it, {}) in {}: see `nsightwrap hangs list` (`run --profile` "
+               "and `sweep-sections` record; a plain `run` does not)")
 #: The most kept of one file (bytes): its head and tail, the middle said.
 FILE_LIMIT = 8 << 20
 
@@ -282,7 +284,8 @@ def hang_bundle(kernel: str, output: Union[str, os.PathLike], *, store: Union[st
     if output.exists() or output.is_symlink():
         return Bundle(None, kernel, 0, error=f"{output} exists: choose another file with -o, or remove it")
     if not os.path.lexists(path):
-        return Bundle(None, kernel, 0, error=f"no hang store at {path}: nothing recorded yet (--store PATH?)")
+        return Bundle(None, kernel, 0, error=f"no hang store at {path}: nothing recorded yet (--store PATH?). "
+                                             "`run --profile` and `sweep-sections` record; a plain `run` does not")
     if runs_folder is None:
         default = StallEvidence.default({k: v for k, v in env.items() if k != "NSIGHTWRAP_EVIDENCE" or v != "off"})
         runs_folder = default.folder if default else None
@@ -290,8 +293,7 @@ def hang_bundle(kernel: str, output: Union[str, os.PathLike], *, store: Union[st
     with HangStore(path, readonly=True) as s:
         records = _gather(files, s, kernel, env, versions)
         if not records:
-            return Bundle(None, kernel, 0, error=f"no records of {kernel} (nor of kernels like it, "
-                                                 f"{normalize_kernel(kernel)}) in {path}: see `nsightwrap hangs list`")
+            return Bundle(None, kernel, 0, error=_NO_RECORDS.format(kernel, normalize_kernel(kernel), path))
     run_ids = list(dict.fromkeys(r.run_id for r in records if r.run_id))
     runs, missing = _run_files(files, Path(runs_folder) if runs_folder else None, run_ids)
     files.items.insert(0, ("README.md", mask_text(_readme(kernel, files, runs, missing, path)), "this file"))
