@@ -162,3 +162,17 @@ def test_the_transcript_stamps_each_line_with_its_channel(tmp_path):
     assert lines[2].endswith('+   2.000s [tool] ==PROF== Profiling "k": 0%..')
     assert lines[0].startswith("1970-01-01T00:01:40.500Z")
     assert os.path.getsize(tmp_path / "t.log") > 0
+
+
+def test_the_transcript_is_bounded_and_cheap_once_full(tmp_path):
+    """The watch loop calls it for every piece of output: a flood must neither grow the file nor cost time."""
+    t = Transcript(tmp_path / "t.log", limit=10_000)
+    t.add("x" * 200_000)                                   # a line that never ends: cut, not held
+    assert t.partial["tool"] == ""
+    t0 = time.monotonic()
+    for _ in range(2000):
+        t.add("y\n" * 500)
+    assert time.monotonic() - t0 < 1.0
+    t.close()
+    text = (tmp_path / "t.log").read_text()
+    assert len(text) < 10_200 and text.rstrip().endswith("bytes]") and "more not kept" in text

@@ -53,6 +53,8 @@ STALL_DIR = "stall"
 TOOL_LOG = "ncu.log"
 TRANSCRIPT = "transcript.log"
 _COOKIE = re.compile(r"[0-9a-f]{32}")
+#: A transcript line longer than this (characters) is cut: output that never ends its lines stays bounded.
+_LONGEST_LINE = 64 * 1024
 
 
 def _which(name: str) -> Optional[str]:
@@ -258,18 +260,29 @@ class Transcript:
         return both
 
     def add(self, text: str) -> None:
+        """One piece of output: its complete lines written with one time (they came together), masked at once;
+        cheap once the limit is reached (the watch loop calls this for every piece)."""
         channel = "out" if hasattr(text, "raw") else "tool"
+        if self.file is None or self.written >= self.limit:
+            self.dropped += len(text)
+            return
         lines = (self.partial[channel] + str(text)).split("\n")
-        self.partial[channel] = lines.pop()
-        for line in lines:
-            self._line(channel, line)
+        rest = lines.pop()
+        if len(rest) > _LONGEST_LINE:  # output that never ends a line (a progress bar with \r) is cut into lines
+            lines.append(rest)
+            rest = ""
+        self.partial[channel] = rest
+        if lines:
+            self._lines(channel, lines)
 
-    def _line(self, channel: str, line: str) -> None:
+    def _lines(self, channel: str, lines: Sequence[str]) -> None:
         now = self.clock()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
-        entry = f"{stamp} +{now - self.t0:8.3f}s [{channel}] {mask_text(line)}\n"
+        prefix = f"{stamp} +{now - self.t0:8.3f}s [{channel}] "
+        entry = "".join(prefix + line + "\n" for line in mask_text("\n".join(lines)).split("\n"))
         if self.file is None or self.written + len(entry) > self.limit:
             self.dropped += len(entry)
+            self.written = self.limit  # full: the rest is only counted (add's cheap path)
             return
         try:
             self.file.write(entry)
@@ -280,7 +293,7 @@ class Transcript:
     def close(self) -> None:
         for channel, rest in self.partial.items():
             if rest:
-                self._line(channel, rest)
+                self._lines(channel, [rest])
         self.partial = {"tool": "", "out": ""}
         if self.file is not None:
             if self.dropped:
