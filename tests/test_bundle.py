@@ -109,13 +109,16 @@ def _store_with_a_hang(tmp_path: Path) -> Path:
 def test_a_zip_and_the_triage_slot(tmp_path):
     store = _store_with_a_hang(tmp_path)
     with sqlite3.connect(store) as conn:      # what a triage run could leave (TRI's table, whatever its columns)
-        conn.execute("CREATE TABLE triage_runs (kernel TEXT, verdict TEXT)")
-        conn.executemany("INSERT INTO triage_runs VALUES (?, ?)", [("k", "racecheck: 12 hazards"), ("other", "x")])
+        conn.execute("CREATE TABLE triage_runs (triage_id TEXT, kernel TEXT, tool TEXT, conclusion TEXT)")
+        conn.executemany("INSERT INTO triage_runs VALUES (?, ?, ?, ?)", [
+            ("t1", "*", "plain", "finished"), ("t1", "k", "racecheck", "12 hazards"), ("t1", "*", "triage", "v"),
+            ("t2", "other", "memcheck", "x")])
     made = hang_bundle("k", tmp_path / "b.zip", store=store, runs_folder=tmp_path / "none", env={},
                        versions=lambda env: {"stub": True})
     assert made.status == "ok" and made.exit_code == 0 and made.runs_missing == ["a" * 32]
     files = members(tmp_path / "b.zip")
-    assert json.loads(files["triage.json"]) == {"triage_runs": [{"kernel": "k", "verdict": "racecheck: 12 hazards"}]}
+    triage = json.loads(files["triage.json"])["triage_runs"]      # the whole triage that named k, not the other
+    assert [(r["triage_id"], r["tool"]) for r in triage] == [("t1", "plain"), ("t1", "racecheck"), ("t1", "triage")]
     assert "Runs without a folder" in files["README.md"] and json.loads(files["versions.json"]) == {"stub": True}
     assert "ncu --set full ./a" in files["commands.sh"]
     assert [(c["kernel"], c["seconds"], c["source"]) for c in json.loads(files["calibrations.json"])] == [

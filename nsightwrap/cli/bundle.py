@@ -143,23 +143,30 @@ def _sweep(records: Sequence[Record]) -> dict:
 
 
 # --- TRIAGE SLOT (issue 21 item 1) --------------------------------------------------------------------------
-# Helpers SAN/TRI build `nsightwrap triage`; its API (/work/prompts/s6/TRI-API.md) was not out when this was
-# written. Until then: any table of the store whose name starts with "triage" is read as it is, its rows that
-# name the kernel (any text column holding its name or pattern) kept. Replace with TRI's reader.
+# Helpers SAN/TRI build `nsightwrap triage` on other branches: it keeps its runs in the store's table
+# `triage_runs` (TRI-API.md: one row per run, `triage_id` shared by the runs of one triage, `kernel` "*" for
+# runs that name none; the reader is nsightwrap.store.triage.triage_rows(store, kernel=K), not on this branch).
+# Until the merge this reads any table named triage* as it is: the rows that name the kernel (their `kernel`
+# column, else any text column, is its name or of its pattern) and, with `triage_id`, every row of those
+# triages (the plain runs and the verdict too). At the merge: `[r.to_dict() for r in triage_rows(store,
+# kernel=kernel)]`.
 def _triage(store: HangStore, kernel: str) -> Optional[dict]:
     conn = store.conn
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE "
                                          "'triage%' ORDER BY name")]
-    if not tables:
-        return None
-    names = {kernel, normalize_kernel(kernel)}
+    pattern = normalize_kernel(kernel)
+
+    def names_it(value: Any) -> bool:
+        return isinstance(value, str) and value != "*" and (value == kernel or normalize_kernel(value) == pattern)
     found: dict[str, list] = {}
     for table in tables:
         cur = conn.execute(f'SELECT * FROM "{table}"')
         columns = [d[0] for d in cur.description]
         rows = [dict(zip(columns, row)) for row in cur.fetchall()]
-        found[table] = [r for r in rows if any(isinstance(v, str) and any(n in v for n in names) for v in r.values())]
-    return found
+        named = [r for r in rows if (names_it(r["kernel"]) if "kernel" in r else any(map(names_it, r.values())))]
+        ids = {r["triage_id"] for r in named} if "triage_id" in columns else set()
+        found[table] = [r for r in rows if r in named or (ids and r["triage_id"] in ids)]
+    return found if any(found.values()) else None
 # --- end of the TRIAGE SLOT -----------------------------------------------------------------------------------
 
 
