@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 import psutil
+import pytest
 from helpers import fast_stop
 
 from nsightwrap.status import HANG, OK
@@ -58,8 +59,17 @@ def fake_tools(tmp_path: Path, gdb_sleeps: bool = False) -> dict[str, Path]:
                                                    ' echo "Attached GPUs : 1"; echo "args: $*"'),
         "py-spy": _tool(bin_dir, "py-spy", f'PID=$3; echo "py-spy $*"; {ALIVE}; echo "Thread 1 (idle): MainThread"'),
         "gdb": _tool(bin_dir, "gdb", f'PID=$4; echo "gdb $*"; {ALIVE}; echo "#0 nanosleep ()"'
-                     + (f'; touch {marker}; exec sleep 60' if gdb_sleeps else "")),
+                     + (f'; echo $$ > {marker}; exec sleep 60' if gdb_sleeps else "")),
     }
+
+
+def slow_gdb_left(tmp_path: Path) -> bool:
+    """Is the slow fake gdb (its pid in gdb-marker) still running? It must have started: the marker exists."""
+    pid = int((tmp_path / "gdb-marker").read_text())
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _which(tools: dict[str, Path]):
@@ -98,13 +108,11 @@ def test_a_stack_tool_that_does_not_return_is_cut_short_and_the_stop_is_barely_d
     _, plain_s = _run(None)
     evidence = StallEvidence(tmp_path / "runs", budget_s=1.0, tool_s=1.0, which=_which(tools))
     outcome, with_s = _run(evidence)
-    assert (tmp_path / "gdb-marker").exists()                              # the slow gdb did start
     assert with_s - plain_s < 1.0 + 1.5, (plain_s, with_s)                 # the budget, and a margin for this CPU
     doc = json.loads((tmp_path / "runs" / outcome.cookie / STALL_DIR / "processes.json").read_text())
     gdb = [t for t in doc["tools"] if "gdb" in t["command"][0]]
     assert gdb and all(t["cut_short"] and t["seconds"] < 2.0 for t in gdb)
-    left = [p for p in psutil.process_iter(["cmdline"]) if str(tools["gdb"]) in " ".join(p.info["cmdline"] or ())]
-    assert not left                                                         # no gdb left behind (nor attached)
+    assert not slow_gdb_left(tmp_path)                                     # no gdb left behind (nor attached)
 
 
 def test_absent_tools_are_skipped_and_said(tmp_path):
@@ -176,3 +184,24 @@ def test_the_transcript_is_bounded_and_cheap_once_full(tmp_path):
     t.close()
     text = (tmp_path / "t.log").read_text()
     assert len(text) < 10_200 and text.rstrip().endswith("bytes]") and "more not kept" in text
+
+
+def test_tools_are_cut_even_when_the_wait_is_interrupted(tmp_path):
+    """A failure while waiting (here: the clock raises, as a KeyboardInterrupt would) still kills every tool."""
+    tools = fake_tools(tmp_path, gdb_sleeps=True)
+    start = time.monotonic()
+
+    def clock() -> float:
+        if time.monotonic() - start > 0.5:   # after the tools started, before any is due to be cut (2 s)
+            raise KeyboardInterrupt
+        return time.monotonic()
+
+    proc = psutil.Popen(["sleep", "30"])
+    try:
+        evidence = StallEvidence(tmp_path / "runs", which=_which(tools), clock=clock)
+        with pytest.raises(KeyboardInterrupt):             # not an Exception: take() lets it through
+            evidence.take("c" * 32, [psutil.Process(proc.pid)], "x")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not slow_gdb_left(tmp_path)

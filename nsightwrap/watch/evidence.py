@@ -141,19 +141,26 @@ def _cut(tool: _Tool) -> None:
 
 def _run_all(tools: Sequence[_Tool], limit_s: float, clock: Callable[[], float]) -> None:
     """Start every tool, then wait until each has ended or run `limit_s`; cut those still running."""
-    for tool in tools:
-        _start(tool, clock())
-    running = [t for t in tools if t.proc is not None]
-    while running:
-        now = clock()
-        for tool in list(running):
-            if tool.proc.poll() is not None or now - tool.started >= limit_s:
-                if tool.proc.returncode is None:
-                    _cut(tool)
-                tool.seconds = round(clock() - tool.started, 3)
-                running.remove(tool)
-        if running:
-            time.sleep(0.02)
+    running: list[_Tool] = []
+    try:
+        for tool in tools:
+            _start(tool, clock())
+            if tool.proc is not None:
+                running.append(tool)
+        while running:
+            now = clock()
+            for tool in list(running):
+                if tool.proc.poll() is not None or now - tool.started >= limit_s:
+                    if tool.proc.returncode is None:
+                        _cut(tool)
+                    tool.seconds = round(clock() - tool.started, 3)
+                    running.remove(tool)
+            if running:
+                time.sleep(0.02)
+    finally:  # whatever happened (an interrupt too), no tool is left running, no gdb left attached
+        for tool in running:
+            if tool.proc.poll() is None:
+                _cut(tool)
 
 
 @dataclass(frozen=True)
