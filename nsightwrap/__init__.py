@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.call.profiler import Profiler
     from nsightwrap.call.ranges import range
     from nsightwrap.call.result import ProfileResult
+    from nsightwrap.cli.bundle import Bundle, hang_bundle
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.nsys.stats import nsys_stats
     from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
     from nsightwrap.store.debuglog import debug_log
+    from nsightwrap.watch.evidence import StallEvidence
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
 
@@ -99,6 +101,7 @@ _LAZY = {
     "LadderResult": "fallback.result", "walk_ladder": "fallback.walk",
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
+    "Bundle": "cli.bundle", "hang_bundle": "cli.bundle", "StallEvidence": "watch.evidence",
 }
 
 
@@ -124,6 +127,7 @@ __all__ = [
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "Bundle",
     "Calibration",
     "Calibrator",
     "ChildError",
@@ -154,6 +158,7 @@ __all__ = [
     "Rung",
     "STATUSES",
     "Stall",
+    "StallEvidence",
     "StallRule",
     "StopPolicy",
     "StoreError",
@@ -164,6 +169,7 @@ __all__ = [
     "WatchRule",
     "debug_log",
     "find_ncu",
+    "hang_bundle",
     "kernel_rows",
     "load_ladder",
     "load_report",
