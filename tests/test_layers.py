@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),
     ("calibrate",),
     ("fallback",),
+    ("triage",),  # is it ncu or the kernel: runs without ncu, compute-sanitizer, the walk
     ("call",),
     ("cli",),
     ("__init__", "__main__"),  # the top: the public names, `python -m nsightwrap`

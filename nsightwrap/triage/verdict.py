@@ -1,0 +1,157 @@
+"""Triage's one-line verdict, from what its runs found (pure: results in, words out).
+
+    racecheck: 12 shared-memory hazards in fused_attn (attn.cu:88); fails without ncu in 3 of 20 runs
+    (cudaErrorIllegalAddress in fused_attn): not a profiler problem
+
+    profiler-induced: wait_for_host hangs under ncu with set full; works with metrics gpu__time_duration.sum
+
+The program is at fault when it fails or hangs without ncu in any run, or a
+sanitizer found errors; profiler-induced when none of that and the ncu walk
+met a hang; else nothing was found against the program (ok).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from nsightwrap.ncu.names import function_core
+from nsightwrap.status import OK, PROFILER_INDUCED, PROGRAM_FAULT
+from nsightwrap.triage.plain import FAILED, HUNG, PlainRun
+
+__all__ = ["SanitizerView", "WalkView", "judge", "short", "plain_phrase", "sanitizer_outcome", "sanitizer_phrase"]
+
+NOT_PROFILER = "not a profiler problem"
+#: sanitizer_outcome's words (the store's triage_runs.outcome).
+CLEAN, FINDINGS, STALLED, SAN_ERROR = "clean", "findings", "stalled", "error"
+
+
+@dataclass(frozen=True)
+class SanitizerView:
+    """What the verdict needs of one sanitizer run (built from SAN's SanitizerRun)."""
+
+    tool: str
+    outcome: str  # CLEAN, FINDINGS, STALLED, SAN_ERROR
+    count: int
+    kind: Optional[str] = None  # the most frequent kind of finding
+    kernel: Optional[str] = None  # ... its kernel
+    source: Optional[str] = None  # ... FILE:LINE, when built with line info
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class WalkView:
+    """What the verdict needs of the ncu walk: settings that hung and that worked, per kernel."""
+
+    status: str
+    hung: tuple[tuple[str, str], ...] = ()  # (kernel, settings)
+    works: tuple[tuple[str, str], ...] = ()
+    program_fault: str = ""
+
+
+def short(kernel: str) -> str:
+    """A kernel as people name it: its function (the tracer's full name "void ns::k<float>(float*)" is k)."""
+    return function_core(kernel) or kernel
+
+
+def _column(df: Any, *names: str) -> Optional[str]:
+    cols = list(getattr(df, "columns", ()))
+    return next((n for n in names if n in cols), None)
+
+
+def _top(df: Any) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """The most frequent (kind, kernel) of a findings DataFrame, and the first source line of it."""
+    kind_c, kernel_c = _column(df, "kind"), _column(df, "kernel")
+    if kind_c is None and kernel_c is None:
+        return None, None, None
+    keys = [(str(r.get(kind_c)) if kind_c else None, str(r.get(kernel_c)) if kernel_c else None)
+            for r in df.to_dict("records")]
+    (kind, kernel), _ = Counter(keys).most_common(1)[0]
+    source = None
+    file_c, line_c = _column(df, "file", "source_file"), _column(df, "line", "source_line")
+    src_c = _column(df, "source")
+    for r in df.to_dict("records"):
+        if (str(r.get(kind_c)) if kind_c else None, str(r.get(kernel_c)) if kernel_c else None) != (kind, kernel):
+            continue
+        if src_c and r.get(src_c):
+            source = str(r[src_c])
+        elif file_c and r.get(file_c) and str(r[file_c]) != "nan":
+            line = r.get(line_c) if line_c else None
+            source = f"{r[file_c]}:{int(line)}" if line is not None and str(line) != "nan" else str(r[file_c])
+        if source:
+            break
+    return kind, kernel, source
+
+
+def sanitizer_outcome(run: Any) -> SanitizerView:
+    """A SanitizerRun as the verdict sees it: stalled, findings (how many, the top kind), error or clean."""
+    df = getattr(run, "findings", None)
+    count = int(df["count"].sum()) if df is not None and _column(df, "count") else (0 if df is None else len(df))
+    kind, kernel, source = _top(df) if count else (None, None, None)
+    if getattr(run, "stalled", False):
+        outcome = STALLED
+    elif count:
+        outcome = FINDINGS
+    elif str(getattr(run, "status", "")) in ("error", "interrupted"):
+        outcome = SAN_ERROR
+    else:
+        outcome = CLEAN
+    return SanitizerView(str(run.tool), outcome, count, kind, kernel, source, str(getattr(run, "summary", "") or ""))
+
+
+def sanitizer_phrase(v: SanitizerView) -> Optional[str]:
+    """"racecheck: 12 shared-memory hazards in k (f.cu:88)"; None for a clean run."""
+    if v.outcome == FINDINGS:
+        what = v.kind or "error"
+        what = what if v.count == 1 or what.endswith("s") else what + "s"
+        where = f" in {v.kernel}" if v.kernel and v.kernel != "None" else ""
+        return f"{v.tool}: {v.count} {what}{where}" + (f" ({v.source})" if v.source else "")
+    if v.outcome == STALLED:
+        return f"{v.tool}: stalled" + (f" in {v.kernel}" if v.kernel else "")
+    return None
+
+
+def plain_phrase(runs: Sequence[PlainRun], label: str = "without ncu") -> Optional[str]:
+    """"fails without ncu in 3 of 20 runs (cudaErrorIllegalAddress in k)", "... hangs ...", or None."""
+    parts = []
+    for outcome, verb in ((FAILED, "fails"), (HUNG, "hangs")):
+        bad = [r for r in runs if r.outcome == outcome]
+        if not bad:
+            continue
+        errors = Counter(r.error.name for r in bad if r.error)
+        kernels = Counter(short(r.kernel) for r in bad if r.kernel)
+        detail = [errors.most_common(1)[0][0]] if errors else []
+        if kernels:
+            detail.append(f"in {kernels.most_common(1)[0][0]}")
+        parts.append(f"{verb} {label} in {len(bad)} of {len(runs)} runs" + (f" ({' '.join(detail)})" if detail else ""))
+    return "; ".join(parts) or None
+
+
+def _walk_phrase(w: WalkView) -> str:
+    kernel, hung = w.hung[0]
+    works = [s for k, s in w.works if k == kernel] or [s for _, s in w.works]
+    tail = f"; works with {works[0]}" if works else "; no settings tried worked"
+    return f"{PROFILER_INDUCED}: {kernel} hangs under ncu with {hung}{tail}"
+
+
+def judge(runs: Sequence[PlainRun], sanitizers: Sequence[SanitizerView], walk: Optional[WalkView],
+          blocking: Optional[PlainRun] = None) -> tuple[str, str]:
+    """(status, the verdict line)."""
+    found = [p for p in (sanitizer_phrase(v) for v in sanitizers) if p and not p.endswith("stalled")]
+    plain = plain_phrase(runs)
+    if plain is None and runs:
+        plain = f"runs cleanly without ncu in {len(runs)} of {len(runs)} runs"
+    if blocking is not None and blocking.kernel:
+        plain = (plain or "") + f"; with CUDA_LAUNCH_BLOCKING=1 it {blocking.outcome} in {short(blocking.kernel)}"
+    bad_runs = any(r.outcome in (FAILED, HUNG) for r in runs)
+    if found or bad_runs or (walk is not None and walk.program_fault):
+        parts = found + ([plain] if plain else []) + ([walk.program_fault] if walk and walk.program_fault else [])
+        return PROGRAM_FAULT, "; ".join(parts) + f": {NOT_PROFILER}"
+    stalled = [p for p in (sanitizer_phrase(v) for v in sanitizers) if p]
+    if walk is not None and walk.hung:
+        return PROFILER_INDUCED, _walk_phrase(walk)
+    lead = "; ".join(stalled + ([plain] if plain else [])) or "nothing run"
+    if walk is None:
+        return OK, f"{lead}, and the sanitizers found nothing: if it hangs under ncu, run triage --walk"
+    return OK, f"{lead}, the sanitizers found nothing and ncu did not hang ({walk.status})"
