@@ -240,6 +240,10 @@ class FindingsParser:
             frame = body[len("Device Frame:"):].strip()
             f.device_frames.append(frame)
             f.kernel = _func(frame.split(" in ")[0])  # the outermost frame seen so far: the kernel
+            m = re.search(r" in (\S+?):(\d+)$", frame)
+            if m and (f.file or "").endswith((".h", ".hpp")):  # inside an intrinsic: the kernel's own line
+                f.detail.append(f"at {f.where}")
+                f.file, f.line = m.group(1), int(m.group(2))
         elif body.startswith("Saved host backtrace"):
             self._in_backtrace = True
         elif (m := _RACE_OTHER.match(body)):
