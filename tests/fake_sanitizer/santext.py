@@ -22,7 +22,7 @@ def lines(*body):
 def backtrace(offset="0x8e93", at="kernel launch time"):
     return [f"     Saved host backtrace up to driver entry point at {at}",
             f"         Host Frame: main [{offset}] in {PROGRAM}",
-            f"         Host Frame: __libc_start_main [0x29d90] in libc.so.6"]
+            "         Host Frame: __libc_start_main [0x29d90] in libc.so.6"]
 
 
 def oob(name, thread=31, block=3):
