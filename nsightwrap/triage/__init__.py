@@ -6,7 +6,9 @@ once with CUDA_LAUNCH_BLOCKING=1 after an asynchronous failure,
 compute-sanitizer's tools (``sanitizer``), optionally the ncu walk
 (``walk``), and ends with a one-line verdict (``verdict``); every run is
 recorded in the hang store (``records``, nsightwrap.store.triage).
-``cudaerrors`` reads a CUDA error from a program's output.
+``cudaerrors`` reads a CUDA error from a program's output. ``sanitizer``
+runs compute-sanitizer (``findings`` reads its text, ``slowdown`` says how
+long it may stay silent).
 """
 
 from nsightwrap.triage.cudaerrors import CudaError, find_cuda_error
