@@ -167,7 +167,8 @@ def _sanitize(t: _Triage, cal: _Calibrated, sanitize: Callable[..., Any]) -> Non
     for tool in t.options.tools:
         t.say(f"compute-sanitizer --tool {tool}")
         run = sanitize(t.command, tool, kernel_filter=t.options.kernel, calibration=cal.calibration(),
-                       limit_s=cal.run_limit(t.options.timeout), sanitizer=t.options.sanitizer)
+                       limit_s=t.options.timeout, sanitizer=t.options.sanitizer, env=t.config.env,
+                       cwd=t.config.cwd, stop=t.config.stop, on_output=t.on_output, clock=t.clock)
         view = sanitizer_outcome(run)
         t.sanitizers.append((view, run))
         t.say(f"{tool}: {view.outcome}" + (f", {view.count} finding(s)" if view.count else ""))

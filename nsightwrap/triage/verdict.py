@@ -12,6 +12,7 @@ met a hang; else nothing was found against the program (ok).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -84,16 +85,24 @@ def _top(df: Any) -> tuple[Optional[str], Optional[str], Optional[str]]:
     return kind, kernel, source
 
 
+#: What each tool's findings are called in the verdict.
+NOUNS = {"memcheck": ("memory error", "memory errors"), "racecheck": ("shared-memory hazard", "shared-memory hazards"),
+         "initcheck": ("uninitialised read", "uninitialised reads"), "synccheck": ("barrier error", "barrier errors")}
+
+
 def sanitizer_outcome(run: Any) -> SanitizerView:
-    """A SanitizerRun as the verdict sees it: stalled, findings (how many, the top kind), error or clean."""
+    """A SanitizerRun (triage.sanitizer) as the verdict sees it: stalled (or stopped at its limit),
+    findings (how many the tool counted, the top kind, kernel and line), error (it could not run) or clean."""
     df = getattr(run, "findings", None)
-    count = int(df["count"].sum()) if df is not None and _column(df, "count") else (0 if df is None else len(df))
-    kind, kernel, source = _top(df) if count else (None, None, None)
-    if getattr(run, "stalled", False):
+    rows = 0 if df is None else len(df)
+    count = int(getattr(run, "errors", rows) or rows)
+    kind, kernel, source = _top(df) if rows else (None, None, None)
+    status = str(getattr(run, "status", ""))
+    if getattr(run, "stalled", False) or status == "timeout":
         outcome = STALLED
-    elif count:
+    elif count or rows:
         outcome = FINDINGS
-    elif str(getattr(run, "status", "")) in ("error", "interrupted"):
+    elif status in ("error", "crashed", "interrupted"):
         outcome = SAN_ERROR
     else:
         outcome = CLEAN
@@ -101,14 +110,15 @@ def sanitizer_outcome(run: Any) -> SanitizerView:
 
 
 def sanitizer_phrase(v: SanitizerView) -> Optional[str]:
-    """"racecheck: 12 shared-memory hazards in k (f.cu:88)"; None for a clean run."""
+    """"racecheck: 12 shared-memory hazards (Race Write/Read) in k (f.cu:88)"; None for a clean run."""
+    where = f" in {short(v.kernel)}" if v.kernel and v.kernel != "None" else ""
     if v.outcome == FINDINGS:
-        what = v.kind or "error"
-        what = what if v.count == 1 or what.endswith("s") else what + "s"
-        where = f" in {v.kernel}" if v.kernel and v.kernel != "None" else ""
-        return f"{v.tool}: {v.count} {what}{where}" + (f" ({v.source})" if v.source else "")
+        one, many = NOUNS.get(v.tool, ("error", "errors"))
+        kind = f" ({v.kind})" if v.kind and v.kind != "None" else ""
+        return f"{v.tool}: {v.count} {one if v.count == 1 else many}{kind}{where}" + (
+            f" ({os.path.basename(v.source)})" if v.source else "")
     if v.outcome == STALLED:
-        return f"{v.tool}: stalled" + (f" in {v.kernel}" if v.kernel else "")
+        return f"{v.tool}: stalled{where}"
     return None
 
 
