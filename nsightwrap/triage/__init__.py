@@ -3,18 +3,13 @@
 ``run.triage_command`` runs the program without ncu several times
 (``plain``: finished, failed or hung, the CUDA error, the kernel in flight),
 once with CUDA_LAUNCH_BLOCKING=1 after an asynchronous failure,
-compute-sanitizer's tools (``sanitizer``), optionally the ncu walk
+compute-sanitizer's tools (``sanitizer``: ``findings`` reads its text,
+``slowdown`` says how long it may stay silent), optionally the ncu walk
 (``walk``), and ends with a one-line verdict (``verdict``); every run is
 recorded in the hang store (``records``, nsightwrap.store.triage).
-``cudaerrors`` reads a CUDA error from a program's output. ``sanitizer``
-runs compute-sanitizer (``findings`` reads its text, ``slowdown`` says how
-long it may stay silent).
+``cudaerrors`` reads a CUDA error from a program's output.
+
+This package imports nothing when loaded: ``import nsightwrap`` loads it to
+make ``nsightwrap.triage(fn_or_command, ...)`` callable (nsightwrap/__init__.py),
+and the CLI must stay quick.
 """
-
-from nsightwrap.triage.cudaerrors import CudaError, find_cuda_error
-from nsightwrap.triage.plain import PlainRun
-from nsightwrap.triage.result import TriageResult
-from nsightwrap.triage.run import SANITIZER_TOOLS, TriageOptions, triage_command
-
-__all__ = ["CudaError", "PlainRun", "SANITIZER_TOOLS", "TriageOptions", "TriageResult", "find_cuda_error",
-           "triage_command"]

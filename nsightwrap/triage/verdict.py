@@ -162,6 +162,7 @@ def judge(runs: Sequence[PlainRun], sanitizers: Sequence[SanitizerView], walk: O
     if walk is not None and walk.hung:
         return PROFILER_INDUCED, _walk_phrase(walk)
     lead = "; ".join(stalled + ([plain] if plain else [])) or "nothing run"
+    found = f"{', '.join(v.tool for v in sanitizers)} found nothing" if sanitizers else "no sanitizer was run"
     if walk is None:
-        return OK, f"{lead}, and the sanitizers found nothing: if it hangs under ncu, run triage --walk"
-    return OK, f"{lead}, the sanitizers found nothing and ncu did not hang ({walk.status})"
+        return OK, f"{lead}; {found}: if it hangs under ncu, run triage --walk"
+    return OK, f"{lead}; {found}; ncu did not hang ({walk.status})"
