@@ -191,6 +191,9 @@ class SanitizerRun:
     stop_steps: list[str] = field(default_factory=list)
     survivors: list[str] = field(default_factory=list)
     program_lines: int = 0
+    #: The merged output (compute-sanitizer's and the program's), bounded as the watch loop keeps it.
+    log: str = ""
+    cookie: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -235,7 +238,8 @@ class SanitizerRun:
                            "hazard_errors": s.hazard_errors, "hazard_warnings": s.hazard_warnings,
                            "not_printed": s.not_printed, "program_error": s.program_error},
                 "findings": [f.to_dict() for f in self.findings_list], "stop_steps": self.stop_steps,
-                "survivors": self.survivors, "program_lines": self.program_lines}
+                "survivors": self.survivors, "program_lines": self.program_lines,
+                "log_tail": self.log[-4000:]}
 
 
 def _plural(n: int, word: str) -> str:
@@ -340,6 +344,6 @@ def _result(tool: str, argv: list[str], outcome: RunOutcome, rules: WatchRule, v
     run = SanitizerRun(tool, argv, status, list(parser.findings), parser.summary, outcome.returncode,
                        outcome.elapsed_s, reason, version, stall.to_dict() if status == HANG else None,
                        list(stop.steps) if stop else [], list(stop.survivors) if stop else [],
-                       parser.program_lines)
+                       parser.program_lines, outcome.log, outcome.cookie)
     listener.finished(run)
     return run
