@@ -25,7 +25,7 @@ from nsightwrap.triage.sanitizer import (
     sanitizer_argv,
     sanitizer_version,
 )
-from nsightwrap.triage.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, kernel_seconds
+from nsightwrap.triage.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, host_seconds, kernel_seconds
 from nsightwrap.watch.rules import RunState
 
 FAKE_DIR = HERE / "fake_sanitizer"
@@ -221,6 +221,13 @@ def test_the_measured_slowdown_widens_the_allowance():
     assert rule.slowdown() == pytest.approx(150)
     assert rule.allowance() == pytest.approx(1 + 4 * 1.5)
     assert rule(state, 1.5 + 6.9) is None and rule(state, 1.5 + 7.1).status == HANG
+
+
+def test_the_program_s_own_time_is_allowed_for_its_host_work():
+    cal = Calibration.from_kernels({"k": 0.01}, program_s=12.0)  # e.g. 11 s of imports before its first kernel
+    rule = SanitizerStall("memcheck", *kernel_seconds(cal), host_s=host_seconds(cal))
+    assert rule.allowance() == pytest.approx(10 + 12 + 4 * 100 * 0.01)
+    assert host_seconds(None) == 0.0 and host_seconds(Calibration.failed(HANG, "hung", "plain")) == 0.0
 
 
 def test_the_filter_picks_its_kernel_and_kernels_it_leaves_out_do_not_count():

@@ -21,7 +21,13 @@ from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.options import KernelFilter
 from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REGEX_PREFIX, TIMEOUT
 from nsightwrap.triage.findings import Finding, FindingsParser, Summary, findings_frame
-from nsightwrap.triage.slowdown import DEFAULT_SLOWDOWN_POLICY, SanitizerStall, SlowdownPolicy, kernel_seconds
+from nsightwrap.triage.slowdown import (
+    DEFAULT_SLOWDOWN_POLICY,
+    SanitizerStall,
+    SlowdownPolicy,
+    host_seconds,
+    kernel_seconds,
+)
 from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, Runner, run_command, search_tool
 from nsightwrap.watch.rules import RunState, TotalTimeout, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
@@ -302,7 +308,7 @@ def _rules(tool: str, calibration: Optional[Calibration], kernel_filter: Optiona
     pattern = filter_argv(kernel_filter)[-1][len("kns="):] if kernel_filter is not None else None
     kernel_s, basis = kernel_seconds(calibration, pattern)
     rule: WatchRule = SanitizerStall(tool, kernel_s, basis, hazard_report=options.hazard_report,
-                                     policy=policy, started_at=t0)
+                                     policy=policy, started_at=t0, host_s=host_seconds(calibration))
     return rule | TotalTimeout(limit_s) if limit_s else rule
 
 
