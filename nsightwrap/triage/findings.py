@@ -193,6 +193,10 @@ class FindingsParser:
     # -- one line ----------------------------------------------------------
 
     def _line(self, raw: str, done: list[Finding]) -> None:
+        cut = raw.find(PREFIX)
+        if cut > 0:  # the program's unfinished line, then compute-sanitizer's (two writers on one pipe)
+            self._line(raw[:cut], done)
+            raw = raw[cut:]
         if not raw.startswith(PREFIX):
             if raw.strip():
                 self.program_lines += 1

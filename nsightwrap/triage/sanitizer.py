@@ -21,7 +21,13 @@ from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.options import KernelFilter
 from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REGEX_PREFIX, TIMEOUT
 from nsightwrap.triage.findings import Finding, FindingsParser, Summary, findings_frame
-from nsightwrap.triage.slowdown import DEFAULT_SLOWDOWN_POLICY, SanitizerStall, SlowdownPolicy, kernel_seconds
+from nsightwrap.triage.slowdown import (
+    DEFAULT_SLOWDOWN_POLICY,
+    SanitizerStall,
+    SlowdownPolicy,
+    host_seconds,
+    kernel_seconds,
+)
 from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, Runner, run_command, search_tool
 from nsightwrap.watch.rules import RunState, TotalTimeout, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
@@ -191,6 +197,9 @@ class SanitizerRun:
     stop_steps: list[str] = field(default_factory=list)
     survivors: list[str] = field(default_factory=list)
     program_lines: int = 0
+    #: The merged output (compute-sanitizer's and the program's), bounded as the watch loop keeps it.
+    log: str = ""
+    cookie: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -235,7 +244,8 @@ class SanitizerRun:
                            "hazard_errors": s.hazard_errors, "hazard_warnings": s.hazard_warnings,
                            "not_printed": s.not_printed, "program_error": s.program_error},
                 "findings": [f.to_dict() for f in self.findings_list], "stop_steps": self.stop_steps,
-                "survivors": self.survivors, "program_lines": self.program_lines}
+                "survivors": self.survivors, "program_lines": self.program_lines,
+                "log_tail": self.log[-4000:]}
 
 
 def _plural(n: int, word: str) -> str:
@@ -298,7 +308,7 @@ def _rules(tool: str, calibration: Optional[Calibration], kernel_filter: Optiona
     pattern = filter_argv(kernel_filter)[-1][len("kns="):] if kernel_filter is not None else None
     kernel_s, basis = kernel_seconds(calibration, pattern)
     rule: WatchRule = SanitizerStall(tool, kernel_s, basis, hazard_report=options.hazard_report,
-                                     policy=policy, started_at=t0)
+                                     policy=policy, started_at=t0, host_s=host_seconds(calibration))
     return rule | TotalTimeout(limit_s) if limit_s else rule
 
 
@@ -340,6 +350,6 @@ def _result(tool: str, argv: list[str], outcome: RunOutcome, rules: WatchRule, v
     run = SanitizerRun(tool, argv, status, list(parser.findings), parser.summary, outcome.returncode,
                        outcome.elapsed_s, reason, version, stall.to_dict() if status == HANG else None,
                        list(stop.steps) if stop else [], list(stop.survivors) if stop else [],
-                       parser.program_lines)
+                       parser.program_lines, outcome.log, outcome.cookie)
     listener.finished(run)
     return run

@@ -4,13 +4,16 @@ compute-sanitizer slows kernels by a large factor that depends on the tool (FACT
 for one kernel that runs well under 1 s alone; racecheck's hazard report 7.1 s against 1.2 s for its
 default report), and it prints nothing while a kernel runs. So the allowance of a silence is
 
-    floor (the tool's fixed cost: instrumenting a module, its start) + margin x slowdown x kernel time
+    floor (the tool's fixed cost: its start, instrumenting a module)
+      + host time + margin x slowdown x kernel time
 
 where the kernel time comes from the calibration (the longest kernel the filter selects, else what bounds
 every kernel), and the slowdown starts at a conservative prior per tool and grows with what the run shows:
 each silence that ended in output (a finding, a progress line of the program, the summary) proves the tool
 can take that long for the work in it, so the measured slowdown is the longest such silence over the kernel
-time. The rule (SanitizerStall) is a WatchRule like watch/rules.py's: time is given to it, `|` combines it.
+time. The host time is the whole plain run's (the calibration's program_s, when it has one): a silence may be
+the program's own host work (an import, a data load), which the tool barely slows. The rule
+(SanitizerStall) is a WatchRule like watch/rules.py's: time is given to it, `|` combines it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from nsightwrap.status import HANG
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
 
 __all__ = ["DEFAULT_PRIORS", "DEFAULT_SLOWDOWN_POLICY", "SanitizerStall", "SlowdownMeter", "SlowdownPolicy",
-           "ToolPrior", "kernel_seconds"]
+           "ToolPrior", "host_seconds", "kernel_seconds"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,13 @@ def kernel_seconds(calibration: Any, pattern: Optional[str] = None) -> tuple[Opt
     return None, "the calibration timed no kernel"
 
 
+def host_seconds(calibration: Any) -> float:
+    """The whole plain run's time (Calibration.program_s), 0 when the calibration has none."""
+    if calibration is None or not getattr(calibration, "ok", False):
+        return 0.0
+    return float(getattr(calibration, "program_s", None) or 0.0)
+
+
 class SlowdownMeter:
     """The slowdown the run has shown: the longest silence that ended in output, over the kernel time.
 
@@ -125,8 +135,8 @@ class SanitizerStall(WatchRule):
     """
 
     def __init__(self, tool: str, kernel_s: Optional[float], basis: str, *, hazard_report: bool = False,
-                 policy: SlowdownPolicy = DEFAULT_SLOWDOWN_POLICY, started_at: float = 0.0):
-        self.tool, self.basis, self.policy = tool, basis, policy
+                 policy: SlowdownPolicy = DEFAULT_SLOWDOWN_POLICY, started_at: float = 0.0, host_s: float = 0.0):
+        self.tool, self.basis, self.policy, self.host_s = tool, basis, policy, max(0.0, host_s or 0.0)
         self.calibrated = kernel_s is not None
         self.kernel_s = kernel_s if kernel_s is not None else policy.uncalibrated_kernel_s
         self.prior = policy.prior(tool, hazard_report)
@@ -136,7 +146,7 @@ class SanitizerStall(WatchRule):
         return max(self.prior.factor, self.meter.factor(self.kernel_s))
 
     def allowance(self) -> float:
-        return self.prior.floor_s + self.policy.margin * self.slowdown() * self.kernel_s
+        return self.prior.floor_s + self.host_s + self.policy.margin * self.slowdown() * self.kernel_s
 
     def deadline(self, state: RunState) -> float:
         self.meter.observe(state)
@@ -153,7 +163,8 @@ class SanitizerStall(WatchRule):
                f"prior {self.prior.factor:.0f}x, measured {measured:.0f}x)")
         kernel = self.basis if self.calibrated else f"not calibrated, {self.kernel_s:g} s assumed"
         return (f"compute-sanitizer ({self.tool}) printed nothing for {silent_s:.1f} s, beyond its allowance of "
-                f"{self.allowance():.1f} s = {self.prior.floor_s:g} s + {self.policy.margin:g} x {how} x kernel "
+                f"{self.allowance():.1f} s = {self.prior.floor_s:g} s + host {self.host_s:.3g} s + "
+                f"{self.policy.margin:g} x {how} x kernel "
                 f"time {self.kernel_s:.3g} s ({kernel}); it was stopped and the findings printed so far are kept. "
                 "If the program only runs this slowly under the tool, narrow it with a kernel filter (--kernel); "
                 "if it also hangs without the tool, the kernel hangs by itself")
@@ -162,7 +173,7 @@ class SanitizerStall(WatchRule):
         return {"tool": self.tool, "allowance_s": round(self.allowance(), 3), "floor_s": self.prior.floor_s,
                 "margin": self.policy.margin, "prior_factor": self.prior.factor,
                 "measured_factor": round(self.meter.factor(self.kernel_s), 3) if self.meter.outputs else None,
-                "kernel_s": self.kernel_s, "calibrated": self.calibrated, "basis": self.basis,
+                "kernel_s": self.kernel_s, "host_s": self.host_s, "calibrated": self.calibrated, "basis": self.basis,
                 "longest_gap_s": round(self.meter.longest_gap_s, 3)}
 
     def __repr__(self) -> str:
