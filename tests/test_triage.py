@@ -119,18 +119,19 @@ def test_a_sound_program_is_ok_and_the_verdict_says_what_was_run(env, store):
     r = triage_command([sys.executable, str(SAN_APP), "a", "b"], TriageOptions(runs=2), store=store,
                        sanitize=_real_sanitizer(FAKE_SANITIZER))
     assert r.status == OK and r.exit_code == 0
+    assert r.elapsed_s == pytest.approx(r.runs_s + r.overhead_s) and r.runs_s > 0  # bench_triage's measure
     assert "runs cleanly without ncu in 2 of 2 runs; memcheck, racecheck, synccheck, initcheck found nothing" in (
         r.verdict)
 
 
 def test_a_kernel_that_hangs_only_under_ncu_is_profiler_induced_with_the_settings_that_work(
         env, fake_env, fake_rows, store):
-    r = triage_command([sys.executable, str(FAKE_APP), "a", "b@hang", "c"],
+    r = triage_command([sys.executable, str(FAKE_APP), "a", "b@hang-if=MemoryWorkloadAnalysis", "c"],
                        TriageOptions(runs=1, tools=(), walk=True, set="full", ladder=_ladder()),
                        RunConfig(stall_timeout=0.5, stall_timeout_given=True), store=store)
     assert r.status == PROFILER_INDUCED and r.exit_code == 9, r.verdict
-    assert r.verdict.startswith("profiler-induced: b hangs under ncu with ")
-    assert "; works with " in r.verdict
+    assert r.verdict == ("profiler-induced: b hangs under ncu with set full; works with metrics "
+                         "gpu__time_duration.sum, kernel replay"), r.verdict
     no_leftovers()
 
 

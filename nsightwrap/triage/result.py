@@ -16,7 +16,8 @@ __all__ = ["TriageResult"]
 class TriageResult:
     """runs: the runs without ncu; blocking: the CUDA_LAUNCH_BLOCKING=1 run, if one was made; sanitizers:
     (SanitizerView, SAN's SanitizerRun) per tool; walk: (WalkView, LadderResult) with --walk; elapsed_s:
-    the whole triage; runs_s: the runs it made; overhead_s: the rest (triage's own cost)."""
+    the whole triage; runs_s: the runs it made (each program's wall time under the watchdog, the walk's
+    whole wall time); overhead_s: the rest, triage's own cost."""
 
     command: list[str]
     status: str
@@ -29,6 +30,7 @@ class TriageResult:
     elapsed_s: float
     triage_id: str
     notes: tuple[str, ...] = ()
+    walk_s: float = 0.0  # the ncu walk's wall time, its own set-up included (it counts as one run)
 
     @property
     def exit_code(self) -> int:
@@ -47,9 +49,7 @@ class TriageResult:
         """Wall time of the runs it made (the programs' own, under the watchdog)."""
         total = sum(r.elapsed_s for r in self.runs) + (self.blocking.elapsed_s if self.blocking else 0.0)
         total += sum(getattr(run, "elapsed_s", 0.0) or 0.0 for _, run in self.sanitizers)
-        if self.walk is not None:
-            total += sum(a.elapsed_s or 0.0 for a in getattr(self.walk[1], "attempts", []))
-        return total
+        return total + self.walk_s
 
     @property
     def overhead_s(self) -> float:

@@ -127,6 +127,7 @@ class _Triage:
     blocking: Optional[PlainRun] = None
     sanitizers: list[tuple[SanitizerView, Any]] = field(default_factory=list)
     walk: Optional[tuple[WalkView, Any]] = None
+    walk_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     def record(self, rows: Sequence[Any]) -> None:
@@ -164,11 +165,13 @@ def _kernel_in_question(t: _Triage) -> Optional[str]:
 
 
 def _sanitize(t: _Triage, cal: _Calibrated, sanitize: Callable[..., Any]) -> None:
+    version = None  # compute-sanitizer's, asked by the first run only
     for tool in t.options.tools:
         t.say(f"compute-sanitizer --tool {tool}")
         run = sanitize(t.command, tool, kernel_filter=t.options.kernel, calibration=cal.calibration(),
                        limit_s=t.options.timeout, sanitizer=t.options.sanitizer, env=t.config.env,
-                       cwd=t.config.cwd, stop=t.config.stop, on_output=t.on_output, clock=t.clock)
+                       cwd=t.config.cwd, stop=t.config.stop, on_output=t.on_output, clock=t.clock, version=version)
+        version = getattr(run, "version", None) or version
         view = sanitizer_outcome(run)
         t.sanitizers.append((view, run))
         t.say(f"{tool}: {view.outcome}" + (f", {view.count} finding(s)" if view.count else ""))
@@ -178,9 +181,11 @@ def _sanitize(t: _Triage, cal: _Calibrated, sanitize: Callable[..., Any]) -> Non
 def _walk(t: _Triage, walker: Callable[..., Any]) -> None:
     kernel = _kernel_in_question(t)
     t.say("ncu walk (the fallback ladder)" + (f" for {kernel}" if kernel else ""))
+    started = t.clock()
     view, result = walker(t.command, kernel, set_name=t.options.set, ladder=t.options.ladder,
                           config=t.config, store=t.store, on_output=t.on_output)
     t.walk = (view, result)
+    t.walk_s = t.clock() - started  # the walk is one run of triage's: its own set-up (ncu's probe) included
     t.record([records.walk_record(t.triage_id, t.command, view, result, t.options)])
 
 
@@ -226,7 +231,7 @@ def _result(t: _Triage, started: float, interrupted: Optional[str]) -> TriageRes
     if interrupted:
         status, line = interrupted, f"interrupted after {len(t.runs)} run(s) without ncu; so far: {line}"
     result = TriageResult(t.command, status, line, _kernel_in_question(t), tuple(t.runs), t.blocking,
-                          tuple(t.sanitizers), t.walk, t.clock() - started, t.triage_id, tuple(t.notes))
+                          tuple(t.sanitizers), t.walk, t.clock() - started, t.triage_id, tuple(t.notes), t.walk_s)
     if t.store is not None and not interrupted:
         t.record([records.verdict_record(t.triage_id, t.command, result)])
     return replace(result, notes=tuple(t.notes))

@@ -56,33 +56,14 @@ def short(kernel: str) -> str:
     return function_core(kernel) or kernel
 
 
-def _column(df: Any, *names: str) -> Optional[str]:
-    cols = list(getattr(df, "columns", ()))
-    return next((n for n in names if n in cols), None)
-
-
-def _top(df: Any) -> tuple[Optional[str], Optional[str], Optional[str]]:
-    """The most frequent (kind, kernel) of a findings DataFrame, and the first source line of it."""
-    kind_c, kernel_c = _column(df, "kind"), _column(df, "kernel")
-    if kind_c is None and kernel_c is None:
-        return None, None, None
-    keys = [(str(r.get(kind_c)) if kind_c else None, str(r.get(kernel_c)) if kernel_c else None)
-            for r in df.to_dict("records")]
+def _top(findings: Sequence[Any]) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """The most frequent (kind, kernel) of a run's findings (triage.findings.Finding), and its first
+    source line (FILE:LINE, when built with line info)."""
+    keys = [(f.kind, f.kernel) for f in findings]
     (kind, kernel), _ = Counter(keys).most_common(1)[0]
-    source = None
-    file_c, line_c = _column(df, "file", "source_file"), _column(df, "line", "source_line")
-    src_c = _column(df, "source")
-    for r in df.to_dict("records"):
-        if (str(r.get(kind_c)) if kind_c else None, str(r.get(kernel_c)) if kernel_c else None) != (kind, kernel):
-            continue
-        if src_c and r.get(src_c):
-            source = str(r[src_c])
-        elif file_c and r.get(file_c) and str(r[file_c]) != "nan":
-            line = r.get(line_c) if line_c else None
-            source = f"{r[file_c]}:{int(line)}" if line is not None and str(line) != "nan" else str(r[file_c])
-        if source:
-            break
-    return kind, kernel, source
+    where = next((f"{f.file}:{f.line}" if f.line is not None else f.file for f in findings
+                  if (f.kind, f.kernel) == (kind, kernel) and f.file), None)
+    return kind, kernel, where
 
 
 #: What each tool's findings are called in the verdict.
@@ -93,10 +74,10 @@ NOUNS = {"memcheck": ("memory error", "memory errors"), "racecheck": ("shared-me
 def sanitizer_outcome(run: Any) -> SanitizerView:
     """A SanitizerRun (triage.sanitizer) as the verdict sees it: stalled (or stopped at its limit),
     findings (how many the tool counted, the top kind, kernel and line), error (it could not run) or clean."""
-    df = getattr(run, "findings", None)
-    rows = 0 if df is None else len(df)
+    found = list(getattr(run, "findings_list", ()))  # not the DataFrame: no pandas for a verdict
+    rows = len(found)
     count = int(getattr(run, "errors", rows) or rows)
-    kind, kernel, source = _top(df) if rows else (None, None, None)
+    kind, kernel, source = _top(found) if rows else (None, None, None)
     status = str(getattr(run, "status", ""))
     if getattr(run, "stalled", False) or status == "timeout":
         outcome = STALLED

@@ -34,9 +34,8 @@ def walk_view(result: Any, options: ProfileOptions) -> WalkView:
             continue
         if a.status == HANG:
             hung.append((a.stalled_kernel or s.job, _settings(s, options)))
-        elif a.status == OK:
-            kernel = s.job if s.job != "main" else (hung[-1][0] if hung else "main")
-            works.append((kernel, _settings(s, options)))
+        elif a.status == OK and s.job != "main":  # a kernel's own rung; "main" runs left the hung kernel out
+            works.append((s.job, _settings(s, options)))
     fault = result.program_fault
     why = f"ncu walk: {fault.program_fault}" if fault is not None and isinstance(fault.program_fault, str) else (
         "ncu walk: the program hangs or fails without ncu too" if fault is not None else "")
