@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_APP, HERE, no_leftovers, run_cli
+from helpers import FAKE_APP, HERE, no_leftovers, read_until, run_cli, start_cli
 
 import nsightwrap
 from nsightwrap.ncu.context import RunConfig
@@ -23,7 +25,6 @@ from nsightwrap.store.triage import triage_rows
 from nsightwrap.triage.plain import FAILED, FINISHED, HUNG
 from nsightwrap.triage.run import TriageOptions, _Calibrated, triage_command
 
-sys.path.insert(0, str(HERE / "fake_triage"))
 FLAKY = HERE / "fake_triage" / "flaky.py"
 SAN_APP = HERE / "fake_sanitizer" / "app.py"
 FAKE_SANITIZER = HERE / "fake_sanitizer" / "compute-sanitizer"
@@ -230,3 +231,19 @@ def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path):
                         str(tmp_path / "test_inner.py")], capture_output=True,
                        text=True, env=inner, cwd=tmp_path, timeout=120)
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_stops_the_run_and_says_interrupted_once(env, tmp_path, sig):
+    p = start_cli(["triage", "--runs", "3", "--tools", "none", "--calibration-limit", "60", "--store",
+                   str(tmp_path / "h.db"), "--json", "--", *flaky("a", "b@hang")], env)
+    try:
+        read_until(p, p.stderr, b"run 1/3 without ncu")
+        time.sleep(0.3)
+        p.send_signal(sig)
+        out, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    doc = json.loads(out)
+    assert p.returncode == 130 and doc["status"] == "interrupted" and doc["exit_code"] == 130
+    no_leftovers()
