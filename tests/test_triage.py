@@ -21,6 +21,7 @@ import nsightwrap
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import EXIT_CODES, OK, PROFILER_INDUCED, PROGRAM_FAULT
 from nsightwrap.store.debuglog import debug_log
+from nsightwrap.store.keys import Environment
 from nsightwrap.store.triage import triage_rows
 from nsightwrap.triage.plain import FAILED, FINISHED, HUNG
 from nsightwrap.triage.run import TriageOptions, _Calibrated, triage_command
@@ -152,6 +153,8 @@ def test_every_run_is_recorded_with_its_hypothesis_and_the_debug_log_compares_wo
     plain = [x for x in rows if x.tool == "plain"]
     assert len(plain) == 4 + (r.blocking is not None) and rows[-1].tool == "triage"
     assert all(x.hypothesis and x.conclusion for x in rows)
+    kept = store.calibration_for(flaky("a", "b@fault=illegal", "sync"), Environment.detect())
+    assert kept is not None and kept.kernel_time("a") is not None  # the traced runs calibrate a later walk
     log = debug_log(store, "b")
     assert "## Triage: is it ncu or the kernel?" in log and "**Hypothesis:** the program fails or hangs" in log
     assert "## Key differences between a working and a failing triage run" in log
@@ -176,6 +179,8 @@ def test_the_command_line_prints_one_json_object_and_exits_with_the_verdicts_cod
     assert p.returncode == 8 and doc["status"] == PROGRAM_FAULT and doc["exit_code"] == 8
     assert doc["failed"] == 2 and doc["of"] == 2 and doc["runs"][0]["error"]["name"] == "cudaErrorMisalignedAddress"
     assert "overhead_s" in doc and doc["verdict"].endswith("not a profiler problem")
+    shown = run_cli(["hangs", "show", "b", "--markdown", "--store", str(tmp_path / "h.db")], env=env)
+    assert shown.returncode == 0 and "### Triage attempt 1: plain (failed)" in shown.stdout
 
 
 @pytest.mark.parametrize("args", [["--runs", "0"], ["--tools", "memcheck,bogus"], ["--kernel", ""]])

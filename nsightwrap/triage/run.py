@@ -20,14 +20,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
-from nsightwrap.errors import OptionsError
+from nsightwrap.errors import OptionsError, StoreError
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 from nsightwrap.triage import records
-from nsightwrap.triage.plain import FAILED, PlainRun, run_plain
+from nsightwrap.triage.plain import FAILED, FINISHED, PlainRun, run_plain
 from nsightwrap.triage.result import TriageResult
 from nsightwrap.triage.verdict import SanitizerView, WalkView, judge, sanitizer_outcome, short
 from nsightwrap.watch.locate import check_program
@@ -89,7 +89,7 @@ class _Calibrated:
     def calibration(self) -> Optional[Calibration]:
         if not self.times:
             return self.base
-        return Calibration.from_kernels(self.times, program_s=self.longest_run_s or None, source="triage runs")
+        return Calibration.from_kernels(self.times, program_s=self.longest_run_s or None, source="cupti (triage)")
 
     def learn(self, run: PlainRun) -> None:
         for name, t in run.kernel_times:
@@ -148,12 +148,25 @@ def _plain_runs(t: _Triage, cal: _Calibrated, env: dict, tracer: Any) -> None:
         t.runs.append(run)
         t.say(f"run {i}/{n}: {run.reason}")
         t.record([records.plain_record(t.triage_id, t.command, run, n)])
+    _keep_calibration(t, cal)
     asynchronous = [r for r in t.runs if r.outcome == FAILED and r.error is not None and r.error.asynchronous]
     if t.options.blocking and asynchronous and env.get("CUDA_LAUNCH_BLOCKING") != "1":
         t.say(f"one run with CUDA_LAUNCH_BLOCKING=1 ({asynchronous[0].error} is reported asynchronously)")
         t.blocking = t.plain(cal, env, tracer, n + 1, BLOCKING)
         t.say(f"CUDA_LAUNCH_BLOCKING=1: {t.blocking.reason}")
         t.record([records.blocking_record(t.triage_id, t.command, t.blocking, asynchronous[0])])
+
+
+def _keep_calibration(t: _Triage, cal: _Calibrated) -> None:
+    """The kernel times the traced runs measured go to the store, as a calibration of this command: the
+    walk (--walk, or a later `run --profile`) is calibrated from its first attempt."""
+    calibration = cal.calibration()
+    if t.store is None or not cal.times or calibration is None or not any(r.outcome == FINISHED for r in t.runs):
+        return
+    try:
+        t.store.record_calibration(calibration, t.command, t.environment)
+    except StoreError as e:
+        t.notes.append(f"the runs' kernel times were not kept in the hang store: {str(e).splitlines()[0]}")
 
 
 def _kernel_in_question(t: _Triage) -> Optional[str]:
