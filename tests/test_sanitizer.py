@@ -157,6 +157,13 @@ def test_kernel_filters_map_to_a_substring_or_are_refused():
     assert filter_argv(KernelFilter.from_user("gemm")) == ["--kernel-name", "kns=gemm"]
     with pytest.raises(OptionsError, match="not a regular expression"):
         filter_argv(KernelFilter.from_user("regex:gemm_(a|b)"))
+    mangled = KernelFilter.from_user("exact:_Z11reduce_racePKfPfi", base="mangled")
+    assert filter_argv(mangled, [KernelFilter.from_user("exact:vec_add")]) == [
+        "--kernel-name", "kne=_Z11reduce_racePKfPfi", "--kernel-name-exclude", "kns=vec_add"]
+    argv = sanitizer_argv("/cs", ["p"], options=SanitizerOptions(exclude=("vec_add", "regex:^init")))
+    assert argv[3:] == ["--kernel-name-exclude", "kns=vec_add", "--kernel-name-exclude", "kns=init", "p"]
+    with pytest.raises(OptionsError, match="not a regular expression"):
+        SanitizerOptions(exclude=("regex:a.*b",))
 
 
 @pytest.mark.parametrize("bad", [dict(print_limit=-1), dict(error_exitcode=True), dict(launch_timeout=-2),
@@ -284,6 +291,8 @@ def test_racecheck_summary_and_the_kernel_filter():
     assert r.summary == ("racecheck: 1 hazard displayed (1 error, 0 warnings): Race Write/Read in reduce_race "
                          "(triage_kernels.cu:19)")
     assert r.command[-6:-4] == ["--kernel-name", "kns=reduce_race"]
+    r = run("reduce_race@race", "other@race", tool="racecheck", options=SanitizerOptions(exclude=("other",)))
+    assert list(r.findings["kernel"]) == ["reduce_race(float *, int)"]
 
 
 def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
