@@ -299,7 +299,8 @@ def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
     r = run("uninit@uninit", "spinner@hang", tool="initcheck",
             calibration=Calibration.from_kernels({"spinner(float *, int)": 0.01}))
     assert r.status == HANG and r.stalled and r.exit_code == EXIT_CODES[HANG]
-    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * 20 * 0.01, abs=0.01)
+    # the prior's 1 + 4 x 20 x 0.01 s, or 4 x the longest silence that ended in output (the program's start)
+    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
     assert r.elapsed_s < r.stall["allowance_s"] + 5  # called at its allowance (plus the stop), not a minute
     assert list(r.findings["kind"]) == ["Uninitialized __global__ memory read"]
     assert r.summary.startswith("initcheck: stalled after") and "1 finding kept" in r.summary
@@ -319,6 +320,14 @@ def test_a_total_limit_and_a_crashing_tool():
     assert r.status == TIMEOUT and "total timeout" in r.reason
     r = run("vec_add", env=fake_env(FAKE_SAN_AT_END="crash"))
     assert r.status == CRASHED and "signal" in r.reason
+    no_leftovers()
+
+
+def test_a_tool_stuck_after_its_program_ended_is_stopped_too():
+    r = run("vec_add", "print:done", env=fake_env(FAKE_SAN_AT_END="stall"))
+    assert r.status == HANG and r.stall["allowance_s"] >= 1 + 4 * 20 * 0.01  # more when a start was slow
+    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
+    assert r.program_lines == 1 and not r.survivors
     no_leftovers()
 
 

@@ -349,8 +349,7 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
     """
     if isinstance(kernel_filter, str):
         kernel_filter = KernelFilter.from_user(kernel_filter, exact=not kernel_filter.startswith(REGEX_PREFIX))
-    path = sanitizer if sanitizer and os.path.isabs(sanitizer) and os.access(sanitizer, os.X_OK) \
-        else find_sanitizer(sanitizer, env)
+    path = find_sanitizer(sanitizer, env)
     argv = sanitizer_argv(path, command, tool, kernel_filter=kernel_filter, options=options)
     version = version or sanitizer_version(path)
     listener = listener or SanitizerListener()
