@@ -219,6 +219,12 @@ def test_the_hazard_report_and_an_uncalibrated_run():
     assert rule.allowance() == pytest.approx(20 + 4 * 200 * 0.01) and not rule.calibrated
 
 
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck", "initcheck"])
+@pytest.mark.parametrize("hazard_report", [False, True])
+def test_even_uncalibrated_no_default_allowance_is_a_flat_minute(tool, hazard_report):
+    assert SanitizerStall(tool, None, "", hazard_report=hazard_report and tool == "racecheck").allowance() < 60
+
+
 def test_the_measured_slowdown_widens_the_allowance():
     rule = SanitizerStall("memcheck", 0.01, "k", policy=FAST)  # 1 + 4 x 20 x 0.01 = 1.8 s
     state = RunState(started_at=0.0, last_output_at=0.0)
