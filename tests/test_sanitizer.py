@@ -278,6 +278,7 @@ def test_an_out_of_bounds_write_is_found():
     assert set(df["kernel"][:2]) == {"oob(float *, int)"} and list(df["line"][:2]) == [14, 14]
     assert r.summary == "memcheck: 3 errors: Invalid __global__ write in oob (triage_kernels.cu:14)"
     assert heard == list(df["kind"])
+    assert (r.headline.kind, r.headline.line, r.kernels) == ("Invalid __global__ write", 14, ["oob"])
 
 
 @pytest.mark.parametrize("tool, step, kind, line", [

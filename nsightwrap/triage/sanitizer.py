@@ -34,7 +34,7 @@ from nsightwrap.watch.run import RunOutcome, watch
 from nsightwrap.watch.tree import StopPolicy
 
 __all__ = ["ENV_SANITIZER", "FRONTEND_NAMES", "SANITIZER", "SanitizerListener", "SanitizerOptions", "SanitizerRun",
-           "TOOLS", "filter_argv", "filter_name", "find_sanitizer", "run_sanitizer", "sanitizer_argv",
+           "TOOLS", "filter_argv", "filter_name", "find_sanitizer", "headline", "run_sanitizer", "sanitizer_argv",
            "sanitizer_version", "summary_line"]
 
 SANITIZER = "compute-sanitizer"
@@ -255,6 +255,17 @@ class SanitizerRun:
     def summary(self) -> str:
         return summary_line(self)
 
+    @property
+    def headline(self) -> Optional[Finding]:
+        """The finding a verdict names (the first of the most common kind), None without findings."""
+        return headline(self.findings_list)
+
+    @property
+    def kernels(self) -> list[str]:
+        """The kernels named by findings, by function name ("reduce_race"), most findings first."""
+        names = [f.kernel.split("(")[0] for f in self.findings_list if f.kernel]
+        return sorted(dict.fromkeys(names), key=lambda n: -names.count(n))
+
     def to_dict(self) -> dict[str, Any]:
         s = self.summary_counts
         return {"tool": self.tool, "status": self.status, "exit_code": self.exit_code, "summary": self.summary,
@@ -273,14 +284,20 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def headline(findings: Sequence[Finding]) -> Optional[Finding]:
+    """The finding a verdict names: the first of the most common kind, a CUDA error only when alone."""
+    kinds = [f.kind for f in findings if not f.kind.startswith("CUDA error")] or [f.kind for f in findings]
+    if not kinds:
+        return None
+    kind = max(dict.fromkeys(kinds), key=kinds.count)  # ties: the kind printed first
+    return next(f for f in findings if f.kind == kind)
+
+
 def _first(run: SanitizerRun) -> str:
-    """The first finding of the most common kind: "Race Write/Read in reduce_race (triage_kernels.cu:19)"."""
-    kinds = [f.kind for f in run.findings_list if not f.kind.startswith("CUDA error")] or \
-        [f.kind for f in run.findings_list]
-    kind = max(set(kinds), key=kinds.count)
-    f = next(f for f in run.findings_list if f.kind == kind)
+    """The headline finding in words: "Race Write/Read in reduce_race (triage_kernels.cu:19)"."""
+    f = headline(run.findings_list)
     kernel = (f.kernel or "").split("(")[0]
-    return kind + (f" in {kernel}" if kernel else "") + (f" ({f.where})" if f.where else "")
+    return f.kind + (f" in {kernel}" if kernel else "") + (f" ({f.where})" if f.where else "")
 
 
 def summary_line(run: SanitizerRun) -> str:
