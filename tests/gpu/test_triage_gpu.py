@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from nsightwrap.errors import ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.status import ERROR, HANG, OK
 from nsightwrap.triage.sanitizer import SanitizerOptions, find_sanitizer, run_sanitizer
+from nsightwrap.watch import gpu
 
 pytestmark = pytest.mark.gpu
 SOURCE = Path(__file__).with_name("triage_kernels.cu")
@@ -60,7 +62,17 @@ def sanitize(sanitizer, program, mode_args, tool="memcheck", capture=None, **kw)
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / capture).write_text(run.log)
     no_leftovers()
+    assert not run.survivors
+    gpu_free()
     return run
+
+
+def gpu_free(wait_s: float = 5.0) -> None:
+    """Nothing of ours is left on the GPU (a stopped context may take a moment to go)."""
+    end = time.monotonic() + wait_s
+    while gpu.compute_processes() and time.monotonic() < end:
+        time.sleep(0.2)
+    assert gpu.compute_processes() == [], "a process is still on the GPU"
 
 
 def test_clean_kernels_are_clean(sanitizer, program):
