@@ -124,3 +124,13 @@ def test_a_kernel_that_hangs_by_itself_is_called_within_its_allowance(sanitizer,
     run = sanitize(sanitizer, program, ["selfhang", "120"], calibration=cal)
     assert run.status == HANG and run.stalled, run.log
     assert run.elapsed_s < run.stall["allowance_s"] + 10 < 60  # never after a flat minute
+
+
+def test_the_kernel_that_hangs_only_under_ncu_under_memcheck(sanitizer, program):
+    # Not known yet (FACTS.md has no record): whether compute-sanitizer blocks the launch as ncu does. Either
+    # way the run ends by itself or is called stalled within its allowance, and nothing is left behind.
+    cal = Calibration.from_kernels({"wait_for_host": 0.001})
+    run = sanitize(sanitizer, program, ["ncuhang", "30"], calibration=cal)
+    print(f"ncuhang under memcheck: {run.status} after {run.elapsed_s:.1f} s: {run.summary}")
+    assert run.status in (OK, HANG), run.log
+    assert run.elapsed_s < 40
