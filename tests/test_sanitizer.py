@@ -157,6 +157,13 @@ def test_kernel_filters_map_to_a_substring_or_are_refused():
     assert filter_argv(KernelFilter.from_user("gemm")) == ["--kernel-name", "kns=gemm"]
     with pytest.raises(OptionsError, match="not a regular expression"):
         filter_argv(KernelFilter.from_user("regex:gemm_(a|b)"))
+    mangled = KernelFilter.from_user("exact:_Z11reduce_racePKfPfi", base="mangled")
+    assert filter_argv(mangled, [KernelFilter.from_user("exact:vec_add")]) == [
+        "--kernel-name", "kne=_Z11reduce_racePKfPfi", "--kernel-name-exclude", "kns=vec_add"]
+    argv = sanitizer_argv("/cs", ["p"], options=SanitizerOptions(exclude=("vec_add", "regex:^init")))
+    assert argv[3:] == ["--kernel-name-exclude", "kns=vec_add", "--kernel-name-exclude", "kns=init", "p"]
+    with pytest.raises(OptionsError, match="not a regular expression"):
+        SanitizerOptions(exclude=("regex:a.*b",))
 
 
 @pytest.mark.parametrize("bad", [dict(print_limit=-1), dict(error_exitcode=True), dict(launch_timeout=-2),
@@ -212,6 +219,12 @@ def test_the_hazard_report_and_an_uncalibrated_run():
     assert rule.allowance() == pytest.approx(20 + 4 * 200 * 0.01) and not rule.calibrated
 
 
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck", "initcheck"])
+@pytest.mark.parametrize("hazard_report", [False, True])
+def test_even_uncalibrated_no_default_allowance_is_a_flat_minute(tool, hazard_report):
+    assert SanitizerStall(tool, None, "", hazard_report=hazard_report and tool == "racecheck").allowance() < 60
+
+
 def test_the_measured_slowdown_widens_the_allowance():
     rule = SanitizerStall("memcheck", 0.01, "k", policy=FAST)  # 1 + 4 x 20 x 0.01 = 1.8 s
     state = RunState(started_at=0.0, last_output_at=0.0)
@@ -265,6 +278,7 @@ def test_an_out_of_bounds_write_is_found():
     assert set(df["kernel"][:2]) == {"oob(float *, int)"} and list(df["line"][:2]) == [14, 14]
     assert r.summary == "memcheck: 3 errors: Invalid __global__ write in oob (triage_kernels.cu:14)"
     assert heard == list(df["kind"])
+    assert (r.headline.kind, r.headline.line, r.kernels) == ("Invalid __global__ write", 14, ["oob"])
 
 
 @pytest.mark.parametrize("tool, step, kind, line", [
@@ -284,13 +298,16 @@ def test_racecheck_summary_and_the_kernel_filter():
     assert r.summary == ("racecheck: 1 hazard displayed (1 error, 0 warnings): Race Write/Read in reduce_race "
                          "(triage_kernels.cu:19)")
     assert r.command[-6:-4] == ["--kernel-name", "kns=reduce_race"]
+    r = run("reduce_race@race", "other@race", tool="racecheck", options=SanitizerOptions(exclude=("other",)))
+    assert list(r.findings["kernel"]) == ["reduce_race(float *, int)"]
 
 
 def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
     r = run("uninit@uninit", "spinner@hang", tool="initcheck",
             calibration=Calibration.from_kernels({"spinner(float *, int)": 0.01}))
     assert r.status == HANG and r.stalled and r.exit_code == EXIT_CODES[HANG]
-    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * 20 * 0.01, abs=0.01)
+    # the prior's 1 + 4 x 20 x 0.01 s, or 4 x the longest silence that ended in output (the program's start)
+    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
     assert r.elapsed_s < r.stall["allowance_s"] + 5  # called at its allowance (plus the stop), not a minute
     assert list(r.findings["kind"]) == ["Uninitialized __global__ memory read"]
     assert r.summary.startswith("initcheck: stalled after") and "1 finding kept" in r.summary
@@ -310,6 +327,14 @@ def test_a_total_limit_and_a_crashing_tool():
     assert r.status == TIMEOUT and "total timeout" in r.reason
     r = run("vec_add", env=fake_env(FAKE_SAN_AT_END="crash"))
     assert r.status == CRASHED and "signal" in r.reason
+    no_leftovers()
+
+
+def test_a_tool_stuck_after_its_program_ended_is_stopped_too():
+    r = run("vec_add", "print:done", env=fake_env(FAKE_SAN_AT_END="stall"))
+    assert r.status == HANG and r.stall["allowance_s"] >= 1 + 4 * 20 * 0.01  # more when a start was slow
+    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
+    assert r.program_lines == 1 and not r.survivors
     no_leftovers()
 
 

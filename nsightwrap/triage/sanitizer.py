@@ -34,7 +34,8 @@ from nsightwrap.watch.run import RunOutcome, watch
 from nsightwrap.watch.tree import StopPolicy
 
 __all__ = ["ENV_SANITIZER", "FRONTEND_NAMES", "SANITIZER", "SanitizerListener", "SanitizerOptions", "SanitizerRun",
-           "TOOLS", "filter_argv", "find_sanitizer", "run_sanitizer", "sanitizer_argv", "sanitizer_version"]
+           "TOOLS", "filter_argv", "filter_name", "find_sanitizer", "headline", "run_sanitizer", "sanitizer_argv",
+           "sanitizer_version", "summary_line"]
 
 SANITIZER = "compute-sanitizer"
 ENV_SANITIZER = "NSIGHTWRAP_SANITIZER"
@@ -83,6 +84,8 @@ class SanitizerOptions:
     launch_timeout: Optional[float] = None
     racecheck_report: Optional[str] = None
     extra: tuple[str, ...] = ()
+    #: kernels left unchecked (--kernel-name-exclude): KernelFilter objects or their text ("exact:NAME")
+    exclude: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("print_limit", "error_exitcode"):
@@ -95,6 +98,11 @@ class SanitizerOptions:
             raise OptionsError(f"racecheck_report={self.racecheck_report!r}: choose one of "
                                f"{', '.join(RACECHECK_REPORTS)}.")
         object.__setattr__(self, "extra", tuple(str(a) for a in self.extra))
+        excluded = tuple(e if isinstance(e, KernelFilter) else KernelFilter.from_user(e, exact=True)
+                         for e in self.exclude)
+        for e in excluded:
+            filter_name(e)  # refused now, not at launch
+        object.__setattr__(self, "exclude", excluded)
 
     @property
     def hazard_report(self) -> bool:
@@ -104,12 +112,9 @@ class SanitizerOptions:
 _REGEX_LITERAL = re.compile(r"^\^?([A-Za-z_][A-Za-z0-9_]*)\$?$")
 
 
-def filter_argv(kernel_filter: Optional[KernelFilter]) -> list[str]:
-    """nsightwrap's KernelFilter as compute-sanitizer's `--kernel-name kns=NAME` (a substring of the kernel's
-    mangled name, which holds its function name). A regular expression maps only when it is one literal name
-    (`^gemm`, `gemm$`): compute-sanitizer has no regular expressions."""
-    if kernel_filter is None:
-        return []
+def filter_name(kernel_filter: KernelFilter) -> str:
+    """The name compute-sanitizer matches for `kernel_filter`: its pattern, or the one literal name of a
+    regular expression (`^gemm`, `gemm$`); compute-sanitizer has no regular expressions."""
     name = kernel_filter.pattern
     if kernel_filter.regex:
         m = _REGEX_LITERAL.match(name)
@@ -121,7 +126,23 @@ def filter_argv(kernel_filter: Optional[KernelFilter]) -> list[str]:
     if "," in name or "=" in name:
         raise OptionsError(f"kernel filter {name!r}: compute-sanitizer's --kernel-name cannot hold ',' or '='; "
                            "give the function name alone.")
-    return ["--kernel-name", f"kns={name}"]
+    return name
+
+
+def _key(kernel_filter: KernelFilter) -> str:
+    """`kne=NAME` (the entire mangled name) for an exact mangled name, else `kns=NAME` (a substring of the
+    kernel's name, which holds its function name)."""
+    exact_mangled = kernel_filter.base == "mangled" and not kernel_filter.regex
+    return f"{'kne' if exact_mangled else 'kns'}={filter_name(kernel_filter)}"
+
+
+def filter_argv(kernel_filter: Optional[KernelFilter], exclude: Sequence[KernelFilter] = ()) -> list[str]:
+    """nsightwrap's KernelFilter as `--kernel-name kns=NAME`, and each excluded one as
+    `--kernel-name-exclude kns=NAME` (compute-sanitizer's key=value filters)."""
+    argv = ["--kernel-name", _key(kernel_filter)] if kernel_filter is not None else []
+    for e in exclude:
+        argv += ["--kernel-name-exclude", _key(e)]
+    return argv
 
 
 def sanitizer_argv(sanitizer: str, command: Sequence[str], tool: str = "memcheck", *,
@@ -141,7 +162,7 @@ def sanitizer_argv(sanitizer: str, command: Sequence[str], tool: str = "memcheck
         argv += ["--launch-timeout", f"{options.launch_timeout:g}"]
     if tool == "racecheck" and options.racecheck_report:
         argv += ["--racecheck-report", options.racecheck_report]
-    argv += filter_argv(kernel_filter)
+    argv += filter_argv(kernel_filter, options.exclude)
     return argv + list(options.extra) + [str(c) for c in command]
 
 
@@ -234,6 +255,17 @@ class SanitizerRun:
     def summary(self) -> str:
         return summary_line(self)
 
+    @property
+    def headline(self) -> Optional[Finding]:
+        """The finding a verdict names (the first of the most common kind), None without findings."""
+        return headline(self.findings_list)
+
+    @property
+    def kernels(self) -> list[str]:
+        """The kernels named by findings, by function name ("reduce_race"), most findings first."""
+        names = [f.kernel.split("(")[0] for f in self.findings_list if f.kernel]
+        return sorted(dict.fromkeys(names), key=lambda n: -names.count(n))
+
     def to_dict(self) -> dict[str, Any]:
         s = self.summary_counts
         return {"tool": self.tool, "status": self.status, "exit_code": self.exit_code, "summary": self.summary,
@@ -252,14 +284,20 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def headline(findings: Sequence[Finding]) -> Optional[Finding]:
+    """The finding a verdict names: the first of the most common kind, a CUDA error only when alone."""
+    kinds = [f.kind for f in findings if not f.kind.startswith("CUDA error")] or [f.kind for f in findings]
+    if not kinds:
+        return None
+    kind = max(dict.fromkeys(kinds), key=kinds.count)  # ties: the kind printed first
+    return next(f for f in findings if f.kind == kind)
+
+
 def _first(run: SanitizerRun) -> str:
-    """The first finding of the most common kind: "Race Write/Read in reduce_race (triage_kernels.cu:19)"."""
-    kinds = [f.kind for f in run.findings_list if not f.kind.startswith("CUDA error")] or \
-        [f.kind for f in run.findings_list]
-    kind = max(set(kinds), key=kinds.count)
-    f = next(f for f in run.findings_list if f.kind == kind)
+    """The headline finding in words: "Race Write/Read in reduce_race (triage_kernels.cu:19)"."""
+    f = headline(run.findings_list)
     kernel = (f.kernel or "").split("(")[0]
-    return kind + (f" in {kernel}" if kernel else "") + (f" ({f.where})" if f.where else "")
+    return f.kind + (f" in {kernel}" if kernel else "") + (f" ({f.where})" if f.where else "")
 
 
 def summary_line(run: SanitizerRun) -> str:
@@ -305,7 +343,7 @@ def _status(outcome: RunOutcome, summary: Summary, findings: list[Finding]) -> t
 
 def _rules(tool: str, calibration: Optional[Calibration], kernel_filter: Optional[KernelFilter],
            options: SanitizerOptions, policy: SlowdownPolicy, limit_s: Optional[float], t0: float) -> WatchRule:
-    pattern = filter_argv(kernel_filter)[-1][len("kns="):] if kernel_filter is not None else None
+    pattern = filter_name(kernel_filter) if kernel_filter is not None else None
     kernel_s, basis = kernel_seconds(calibration, pattern)
     rule: WatchRule = SanitizerStall(tool, kernel_s, basis, hazard_report=options.hazard_report,
                                      policy=policy, started_at=t0, host_s=host_seconds(calibration))
@@ -328,8 +366,7 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
     """
     if isinstance(kernel_filter, str):
         kernel_filter = KernelFilter.from_user(kernel_filter, exact=not kernel_filter.startswith(REGEX_PREFIX))
-    path = sanitizer if sanitizer and os.path.isabs(sanitizer) and os.access(sanitizer, os.X_OK) \
-        else find_sanitizer(sanitizer, env)
+    path = find_sanitizer(sanitizer, env)
     argv = sanitizer_argv(path, command, tool, kernel_filter=kernel_filter, options=options)
     version = version or sanitizer_version(path)
     listener = listener or SanitizerListener()
