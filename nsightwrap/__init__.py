@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import types
 from typing import TYPE_CHECKING, Any
 
 from nsightwrap.errors import (
@@ -59,6 +60,8 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
     from nsightwrap.store.debuglog import debug_log
     from nsightwrap.watch.evidence import StallEvidence
+    from nsightwrap.triage.result import TriageResult
+    from nsightwrap.triage.run import TriageOptions
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
 
@@ -102,6 +105,7 @@ _LAZY = {
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
     "Bundle": "cli.bundle", "hang_bundle": "cli.bundle", "StallEvidence": "watch.evidence",
+    "TriageOptions": "triage.run", "TriageResult": "triage.result",
 }
 
 
@@ -116,6 +120,20 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+class _CallableTriage(types.ModuleType):
+    """The package nsightwrap.triage, callable: nsightwrap.triage(fn_or_command, ...) is
+    nsightwrap.call.triage.triage (the package and the function share the name)."""
+
+    def __call__(self, fn_or_command: Any, *args: Any, **kwargs: Any) -> Any:
+        from nsightwrap.call.triage import triage
+
+        return triage(fn_or_command, *args, **kwargs)
+
+
+_triage_package = importlib.import_module(".triage", __name__)  # empty when loaded: costs nothing
+_triage_package.__class__ = _CallableTriage
 
 
 # A library logs; the application decides where it goes (the CLI: --verbose). Without this,
@@ -166,6 +184,8 @@ __all__ = [
     "ToolError",
     "ToolNotFound",
     "TotalTimeout",
+    "TriageOptions",
+    "TriageResult",
     "WatchRule",
     "debug_log",
     "find_ncu",
@@ -183,5 +203,6 @@ __all__ = [
     "profiled",
     "range",
     "sweep_sections",
+    "triage",
     "walk_ladder",
 ]
