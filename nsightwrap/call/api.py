@@ -83,7 +83,9 @@ def profile(
     time is known (an earlier call of the profiler, or the store);
     calibrate=False skips both. profiler: a Profiler shared with other
     calls (ncu probed once, the store and the call times reused); by
-    default one is made from config and store for this call.
+    default one is made from config and store for this call. triage: True triages fn
+    (nsightwrap.triage: runs without ncu, compute-sanitizer) when its profile hung or failed, "always"
+    after every profile, or a TriageOptions (when it hung or failed); the result's .triage holds it.
     """
     if profiler is not None:
         if config is not None or store is not None:

@@ -21,6 +21,7 @@ from nsightwrap.call.calibration import PLAIN, WARMUP, Calibrations, CallTime, p
 from nsightwrap.call.child import CallResult, CallSpec
 from nsightwrap.call.result import ProfileResult
 from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
+from nsightwrap.call.triage import after_profile
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.result import LadderResult
@@ -31,6 +32,7 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
+from nsightwrap.triage.run import TriageOptions
 
 __all__ = ["Profiler"]
 
@@ -116,6 +118,7 @@ class Profiler:
         timeout: Optional[float] = None,
         calibrate: bool = True,
         on_output: Optional[Callable[[str], None]] = None,
+        triage: "bool | str | TriageOptions | None" = None,
         **kwargs: Any,
     ) -> ProfileResult:
         """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process (see nsightwrap.profile)."""
@@ -132,9 +135,10 @@ class Profiler:
                 files.command(files.walk_result), options, profile, context=plan.context, store=self.store,
                 environment=self.environment if self.store is not None else None, on_output=on_output,
                 stall_timeout=stall_timeout))
-            return self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
+            result = self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
         finally:
             files.remove()
+        return after_profile(result, fn, args, kwargs, triage, self.context.config, self.store)
 
     def _plan(self, spec: CallSpec, files: CallFiles, timed: bool, timeout: Optional[float]) -> _Plan:
         """Write the child's spec; find fn's call time, with a plain run only where nothing else can."""
