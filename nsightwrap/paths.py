@@ -7,7 +7,8 @@ its own; each asks here (tests/test_paths.py checks both).
   directory spec says), else ``~/.cache/nsightwrap``: the hang store
   (``hangs.db``, unless $NSIGHTWRAP_STORE: nsightwrap.store.paths), ncu's
   probe answers (:func:`tools_dir`, unless $NSIGHTWRAP_CACHE_DIR) and the
-  CUPTI tracer's builds (:func:`tracer_dir`). Every level nsightwrap
+  CUPTI tracer's builds (:func:`tracer_dir`), and each run's logs and
+  stall evidence (:func:`runs_dir`, unless $NSIGHTWRAP_EVIDENCE). Every level nsightwrap
   creates is 0700: the store holds command lines, and nothing there is for
   other users.
 - runtime: ``$NSIGHTWRAP_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/nsightwrap``
@@ -39,9 +40,9 @@ from typing import Mapping, Optional
 
 from nsightwrap.errors import NsightwrapError
 
-__all__ = ["CACHE_FALLBACK", "ENV_CACHE_DIR", "ENV_RUNTIME", "ENV_XDG_CACHE", "ENV_XDG_RUNTIME", "cache_dir",
-           "host_mark", "make_private_dirs", "remove_stale_work_dirs", "runtime_dir", "stale_work_dirs", "tools_dir",
-           "tracer_dir", "work_dir"]
+__all__ = ["CACHE_FALLBACK", "ENV_CACHE_DIR", "ENV_EVIDENCE", "ENV_RUNTIME", "ENV_XDG_CACHE", "ENV_XDG_RUNTIME",
+           "cache_dir", "host_mark", "make_private_dirs", "remove_stale_work_dirs", "runs_dir", "runtime_dir",
+           "stale_work_dirs", "tools_dir", "tracer_dir", "work_dir"]
 
 ENV_XDG_CACHE = "XDG_CACHE_HOME"
 ENV_XDG_RUNTIME = "XDG_RUNTIME_DIR"
@@ -49,6 +50,8 @@ ENV_XDG_RUNTIME = "XDG_RUNTIME_DIR"
 CACHE_FALLBACK = "~/.cache"
 ENV_CACHE_DIR = "NSIGHTWRAP_CACHE_DIR"
 ENV_RUNTIME = "NSIGHTWRAP_RUNTIME_DIR"
+#: ``off``: runs keep no evidence (nsightwrap.watch.evidence); a folder: they keep it there.
+ENV_EVIDENCE = "NSIGHTWRAP_EVIDENCE"
 _WORK = re.compile(r"nsightwrap-[a-z]+-(\d+)\.(\d+)\.([0-9a-f]{8})\.[a-z0-9_]+")
 
 
@@ -73,6 +76,14 @@ def tools_dir(env: Optional[Mapping[str, str]] = None) -> Path:
 def tracer_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     """Where the CUPTI tracer's builds are cached: the cache's ``tracer`` (one folder per build key)."""
     return cache_dir(env) / "tracer"
+
+
+def runs_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where runs keep their logs and stall evidence: ``$NSIGHTWRAP_EVIDENCE`` (unless ``off``, which
+    nsightwrap.watch.evidence reads), else the cache's ``runs``."""
+    env = os.environ if env is None else env
+    value = env.get(ENV_EVIDENCE, "")
+    return Path(value).expanduser() if value and value.lower() != "off" else cache_dir(env) / "runs"
 
 
 def make_private_dirs(folder: Path) -> None:

@@ -14,8 +14,10 @@ import nsightwrap
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.paths import (
     ENV_CACHE_DIR,
+    ENV_EVIDENCE,
     ENV_RUNTIME,
     cache_dir,
+    runs_dir,
     runtime_dir,
     tools_dir,
     tracer_dir,
@@ -31,8 +33,8 @@ PER_USER = re.compile(r"""["']XDG_[A-Z_]+["']|Path\.home\(|gettempdir\(|Path\(["
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A user with no nsightwrap variables set: HOME, TMPDIR of its own (tempfile asked afresh)."""
-    for name in (ENV_STORE, ENV_CACHE_DIR, ENV_RUNTIME, "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME",
-                 "XDG_STATE_HOME"):
+    for name in (ENV_STORE, ENV_CACHE_DIR, ENV_RUNTIME, ENV_EVIDENCE, "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
+                 "XDG_DATA_HOME", "XDG_STATE_HOME"):
         monkeypatch.delenv(name, raising=False)
     for name in ("home", "tmp"):
         (tmp_path / name).mkdir()
@@ -47,7 +49,7 @@ def _folders() -> dict[str, Path]:
     work = work_dir("test")
     work.rmdir()
     return {"store": default_store_path(), "given store": store_path(None), "tools": tools_dir(),
-            "tracer": tracer_dir(), "runtime": runtime_dir(), "work": work.parent}
+            "tracer": tracer_dir(), "runs": runs_dir(), "runtime": runtime_dir(), "work": work.parent}
 
 
 def test_every_folder_follows_xdg(home, monkeypatch):
@@ -58,7 +60,8 @@ def test_every_folder_follows_xdg(home, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     cache = home / "cache" / "nsightwrap"
     assert _folders() == {"store": cache / "hangs.db", "given store": cache / "hangs.db", "tools": cache / "tools",
-                          "tracer": cache / "tracer", "runtime": home / "run" / "nsightwrap", "work": home / "tmp"}
+                          "tracer": cache / "tracer", "runs": cache / "runs", "runtime": home / "run" / "nsightwrap",
+                          "work": home / "tmp"}
     assert stat.S_IMODE((home / "run" / "nsightwrap").stat().st_mode) == 0o700
     assert not (home / "home").exists() or not any((home / "home").iterdir())  # nothing under ~
 
@@ -66,7 +69,8 @@ def test_every_folder_follows_xdg(home, monkeypatch):
 def test_without_xdg_every_folder_is_under_home_and_tmpdir(home):
     cache = home / "home" / ".cache" / "nsightwrap"
     assert _folders() == {"store": cache / "hangs.db", "given store": cache / "hangs.db", "tools": cache / "tools",
-                          "tracer": cache / "tracer", "runtime": home / "tmp" / f"nsightwrap-{os.getuid()}",
+                          "tracer": cache / "tracer", "runs": cache / "runs",
+                          "runtime": home / "tmp" / f"nsightwrap-{os.getuid()}",
                           "work": home / "tmp"}
 
 
@@ -85,7 +89,9 @@ def test_the_explicit_variables_win(home, monkeypatch):
     monkeypatch.setenv(ENV_STORE, str(home / "mine.db"))
     monkeypatch.setenv(ENV_CACHE_DIR, str(home / "tools"))
     monkeypatch.setenv(ENV_RUNTIME, str(home / "records"))
-    assert (default_store_path(), tools_dir(), runtime_dir()) == (home / "mine.db", home / "tools", home / "records")
+    monkeypatch.setenv(ENV_EVIDENCE, str(home / "evidence"))
+    assert (default_store_path(), tools_dir(), runtime_dir(), runs_dir()) == (
+        home / "mine.db", home / "tools", home / "records", home / "evidence")
     assert tracer_dir() == home / "cache" / "nsightwrap" / "tracer"
 
 
