@@ -18,7 +18,7 @@ from nsightwrap.errors import NsightwrapError
 FRONT_DOOR = ("store", "config", "profiler")
 #: Every call option a user may pass today (tests and examples pin them).
 CALL_OPTIONS = ("kernel", "set", "sections", "metrics", "replay", "profile", "warmup", "repeat", "stall_timeout",
-                "timeout", "calibrate", "on_output")
+                "timeout", "calibrate", "on_output", "triage")
 
 
 def _params(fn: Callable) -> list[inspect.Parameter]:
@@ -105,7 +105,7 @@ def test_every_keyword_reaches_the_profiler_with_fn_kwargs():
     shared = _Recording()
     options = dict(kernel="softmax", set="basic", sections=["A"], metrics=["m"], replay="application",
                    profile="quick", warmup=0, repeat=2, stall_timeout=3.0, timeout=9.0, calibrate=False,
-                   on_output=print)
+                   on_output=print, triage="always")
     assert profile(len, 1, 2, profiler=shared, tag="fn's own", **options) == "result"
     assert shared.calls == [((1, 2), {**options, "tag": "fn's own"})]
 
