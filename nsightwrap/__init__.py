@@ -60,9 +60,9 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.nsys.stats import nsys_stats
     from nsightwrap.store import Environment, HangStore, ProfileKey, Record
     from nsightwrap.store.debuglog import debug_log
-    from nsightwrap.watch.evidence import StallEvidence
     from nsightwrap.triage.result import TriageResult
     from nsightwrap.triage.run import TriageOptions
+    from nsightwrap.watch.evidence import StallEvidence
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
 
