@@ -123,6 +123,17 @@ def test_a_program_line_without_its_newline_does_not_hide_the_next_finding():
     assert [f.kind for f in findings] == ["Uninitialized __global__ memory read"] * 2 and summary.errors == 2
 
 
+def test_notes_and_their_lines_are_no_findings():
+    text = ("========= COMPUTE-SANITIZER\n"
+            "=========     Host Frame: main [0x10] in prog\n"  # a finding's body whose header was cut off
+            "========= Error: process didn't terminate successfully\n"
+            "=========     The application may have hit an error when dereferencing Unified Memory from the host.\n"
+            "========= ERROR SUMMARY: 0 errors\n")
+    findings, summary = parse_text(text, "memcheck")
+    assert findings == [] and summary.program_error and summary.errors == 0
+    assert any("Unified Memory" in line for line in summary.lines)
+
+
 def test_a_run_cut_mid_way_keeps_what_was_printed():
     text = data("initcheck.txt")
     cut = text[:text.index("by thread (1,0,0)")]  # stopped inside the second finding, before any summary

@@ -64,7 +64,10 @@ _RACE_SUMMARY = re.compile(r"^RACECHECK SUMMARY: (?P<shown>[\d,]+) hazards? disp
                            r"\((?P<errors>[\d,]+) errors?, (?P<warnings>[\d,]+) warnings?\)")
 #: Lines of compute-sanitizer's that are neither findings nor summaries.
 _NOTES = ("COMPUTE-SANITIZER", "Target application returned an error", "LEAK SUMMARY", "Internal Sanitizer Error",
-          "Error: No attachable process", "Error: Target application terminated")
+          "Error: No attachable process", "Error: Target application terminated",
+          "Error: process didn't terminate successfully")
+#: Notes that say the program failed (its exit status, a signal).
+_PROGRAM_FAILED = ("Target application returned an error", "Error: process didn't terminate successfully")
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -153,7 +156,7 @@ class Summary:
             self.hazards_displayed = _int(m["shown"])
             self.hazard_errors, self.hazard_warnings = _int(m["errors"]), _int(m["warnings"])
         elif body.startswith(_NOTES):
-            self.program_error = self.program_error or body.startswith("Target application returned an error")
+            self.program_error = self.program_error or body.startswith(_PROGRAM_FAILED)
         else:
             return False
         self.lines.append(body)
@@ -207,8 +210,11 @@ class FindingsParser:
             self._end(done)  # the blank `=========` line ends a finding
             return
         indent = len(rest) - len(rest.lstrip(" "))
-        if self._open is not None and indent > _BODY_INDENT:
-            self._body(self._open, body)
+        if indent > _BODY_INDENT:
+            if self._open is not None:
+                self._body(self._open, body)
+            else:  # a note's own lines, or a finding whose header was cut off: no finding of their own
+                self.summary.lines.append(body)
             return
         self._end(done)
         if self.summary.take(body):
