@@ -121,6 +121,9 @@ def test_a_program_line_without_its_newline_does_not_hide_the_next_finding():
     text = data("initcheck.txt").replace("========= Uninitialized", "step 3========= Uninitialized", 1)
     findings, summary = parse_text(text, "initcheck")
     assert [f.kind for f in findings] == ["Uninitialized __global__ memory read"] * 2 and summary.errors == 2
+    banner = data("initcheck.txt").replace("=========\n", "=========\n==================== results\n", 1)
+    findings, _ = parse_text(banner, "initcheck")  # the program's own row of "=" is no finding
+    assert [f.kind for f in findings] == ["Uninitialized __global__ memory read"] * 2
 
 
 def test_notes_and_their_lines_are_no_findings():

@@ -21,6 +21,8 @@ from typing import Any, Iterable, Optional
 __all__ = ["COLUMNS", "Finding", "FindingsParser", "Summary", "findings_frame", "parse_text"]
 
 PREFIX = "========="
+#: compute-sanitizer's prefix after a program's unfinished line (not inside a longer row of "=").
+_MID_LINE = re.compile(r"(?<!=)========= ")
 #: A finding's body lines are indented by at least this many spaces after the prefix.
 _BODY_INDENT = 2
 
@@ -196,11 +198,11 @@ class FindingsParser:
     # -- one line ----------------------------------------------------------
 
     def _line(self, raw: str, done: list[Finding]) -> None:
-        cut = raw.find(PREFIX)
-        if cut > 0:  # the program's unfinished line, then compute-sanitizer's (two writers on one pipe)
-            self._line(raw[:cut], done)
-            raw = raw[cut:]
-        if not raw.startswith(PREFIX):
+        m = _MID_LINE.search(raw, 1)
+        if m:  # the program's unfinished line, then compute-sanitizer's (two writers on one pipe)
+            self._line(raw[:m.start()], done)
+            raw = raw[m.start():]
+        if raw != PREFIX and not raw.startswith(PREFIX + " "):  # "==========" of a program's banner is its own
             if raw.strip():
                 self.program_lines += 1
             return
