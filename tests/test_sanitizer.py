@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from helpers import HERE, fast_stop, no_leftovers
 from nsightwrap.errors import OptionsError, ToolError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.options import KernelFilter
-from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, OK, TIMEOUT
+from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, TIMEOUT
 from nsightwrap.triage.findings import COLUMNS, FindingsParser, parse_text
 from nsightwrap.triage.sanitizer import (
     SanitizerListener,
@@ -26,7 +27,7 @@ from nsightwrap.triage.sanitizer import (
     sanitizer_version,
 )
 from nsightwrap.triage.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, host_seconds, kernel_seconds
-from nsightwrap.watch.rules import RunState
+from nsightwrap.watch.rules import Cancelled, RunState
 
 FAKE_DIR = HERE / "fake_sanitizer"
 FAKE_SANITIZER = str(FAKE_DIR / "compute-sanitizer")
@@ -349,6 +350,20 @@ def test_a_tool_stuck_after_its_program_ended_is_stopped_too():
     assert r.status == HANG and r.stall["allowance_s"] >= 1 + 4 * 20 * 0.01  # more when a start was slow
     assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
     assert r.program_lines == 1 and not r.survivors
+    no_leftovers()
+
+
+def test_a_run_cancelled_from_another_thread_is_interrupted_and_keeps_its_findings():
+    event = threading.Event()
+
+    class CancelOnFinding(SanitizerListener):
+        def finding(self, finding):
+            event.set()
+
+    r = run("oob@oob", tool="memcheck", listener=CancelOnFinding(), also=Cancelled(event),
+            env=fake_env(FAKE_SAN_AT_END="stall"))
+    assert r.status == INTERRUPTED and r.exit_code == 130 and not r.survivors
+    assert len(r.findings) >= 1 and "interrupted" in r.summary
     no_leftovers()
 
 

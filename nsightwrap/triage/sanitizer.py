@@ -356,13 +356,15 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
                   options: SanitizerOptions = SanitizerOptions(), env: Optional[Mapping[str, str]] = None,
                   cwd: Optional[str] = None, policy: SlowdownPolicy = DEFAULT_SLOWDOWN_POLICY,
                   stop: StopPolicy = StopPolicy(), clock: Callable[[], float] = time.monotonic,
-                  on_output: Optional[Callable[[str], None]] = None, version: Optional[str] = None) -> SanitizerRun:
+                  on_output: Optional[Callable[[str], None]] = None, version: Optional[str] = None,
+                  also: Optional[WatchRule] = None) -> SanitizerRun:
     """Run `command` under compute-sanitizer's `tool`, watched; see the module's docstring.
 
     kernel_filter: KernelFilter or its text ("exact:NAME", "regex:^NAME"); calibration: the program's
     kernel times without a tool (nsightwrap.calibrate), which the stall allowance scales; limit_s: a total
     time limit (None: only the stall rule); sanitizer: its path (else find_sanitizer); version: its
-    version when already known (else asked once). Raises OptionsError / ToolNotFound before launching.
+    version when already known (else asked once); also: another rule that may stop the run (e.g.
+    watch.rules.Cancelled, for a run in a worker thread). Raises OptionsError / ToolNotFound before launching.
     """
     if isinstance(kernel_filter, str):
         kernel_filter = KernelFilter.from_user(kernel_filter, exact=not kernel_filter.startswith(REGEX_PREFIX))
@@ -371,6 +373,7 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
     version = version or sanitizer_version(path)
     listener = listener or SanitizerListener()
     rules = _rules(tool, calibration, kernel_filter, options, policy, limit_s, clock())
+    rules = rules | also if also is not None else rules
     listener.started(argv, rules)
     outcome = watch(argv, rules, policy=stop, env=env, cwd=cwd, clock=clock, on_output=on_output,
                     on_event=listener.finding, frontend_names=FRONTEND_NAMES,
