@@ -331,10 +331,14 @@ def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
 
 
 def test_a_slow_kernel_within_its_scaled_allowance_is_not_a_stall():
-    # 1 s alone (0.05 s on the fake clock), 20x under memcheck: 1 s of silence; allowance 1 + 4 x 20 x 0.05 = 5 s
-    r = run("slow@spin=1", "print:done",
-            calibration=Calibration.from_kernels({"slow(float *, int)": SCALE}))
+    # 2 s alone (0.1 s on the fake clock), 30x under memcheck: 3 s of silence; allowance 1 + 4 x 20 x 0.1 = 9 s
+    slow = fake_env(FAKE_SAN_FACTOR="30")
+    r = run("slow@spin=2", "print:done", env=slow, calibration=Calibration.from_kernels({"slow(float *, int)": 0.1}))
     assert r.status == OK and r.clean
+    # the same silence from a kernel calibrated at 1 ms: its allowance is 1 + 4 x 20 x 0.001 s, or 4 x the
+    # longest silence that ended in output before it (the tool's start), well under 3 s
+    r = run("slow@spin=2", "print:done", env=slow, calibration=Calibration.from_kernels({"slow(float *, int)": 0.001}))
+    assert r.status == HANG  # called before the 3 s silence ended
 
 
 def test_a_total_limit_and_a_crashing_tool():
