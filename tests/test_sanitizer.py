@@ -313,6 +313,7 @@ def test_racecheck_summary_and_the_kernel_filter():
     assert r.summary == ("racecheck: 1 hazard displayed (1 error, 0 warnings): Race Write/Read in reduce_race "
                          "(triage_kernels.cu:19)")
     assert r.command[-6:-4] == ["--kernel-name", "kns=reduce_race"]
+    assert r.hazards == 32768 and run("vec_add").hazards is None
     r = run("reduce_race@race", "other@race", tool="racecheck", options=SanitizerOptions(exclude=("other",)))
     assert list(r.findings["kernel"]) == ["reduce_race(float *, int)"]
 

@@ -242,6 +242,15 @@ class SanitizerRun:
         return counted if counted is not None else len(self.findings_list)
 
     @property
+    def hazards(self) -> Optional[int]:
+        """racecheck's hazard count: the `[N hazards]` of its race reports, else its summary's errors + warnings
+        (the hazard report counts each); None for the other tools."""
+        if self.tool != "racecheck":
+            return None
+        counted = [f.hazards for f in self.findings_list if f.hazards is not None]
+        return sum(counted) if counted else self.summary_counts.count
+
+    @property
     def clean(self) -> bool:
         """It ran to its end and found nothing."""
         return self.finished and self.errors == 0 and not self.findings_list
@@ -271,7 +280,7 @@ class SanitizerRun:
         return {"tool": self.tool, "status": self.status, "exit_code": self.exit_code, "summary": self.summary,
                 "reason": self.reason, "command": self.command, "returncode": self.returncode,
                 "elapsed_s": round(self.elapsed_s, 3), "stalled": self.stalled, "clean": self.clean,
-                "errors": self.errors, "version": self.version, "stall": self.stall,
+                "errors": self.errors, "hazards": self.hazards, "version": self.version, "stall": self.stall,
                 "counts": {"errors": s.errors, "hazards_displayed": s.hazards_displayed,
                            "hazard_errors": s.hazard_errors, "hazard_warnings": s.hazard_warnings,
                            "not_printed": s.not_printed, "program_error": s.program_error},
