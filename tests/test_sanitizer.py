@@ -372,6 +372,16 @@ def test_a_run_cancelled_from_another_thread_is_interrupted_and_keeps_its_findin
     no_leftovers()
 
 
+def test_a_listener_that_fails_stops_the_tree_and_its_error_is_raised():
+    class Broken(SanitizerListener):
+        def finding(self, finding):
+            raise RuntimeError("listener bug")
+
+    with pytest.raises(RuntimeError, match="listener bug"):
+        run("oob@oob", listener=Broken(), env=fake_env(FAKE_SAN_AT_END="stall"))
+    no_leftovers()
+
+
 def test_error_exitcode_and_a_program_that_fails_without_findings():
     r = run("oob@oob", options=SanitizerOptions(error_exitcode=86))
     assert r.returncode == 86 and r.status == ERROR

@@ -336,7 +336,7 @@ def _status(outcome: RunOutcome, summary: Summary, findings: list[Finding]) -> t
     if outcome.interrupted:
         return INTERRUPTED, "interrupted (Ctrl-C or a termination signal); the tree was stopped"
     if outcome.exception is not None:
-        return ERROR, f"nsightwrap failed while watching compute-sanitizer: {outcome.exception!r}"
+        return ERROR, f"compute-sanitizer could not be started: {outcome.exception}"
     code = outcome.returncode
     if code is not None and code < 0:
         return CRASHED, f"compute-sanitizer was killed by signal {-code}"
@@ -387,6 +387,8 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
     outcome = watch(argv, rules, policy=stop, env=env, cwd=cwd, clock=clock, on_output=on_output,
                     on_event=listener.finding, frontend_names=FRONTEND_NAMES,
                     observer=lambda now: SanitizerObserver(tool, now))
+    if outcome.exception is not None and not isinstance(outcome.exception, OSError):
+        raise outcome.exception  # ours (a listener's, say), not the run's: the tree is already stopped
     return _result(tool, argv, outcome, rules, version, listener)
 
 
