@@ -5,7 +5,8 @@ finding is a header line right after the prefix (``Invalid __global__ read of si
 reported between Write access at ...``, ``Uninitialized __global__ memory read of size 4 bytes``, ``Barrier
 error detected. ...``) followed by indented lines (``at KERNEL(ARGS)+0x60 in FILE.cu:14``, ``by thread
 (0,0,0) in block (0,0,0)``, ``Access to 0x... is ...``, ``Host Frame: ...``) and ends at a bare
-``=========`` line or the next header. Lines without the prefix are the program's own output.
+``========= `` line or the next header. Lines without the prefix are the program's own output (a program's
+line cut by one of compute-sanitizer's is split off).
 
 FindingsParser is fed text in any pieces (a line cut in two is joined) and yields each finding as soon as it
 is complete, so a run stopped mid-way keeps every finding printed before the stop (`close` ends the last one).
@@ -29,7 +30,7 @@ _BODY_INDENT = 2
 #: The DataFrame's columns, one row per finding (STYLE 11):
 #:  tool: memcheck | racecheck | synccheck | initcheck
 #:  severity: "error" or "warning" (racecheck's Error:/Warning:; every other finding is an error)
-#:  kind: what was found, without its size: "Invalid __global__ read", "Race Write/Read", "WAR hazard",
+#:  kind: what was found, without its size: "Invalid __global__ read", "Race Read/Write", "RAW hazard",
 #:        "Uninitialized __global__ memory read", "Barrier error detected. Divergent thread(s) in warp",
 #:        "CUDA error cudaErrorLaunchFailure on cudaDeviceSynchronize"
 #:  kernel: the kernel as compute-sanitizer prints it (demangled, with its parameters), or None

@@ -303,7 +303,7 @@ def headline(findings: Sequence[Finding]) -> Optional[Finding]:
 
 
 def _first(run: SanitizerRun) -> str:
-    """The headline finding in words: "Race Write/Read in reduce_race (triage_kernels.cu:19)"."""
+    """The headline finding in words: "Race Read/Write in reduce_race (triage_kernels.cu:67)"."""
     f = headline(run.findings_list)
     kernel = (f.kernel or "").split("(")[0]
     return f.kind + (f" in {kernel}" if kernel else "") + (f" ({f.where})" if f.where else "")
