@@ -312,7 +312,7 @@ def test_an_out_of_bounds_write_is_found():
 
 
 @pytest.mark.parametrize("tool, step, kind, line", [
-    ("racecheck", "reduce_race@race", "Race Read/Write", 67),
+    ("racecheck", "reduce_race@race", "Race Read/Write", 19),
     ("initcheck", "uninit@uninit", "Uninitialized __global__ memory read", 74),
     ("synccheck", "sync_div@sync", "Barrier error detected. Divergent thread(s) in block", 60)])
 def test_each_tool_finds_its_bug_and_only_its_own(tool, step, kind, line):
@@ -326,7 +326,7 @@ def test_racecheck_summary_and_the_kernel_filter():
     r = run("reduce_race@race", "other@race", tool="racecheck", kernel_filter="exact:reduce_race")
     assert list(r.findings["kernel"]) == ["reduce_race(const float *, float *, int)"]
     assert r.summary == ("racecheck: 1 hazard displayed (1 error, 0 warnings): Race Read/Write in reduce_race "
-                         "(triage_kernels.cu:67)")
+                         "(triage_kernels.cu:19)")
     assert r.command[-6:-4] == ["--kernel-name", "kns=reduce_race"]
     assert r.hazards == 32768 and run("vec_add").hazards is None
     r = run("reduce_race@race", "other@race", tool="racecheck", options=SanitizerOptions(exclude=("other",)))
