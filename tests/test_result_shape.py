@@ -30,7 +30,7 @@ from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, OK, TIMEOUT
 NOT_RESULTS = {
     "nsightwrap.watch.rules.Verdict": "a rule's reason to stop a run; the Attempt or NsysRun it ends is the result",
     "nsightwrap.cli.preflight.Check": "one line of doctor's report (ok/warn/fail), not a run's verdict",
-    "nsightwrap.triage.verdict.WalkView": "what triage's verdict reads of a walk; the TriageResult is the result",
+    "nsightwrap.diagnose.verdict.WalkView": "what triage's verdict reads of a walk; the TriageResult is the result",
 }
 #: Results helper S's branch gives the shape (the walk's and the sweep's); until it is merged they may lack it.
 PENDING = {"nsightwrap.fallback.result.LadderResult", "nsightwrap.fallback.sweep.SweepResult"}

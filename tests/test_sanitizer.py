@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 from helpers import HERE, fast_stop, no_leftovers
 
-from nsightwrap.errors import OptionsError, ToolError, ToolNotFound
-from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.options import KernelFilter
-from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, TIMEOUT
-from nsightwrap.triage.findings import COLUMNS, FindingsParser, parse_text
-from nsightwrap.triage.sanitizer import (
+from nsightwrap.diagnose.findings import COLUMNS, FindingsParser, parse_text
+from nsightwrap.diagnose.sanitizer import (
     SanitizerListener,
     SanitizerOptions,
     filter_argv,
@@ -26,7 +22,11 @@ from nsightwrap.triage.sanitizer import (
     sanitizer_argv,
     sanitizer_version,
 )
-from nsightwrap.triage.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, host_seconds, kernel_seconds
+from nsightwrap.diagnose.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, host_seconds, kernel_seconds
+from nsightwrap.errors import OptionsError, ToolError, ToolNotFound
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, TIMEOUT
 from nsightwrap.watch.rules import Cancelled, RunState
 
 FAKE_DIR = HERE / "fake_sanitizer"

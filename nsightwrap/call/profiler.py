@@ -22,6 +22,7 @@ from nsightwrap.call.child import CallResult, CallSpec
 from nsightwrap.call.result import ProfileResult
 from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
 from nsightwrap.call.triage import after_profile
+from nsightwrap.diagnose.run import TriageOptions
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.result import LadderResult
@@ -32,7 +33,6 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
-from nsightwrap.triage.run import TriageOptions
 
 __all__ = ["Profiler"]
 

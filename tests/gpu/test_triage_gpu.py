@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from helpers import no_leftovers
 
+from nsightwrap.diagnose.sanitizer import SanitizerOptions, find_sanitizer, run_sanitizer
 from nsightwrap.errors import ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.status import ERROR, HANG, OK
-from nsightwrap.triage.sanitizer import SanitizerOptions, find_sanitizer, run_sanitizer
 from nsightwrap.watch import gpu
 
 pytestmark = pytest.mark.gpu

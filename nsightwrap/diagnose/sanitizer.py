@@ -16,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from nsightwrap.errors import OptionsError, ToolError
-from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.options import KernelFilter
-from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REGEX_PREFIX, TIMEOUT
-from nsightwrap.triage.findings import Finding, FindingsParser, Summary, findings_frame
-from nsightwrap.triage.slowdown import (
+from nsightwrap.diagnose.findings import Finding, FindingsParser, Summary, findings_frame
+from nsightwrap.diagnose.slowdown import (
     DEFAULT_SLOWDOWN_POLICY,
     SanitizerStall,
     SlowdownPolicy,
     host_seconds,
     kernel_seconds,
 )
+from nsightwrap.errors import OptionsError, ToolError
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REGEX_PREFIX, TIMEOUT
 from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, Runner, run_command, search_tool
 from nsightwrap.watch.rules import RunState, TotalTimeout, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
@@ -257,7 +257,7 @@ class SanitizerRun:
 
     @property
     def findings(self) -> Any:
-        """One row per finding (nsightwrap.triage.findings.COLUMNS)."""
+        """One row per finding (nsightwrap.diagnose.findings.COLUMNS)."""
         return findings_frame(self.findings_list)
 
     @property
