@@ -6,7 +6,8 @@ only SELECT) can still be read; ``forget`` and ``import`` need write access.
 ``list`` counts, and ``show`` marks, the records made with another GPU model,
 driver or ncu version than this machine's: stale here, never applied.
 ``export FILE`` / ``import FILE`` move records between stores (JSON lines,
-CSV or YAML; importing twice adds nothing: each record keeps its uid). ``list`` and ``show`` take ``--json``: then
+CSV or YAML; importing twice adds nothing: each record keeps its uid). ``bundle`` writes one archive about a kernel
+(cli.bundle). ``list`` and ``show`` take ``--json``: then
 stdout holds exactly one JSON object, errors included (``"status":
 "error"``), written as every command's (cli.common.print_json: secrets
 masked, output lost on stderr said, later signals settled). Output cut
@@ -23,15 +24,17 @@ import shlex
 import sys
 from typing import IO, Any, Callable, Optional, Sequence
 
+from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.paths import ENV_XDG_CACHE
-from nsightwrap.status import USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, OK, USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.export import FORMATS, format_of, read_records
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment, normalize_kernel
+from nsightwrap.store.keys import Environment
 from nsightwrap.store.location import StoreLocation, resolve_store
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE
 from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, silence
@@ -72,6 +75,15 @@ def add_hangs_parser(subparsers) -> argparse.ArgumentParser:
     which.add_argument("--kernel", metavar="K", help="every record of kernel K (exact name)")
     which.add_argument("--id", type=int, metavar="N", help="record number N (see `hangs show`)")
     which.add_argument("--all", action="store_true", help="every record")
+    bundle = sub.add_parser("bundle", parents=[common, as_json],
+                            help="one archive about a kernel to hand on (a teammate, NVIDIA's bug tracker)",
+                            description="Write the records, exact commands, run logs, stall evidence, debug log, "
+                                        "calibrations, sweep results and versions of KERNEL into one archive, "
+                                        "secrets masked; its README.md says what each file is.")
+    bundle.add_argument("kernel", metavar="KERNEL")
+    bundle.add_argument("-o", "--output", metavar="FILE", required=True, help="the archive: .tar.gz, .tgz or .zip")
+    bundle.add_argument("--runs", metavar="DIR", help="where runs kept their evidence (default: $NSIGHTWRAP_EVIDENCE, "
+                                                      "else the cache's runs/)")
     hangs.set_defaults(hangs_cmd=None, _hangs_parser=hangs)
     return hangs
 
@@ -105,7 +117,7 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
 def _failed(e: Exception, args, path: Any, out: IO[str], err: IO[str]) -> int:
     print(f"nsightwrap hangs: {e}", file=err)
     if getattr(args, "json", False):
-        print_json({"status": "error", "error": str(e), "store": str(path)}, out)
+        print_json({"status": ERROR, "error": str(e), "store": str(path)}, out)
     return USAGE_EXIT_CODE
 
 
@@ -155,7 +167,7 @@ def _list(args, path: StoreLocation, out: IO[str], err: IO[str]) -> int:
             uncalibrated = store.uncalibrated_hangs()
             stale = store.stale_records(_here()) if rows else {}
     if args.json:
-        print_json({"status": "ok", "store": str(path), "exists": _present(path),
+        print_json({"status": OK, "store": str(path), "exists": _present(path),
                     "kernels": [dict(k._asdict(), n_uncalibrated=uncalibrated.get(k.kernel, 0),
                                      n_stale=stale.get(k.kernel, 0)) for k in rows]}, out)
     elif not _present(path):
@@ -179,7 +191,7 @@ def _show(args, path: StoreLocation, out: IO[str], err: IO[str]) -> int:
             markdown = debug_log(store, args.kernel) if args.markdown else None
     if args.json:
         here = _here() if recs else Environment()
-        doc = {"status": "ok", "store": str(path), "exists": _present(path), "kernel": args.kernel,
+        doc = {"status": OK, "store": str(path), "exists": _present(path), "kernel": args.kernel,
                "pattern": normalize_kernel(args.kernel),
                "records": [dict(r.to_dict(), stale=_stale_why(r, here)) for r in recs]}
         if args.markdown:
@@ -246,5 +258,17 @@ def _forget(args, path: StoreLocation, out: IO[str], err: IO[str]) -> int:
     return 0
 
 
+def _bundle(args, path: StoreLocation, out: IO[str], err: IO[str]) -> int:
+    made = hang_bundle(args.kernel, args.output, store=path, runs_folder=args.runs)
+    if args.json:
+        print_json(dict(made.to_dict(), store=str(path)), out)
+    if made.error:
+        print(f"nsightwrap hangs bundle: {made.error}", file=err)
+    else:
+        print(f"wrote {made.path}: {made.records} record(s), {len(made.runs)} run folder(s), {len(made.files)} "
+              "file(s); read its README.md before sending it", file=err)
+    return made.exit_code
+
+
 _COMMANDS: dict[str, Callable[..., int]] = {"list": _list, "show": _show, "export": _export, "import": _import,
-                                            "forget": _forget}
+                                            "forget": _forget, "bundle": _bundle}

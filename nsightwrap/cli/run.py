@@ -36,6 +36,7 @@ from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.location import resolve_store
 from nsightwrap.store.opening import open_store
+from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 from nsightwrap.watch.tree import StopPolicy
@@ -115,7 +116,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate,
-                       stuck_timeout=args.stuck_timeout, calibration_limit=args.calibration_limit)
+                       stuck_timeout=args.stuck_timeout, calibration_limit=args.calibration_limit,
+                       evidence=StallEvidence.default())
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:

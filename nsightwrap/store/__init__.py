@@ -1,8 +1,8 @@
 """The hang store: which profiling settings hung on which kernels, on which GPU.
 
-Layers inside, each importing only those before it: ``keys`` (kernel-name
-patterns, ProfileKey, Environment), ``paths`` (where the store lives, private
-files), ``location`` (a file or a PostgreSQL URL, resolved once), ``schema``
+Layers inside, each importing only those before it: ``keys`` (ProfileKey,
+Environment; kernel-name patterns are nsightwrap.ncu.names.normalize_kernel), ``paths`` (where the
+store lives, private files), ``location`` (a file or a PostgreSQL URL, resolved once), ``schema``
 (Record, migrations), ``queries`` (every statement, SQLAlchemy Core), ``migrate``,
 ``check`` (is it a store file the commands can use: the one
 check of every command and doctor), ``database`` (one connection, SQLite or PostgreSQL),
@@ -14,7 +14,7 @@ nothing in the store imports it). The ``hangs`` command is in
 """
 
 from nsightwrap.store.hangstore import BUSY_TIMEOUT_S, HangStore
-from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
+from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.location import StoreLocation, resolve_store
 from nsightwrap.store.opening import open_store
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, default_store_path, store_path
@@ -35,7 +35,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "StoreLocation",
     "default_store_path",
-    "normalize_kernel",
     "open_store",
     "resolve_store",
     "store_path",

@@ -35,11 +35,12 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import HANG_OUTCOMES, NO_KERNELS, OK
 from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, insert_row
 from nsightwrap.store.export import write_csv, write_jsonl, write_yaml
-from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
+from nsightwrap.store.keys import Environment, ProfileKey, as_key
 from nsightwrap.store.location import StoreArg, StoreLocation, resolve_store
 from nsightwrap.store.paths import ENV_STORE
 from nsightwrap.store.rows import attempt_rows, record_row
@@ -334,6 +335,10 @@ class HangStore:
         if rows:
             self._write(rows)
         return len(rows)
+
+    def calibration_table(self) -> list[tuple]:
+        """Every row of the table calibrations (CALIBRATION_COLUMNS), oldest first, as stored."""
+        return self._query(self._q.all_calibrations())
 
     def calibration_for(self, command: Sequence[str], env: Environment) -> Optional[Calibration]:
         """The newest calibration of this very command on this GPU model and driver, or None."""

@@ -39,8 +39,8 @@ from nsightwrap.status import HANG_OUTCOMES
 from nsightwrap.store.keys import Environment
 from nsightwrap.store.schema import CALIBRATION_COLUMNS, COLUMNS, SQL_NAME
 
-__all__ = ["applies", "calibration_run", "calibrations", "count_records", "delete_records", "insert_calibration",
-           "insert_record", "kernel_summary", "newest_calibration", "records", "schema_version",
+__all__ = ["all_calibrations", "applies", "calibration_run", "calibrations", "count_records", "delete_records",
+           "insert_calibration", "insert_record", "kernel_summary", "newest_calibration", "records", "schema_version",
            "select_records", "stale", "stale_counts", "uid_of", "uncalibrated_hangs", "version", "where_kernel"]
 
 _META = MetaData()
@@ -154,6 +154,11 @@ def newest_calibration(subject: str, kernel: str, env: Environment) -> Executabl
     c = calibrations.c
     return select(*[c[n] for n in CALIBRATION_COLUMNS]).where(*_same_machine(subject, env), c.kernel == kernel) \
         .order_by(c.id.desc()).limit(1)
+
+
+def all_calibrations() -> Executable:
+    c = calibrations.c
+    return select(*[c[n] for n in CALIBRATION_COLUMNS]).order_by(c.id)
 
 
 def calibration_run(subject: str, env: Environment) -> Executable:

@@ -10,9 +10,10 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any, Optional
 
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, OK, OUTCOMES, RANGE_MODES, ReplayMode
-from nsightwrap.store.keys import Environment, as_key, normalize_kernel
+from nsightwrap.store.keys import Environment, as_key
 from nsightwrap.store.schema import command_json
 
 if TYPE_CHECKING:  # pragma: no cover
