@@ -26,8 +26,6 @@ says nothing about the settings, and an uncalibrated hang seen on another host m
 
 from __future__ import annotations
 
-import getpass
-import json
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +41,7 @@ from nsightwrap.store.export import write_csv, write_jsonl, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key
 from nsightwrap.store.location import StoreArg, StoreLocation, resolve_store
 from nsightwrap.store.paths import ENV_STORE
-from nsightwrap.store.rows import attempt_rows, record_row
+from nsightwrap.store.rows import attempt_rows, copied_row, record_row, this_user
 from nsightwrap.store.schema import COLUMNS, CalibrationRow, KernelSummary, Record, command_json, row_to_record
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,21 +51,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.options import ProfileOptions
     from nsightwrap.store.database import Database
 
-__all__ = ["BUSY_TIMEOUT_S", "HangStore", "this_user"]
+__all__ = ["BUSY_TIMEOUT_S", "HangStore"]
 
 BUSY_TIMEOUT_S = 10.0
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def this_user() -> Optional[str]:
-    """Who records (the login name), or None when it cannot be told."""
-    try:
-        return getpass.getuser() or None
-    except (KeyError, OSError):  # no $USER and no passwd entry (a container's anonymous uid)
-        return None
 
 
 class HangStore:
@@ -228,13 +218,7 @@ class HangStore:
     def import_records(self, recs: Iterable[Record]) -> int:
         """Copy records (from another store: ``hangs import``) into this one, in one transaction; the records
         added. A record this store has already (the same uid) is skipped, so importing twice adds nothing."""
-        rows = []
-        for r in recs:
-            d = {c: getattr(r, c) for c in COLUMNS if c != "id"}
-            d.update(sections=json.dumps(list(r.sections)), metrics=json.dumps(list(r.metrics)),
-                     command=command_json(r.command), trusted=1 if r.trusted else 0, note=mask_text(r.note or ""),
-                     uid=r.uid or uuid.uuid4().hex)
-            rows.append(d)
+        rows = [copied_row(r) for r in recs]
         if not rows:
             return 0
         return sum(len(ids) for ids, _ in self._write([self._q.insert_record(r, self._open.dialect) for r in rows]))

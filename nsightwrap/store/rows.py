@@ -6,6 +6,7 @@ a write retried after a lost connection, or an import of records a store already
 
 from __future__ import annotations
 
+import getpass
 import json
 import uuid
 from typing import TYPE_CHECKING, Any, Optional
@@ -14,12 +15,29 @@ from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import ERROR, HANG, INTERRUPTED, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.keys import Environment, as_key
-from nsightwrap.store.schema import command_json
+from nsightwrap.store.schema import COLUMNS, Record, command_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.attempt import Attempt
 
-__all__ = ["attempt_rows", "record_row"]
+__all__ = ["attempt_rows", "copied_row", "record_row", "this_user"]
+
+
+def this_user() -> Optional[str]:
+    """Who records (the login name), or None when it cannot be told."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):  # no $USER and no passwd entry (a container's anonymous uid)
+        return None
+
+
+def copied_row(r: Record) -> dict[str, Any]:
+    """The row of a record copied from another store (``hangs import``): the same uid, so it is kept once."""
+    d = {c: getattr(r, c) for c in COLUMNS if c != "id"}
+    d.update(sections=json.dumps(list(r.sections)), metrics=json.dumps(list(r.metrics)),
+             command=command_json(r.command), trusted=1 if r.trusted else 0, note=mask_text(r.note or ""),
+             uid=r.uid or uuid.uuid4().hex)
+    return d
 
 
 def record_row(kernel: str, key: Any, outcome: str, env: Environment, *, passes, stall_s, elapsed_s, command,
