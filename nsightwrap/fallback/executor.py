@@ -29,6 +29,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,7 +40,7 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, OptionsError
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import profile_command
+from nsightwrap.ncu.engine import SWEEP_VAR, profile_command
 from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.secrets import mask_text
@@ -126,6 +127,7 @@ class ProbeTask:
     nsys: Optional[str] = None
     gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe (local jobs); None: the node's own
     ladder: str = "sweep-sections"
+    sweep: str = ""  # the sweep's token (SWEEP_VAR): its other probes on the node's GPUs are not foreign
 
 
 def run_probe(task: ProbeTask) -> dict:
@@ -135,8 +137,10 @@ def run_probe(task: ProbeTask) -> dict:
     still runs processes afterwards (the engine sets that GPU aside and runs the probe again).
     """
     context = RunContext.create(task.config)
+    own = {SWEEP_VAR: task.sweep} if task.sweep else {}
     if task.gpu is not None:
-        context = context.replace(env={**context.env, "CUDA_VISIBLE_DEVICES": task.gpu})
+        own["CUDA_VISIBLE_DEVICES"] = task.gpu
+    context = context.replace(env={**context.env, **own})
     store = HangStore(task.store.setting()) if task.store is not None else None
     env_info = task.shape.environment(context) if store is not None else None
     calibrator = Calibrator(list(task.command), store=store, nsys=task.nsys)
@@ -263,6 +267,7 @@ class ProbeEngine:
     def __init__(self, spec: ExecutorSpec, backend: Any, folder: Path, owned: bool,
                  on_counts: Optional[Callable[[str], None]] = None) -> None:
         self.spec, self.backend, self.folder, self.owned = spec, backend, folder, owned
+        self.token = uuid.uuid4().hex  # the sweep's token (SWEEP_VAR) in its probes' environment
         self.on_counts = on_counts
         self.pending: deque[_Ticket] = deque()
         self.running: list[tuple[Any, Optional[str], _Ticket]] = []
@@ -305,6 +310,7 @@ class ProbeEngine:
                     return
                 self._submit_some()
                 watched = list(self.running)
+            self._show()
             for job, slot, ticket in watched:
                 if job.done():
                     self._collect(job, slot, ticket)

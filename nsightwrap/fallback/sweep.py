@@ -532,7 +532,7 @@ class _ProbeRunner:
         assert self.engine is not None
         config = self.calibrator.apply(self.context).config  # the calibration known here travels with the probe
         reply = self.engine.run(ProbeTask(tuple(self.command), opts, config, self.store_setting, self.shape,
-                                          nsys=self.calibrator.nsys))
+                                          nsys=self.calibrator.nsys, sweep=self.engine.token))
         attempt = reply["attempt"]
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
