@@ -42,7 +42,7 @@ def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
     folder = tmp_path / "jobs"
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store,
+        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store, jobs=2,
                            executor=ExecutorSpec("local", folder=str(folder)))
         assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
         probes = [p for k in r.kernels for p in k.probes if not p.from_store]
@@ -220,7 +220,7 @@ def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(smi, tmp_path):
 
 
 def test_cli_sweep_on_the_local_executor(smi, tmp_path):
-    r = run_cli(["sweep-sections", "--executor", "local", "--jobs", "2", *sum((["--section", s] for s in SECTIONS), []),
+    r = run_cli(["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS), []),
                  "--json", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--", *PROGRAM],
                 {**os.environ, "PYTHONPATH": str(ROOT)})
     doc = json.loads(r.stdout)

@@ -52,7 +52,8 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     add_calibration_limit(sweep)
     add_stuck_timeout(sweep)
-    sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
+    sweep.add_argument("--jobs", type=int, metavar="N",
+                       help="probes at once, one per GPU (default 1; with --executor local, every GPU)")
     _add_executor(sweep)
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
@@ -106,6 +107,13 @@ def _executor(args: argparse.Namespace) -> Optional[ExecutorSpec]:
         raise UsageError(f"nsightwrap sweep-sections: {e}") from None
 
 
+def _jobs(args: argparse.Namespace) -> int:
+    """--jobs, else 1 (0 with --executor local: one probe per GPU, on every GPU)."""
+    if args.jobs is not None:
+        return args.jobs
+    return 0 if args.executor == "local" else 1
+
+
 def _markdown_path(path: str) -> Path:
     """--markdown checked before the sweep, not found unwritable after it."""
     target = Path(path)
@@ -147,7 +155,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             store = HangStore(path)  # after the preflight, whose store check would see it created
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    context=context, store=store, jobs=args.jobs, on_probe=said,
+                                    context=context, store=store, jobs=_jobs(args), on_probe=said,
                                     calibrator=calibrator, rank=args.rank, executor=executor)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None

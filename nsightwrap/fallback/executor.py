@@ -425,15 +425,16 @@ def _last_line(text: str) -> str:
 
 
 def local_gpus(jobs: int) -> list[str]:
-    """The GPUs the local executor uses: the first `jobs` of them, or every GPU when jobs is 1."""
+    """The GPUs the local executor uses: the first `jobs` of them, or every GPU when jobs is 0."""
     count = gpu.gpu_count()
     if count is None:
         raise NsightwrapError("--executor local runs one probe per GPU, but the GPUs cannot be listed here "
                               "(nvidia-smi not found); run without --executor")
-    if count == 0 or count < jobs:
-        raise NsightwrapError(f"--executor local with --jobs {jobs} needs {max(1, jobs)} GPU(s), but {count} found; "
+    want = count if jobs <= 0 else jobs
+    if count == 0 or count < want:
+        raise NsightwrapError(f"--executor local with --jobs {jobs} needs {max(1, want)} GPU(s), but {count} found; "
                               f"use --jobs {max(1, count)}")
-    return [str(i) for i in range(jobs if jobs > 1 else count)]
+    return [str(i) for i in range(want)]
 
 
 def open_engine(spec: ExecutorSpec, jobs: int = 1, on_counts: Optional[Callable[[str], None]] = None) -> ProbeEngine:
@@ -452,6 +453,9 @@ def open_engine(spec: ExecutorSpec, jobs: int = 1, on_counts: Optional[Callable[
     except BaseException as e:
         if owned:
             shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(e, ImportError):
+            raise NsightwrapError("--executor needs submitit: pip install 'nsightwrap[cluster]' "
+                                  "(or pip install submitit)") from None
         if isinstance(e, RuntimeError) and "srun" in str(e):
             raise NsightwrapError("--executor slurm needs Slurm's commands (srun, sbatch) on PATH here; "
                                   "run on a login node of the cluster") from None
