@@ -12,7 +12,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from helpers import FAKE_SMI_DIR, ROOT, app, read_until, run_cli, run_config, start_cli
+from helpers import FAKE_SMI_DIR, HERE, ROOT, app, read_until, run_cli, run_config, start_cli
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting
@@ -21,6 +21,7 @@ from nsightwrap.store.hangstore import HangStore
 
 pytest.importorskip("submitit")
 
+FAKE_SLURM_DIR = HERE / "fake_slurm"
 SECTIONS = ["SourceCounters", "Occupancy", "LaunchStats"]
 PROGRAM = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
 
@@ -233,3 +234,39 @@ def test_slurm_options_need_the_slurm_executor(smi, tmp_path):
     r = run_cli(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")],
                 {**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and "needs --executor slurm" in r.stderr
+
+
+# --- Slurm, with fake sbatch/srun/sacct/scancel (tests/fake_slurm) -----------------------------------
+
+
+@pytest.fixture
+def fake_slurm(smi, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SLURM_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the job's python imports this nsightwrap
+    return tmp_path / "slurm"
+
+
+def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slurm, tmp_path):
+    spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
+                        folder=str(tmp_path / "jobs"), poll_s=0.1)
+    with HangStore(tmp_path / "hangs.db") as store:
+        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store, executor=spec)
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+    probes = [p for k in r.kernels for p in k.probes if not p.from_store]
+    assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
+    # One sbatch per round of pending probes (an array when several were pending at once), each with the options.
+    scripts = [p.read_text() for p in (tmp_path / "jobs").rglob("*submission*.sh")]
+    assert scripts and all("--partition=gpu" in s and "--gpus-per-node=1" in s and "--constraint=h100" in s
+                           and "--time=10" in s for s in scripts)
+
+
+def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
+    spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
+    with HangStore(tmp_path / "hangs.db") as store:
+        r = sweep_sections(app("a@hang-if=SourceCounters"), sections=["SourceCounters", "Occupancy"],
+                           config=cfg(tmp_path), store=store, executor=spec)
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
+    excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
+    assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
