@@ -6,8 +6,8 @@
 #
 # Installs slurm-wlm and munge with apt-get when they are missing and this is root (else says what to
 # install). Everything else lives in a temporary folder: a munge key and munged on a socket of its own,
-# a slurm.conf for this one node (two generic "gpu" GRES, so `--gpus-per-node=1` is accepted; no GPU is
-# needed: the tests use the fake ncu), slurmctld and slurmd on ports of their own. On exit (also on
+# a slurm.conf for this one node (two "gpu" GRES backed by /dev/null and /dev/zero, so `--gpus-per-node=1`
+# is accepted; no GPU is needed: the tests use the fake ncu), slurmctld and slurmd on ports of their own. On exit (also on
 # Ctrl-C or a failure) every daemon it started is stopped and the folder removed.
 # Accounting is off (no slurmdbd), so `sacct` cannot tell a failed job: the tests here cover submission,
 # job arrays, results into the store, and cancelling; failed-job handling is covered by tests/fake_slurm.
@@ -34,7 +34,7 @@ stop() {
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
   done
-  rm -rf "$T"
+  [ -n "${KEEP_SLURM_TMP:-}" ] || rm -rf "$T"
   exit $rc
 }
 trap stop EXIT INT TERM
@@ -82,7 +82,8 @@ PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
 cat > "$T/gres.conf" <<CONF
 AutoDetect=off
-NodeName=$HOST Name=gpu Count=2
+NodeName=$HOST Name=gpu File=/dev/null
+NodeName=$HOST Name=gpu File=/dev/zero
 CONF
 export SLURM_CONF="$T/slurm.conf"
 

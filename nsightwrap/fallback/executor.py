@@ -23,6 +23,7 @@ per GPU and gives a job the executor of a free GPU: one probe per GPU.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -161,11 +162,22 @@ def run_probe(task: ProbeTask) -> dict:
 # --- where jobs run ----------------------------------------------------------------
 
 
+def _submitit() -> Any:
+    """submitit, its log kept off stdout: it logs every message to stdout as well as warnings to stderr,
+    and nsightwrap's stdout is the user's (--json)."""
+    import submitit
+
+    log = logging.getLogger("submitit")
+    for handler in [h for h in log.handlers if h.name == "submitit_out"]:
+        log.removeHandler(handler)
+    return submitit
+
+
 class _Local:
     """submitit's LocalExecutor, one per GPU (it pins a job to its executor's visible_gpus)."""
 
     def __init__(self, folder: Path, gpus: Sequence[str]) -> None:
-        import submitit
+        submitit = _submitit()
 
         self.free = list(gpus)
         self.aside: list[str] = []
@@ -205,7 +217,7 @@ class _Slurm:
     """submitit's SlurmExecutor: the tasks of one round as one job array, one GPU each, bad nodes excluded."""
 
     def __init__(self, folder: Path, spec: ExecutorSpec) -> None:
-        import submitit
+        submitit = _submitit()
 
         self.executor = submitit.SlurmExecutor(folder=folder)
         params: dict[str, Any] = {"gpus_per_node": 1, "ntasks_per_node": 1, "nodes": 1}
