@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -270,3 +271,9 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
+
+
+def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
+    with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
+        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), executor=ExecutorSpec("local"))
