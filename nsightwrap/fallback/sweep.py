@@ -374,11 +374,6 @@ def sweep_sections(
         return _on_engine(command, context, store, on_probe, calibrator, rank, executor, jobs, universe, user_filter)
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
-    return _sweep_result(runner, universe, user_filter, jobs)
-
-
-def _sweep_result(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[KernelFilter],
-                  jobs: int) -> SweepResult:
     result = SweepResult(tuple(universe))
     try:
         _sweep(runner, universe, user_filter, result, jobs)
@@ -397,7 +392,32 @@ def _on_engine(command: Sequence[str], context: RunContext, store: Optional[Hang
     """The sweep with every probe a job of the engine; the engine's jobs cancelled on Ctrl-C."""
     with open_engine(executor, jobs, on_counts=context.listener.stage) as engine:
         runner = _ProbeRunner(list(command), context, store, [None], on_probe, calibrator, rank, engine=engine)
-        return _sweep_result(runner, universe, user_filter, engine.parallel)
+        result = SweepResult(tuple(universe))
+        try:
+            _pipelined(runner, universe, user_filter, result, engine)
+        except _ProgramFault as e:
+            result.program_fault = e.attempt
+        return result
+
+
+def _pipelined(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[KernelFilter],
+               result: SweepResult, engine: ProbeEngine) -> None:
+    """_sweep, each hanging kernel investigated as soon as a whole-program run finds it, beside the next
+    whole-program run (the engine gives each job its own GPU, so the whole-program runs wait for none)."""
+    with cf.ThreadPoolExecutor(max_workers=engine.parallel) as pool:
+        futures: list[cf.Future] = []
+
+        def found(kernel: str) -> None:
+            futures.append(pool.submit(investigate, kernel, universe, runner.probe, least=runner.least))
+
+        try:
+            if not _hanging_kernels(runner, frozenset(universe), user_filter, result, on_found=found):
+                result.clean = result.status == OK
+            result.kernels = [f.result() for f in futures]
+        except BaseException:
+            runner.cancel.set()  # no new probe; the jobs running now are cancelled, their callers told
+            engine.cancel()
+            raise
 
 
 class _ProgramFault(Exception):
@@ -425,8 +445,9 @@ def _sweep(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[Ke
 
 
 def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optional[KernelFilter],
-                     result: SweepResult) -> list[str]:
-    """The whole set on the whole program, excluding each kernel found hanging, until none hangs."""
+                     result: SweepResult, on_found: Optional[Callable[[str], None]] = None) -> list[str]:
+    """The whole set on the whole program, excluding each kernel found hanging, until none hangs
+    (on_found hears each such kernel at once)."""
     hanging: list[str] = []
     while True:
         families = sorted({collective_family(k) for k in hanging} - {None}) if runner.shape.multi else []
@@ -436,6 +457,8 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
+            if on_found is not None:
+                on_found(a.stalled_kernel)
             continue
         if a.status not in (OK, HANG, NO_KERNELS) and not hanging:
             raise NsightwrapError(f"the first probe (all {len(full)} sections) ended {a.status}: {a.reason}")
