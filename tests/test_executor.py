@@ -277,3 +277,36 @@ def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkey
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
     with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
         sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), executor=ExecutorSpec("local"))
+
+
+def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_program_run(tmp_path):
+    """The second whole-program run waits until kernel a's first probe has begun: only a pipelined sweep ends."""
+    from nsightwrap.fallback import sweep as sweep_mod
+    from nsightwrap.fallback.sweep import HUNG, WORKS, Probe, SweepResult
+
+    a_probed = threading.Event()
+    whole = iter([("hang", "a"), ("hang", "b"), ("ok", None)])
+
+    class Runner:
+        shape = SimpleNamespace(multi=False)
+        context = SimpleNamespace(listener=SimpleNamespace(stage=lambda text: None))
+        cancel = threading.Event()
+
+        def watched(self, opts):
+            status, kernel = next(whole)
+            if kernel == "b":
+                assert a_probed.wait(10), "kernel a was not probed while the whole program ran again"
+            return SimpleNamespace(status=status, stalled_kernel=kernel, reason=""), "0"
+
+        def probe(self, kernel, sections, metrics=()):
+            if kernel == "a":
+                a_probed.set()
+            hung = "SourceCounters" in sections
+            return Probe(kernel, frozenset(sections), HUNG if hung else WORKS, 0.0)
+
+        def least(self, kernel):
+            return Probe(kernel, frozenset(), WORKS, 0.0, metrics=("m",))
+
+    result = SweepResult(("SourceCounters", "Occupancy"))
+    sweep_mod._pipelined(Runner(), ["SourceCounters", "Occupancy"], None, result, SimpleNamespace(parallel=2))
+    assert {k.kernel: k.singles for k in result.kernels} == {"a": ["SourceCounters"], "b": ["SourceCounters"]}
