@@ -65,7 +65,7 @@ class Probe:
     passes: Optional[int] = None
     from_store: bool = False
     reason: str = ""
-    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1
+    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1 or --executor (slurm: host:GPU)
     metrics: tuple[str, ...] = ()  # the one-metric probe (no section): does the kernel hang at all?
 
     def label(self) -> str:
