@@ -38,6 +38,10 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.call.profiler import Profiler
     from nsightwrap.call.ranges import range
     from nsightwrap.call.result import ProfileResult
+    from nsightwrap.call.triage import triage
+    from nsightwrap.cli.bundle import Bundle, hang_bundle
+    from nsightwrap.diagnose.result import TriageResult
+    from nsightwrap.diagnose.run import TriageOptions
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
@@ -48,6 +52,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.ncu.context import RunConfig, RunContext
     from nsightwrap.ncu.engine import profile_command
     from nsightwrap.ncu.locate import find_ncu
+    from nsightwrap.ncu.names import normalize_kernel
     from nsightwrap.ncu.options import KernelFilter, ProfileOptions
     from nsightwrap.ncu.progress import Stall, StallRule
     from nsightwrap.nsys.options import NsysOptions
@@ -55,8 +60,9 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.ncu import load_report, parse_raw_csv
     from nsightwrap.reports.nsys.sqlite import kernel_rows
     from nsightwrap.reports.nsys.stats import nsys_stats
-    from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
+    from nsightwrap.store import Environment, HangStore, ProfileKey, Record
     from nsightwrap.store.debuglog import debug_log
+    from nsightwrap.watch.evidence import StallEvidence
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
 
@@ -88,7 +94,7 @@ _LAZY = {
     "WatchRule": "watch.rules",
     "find_ncu": "ncu.locate",
     "load_ladder": "fallback.ladder",
-    "normalize_kernel": "store",
+    "normalize_kernel": "ncu.names",
     "probe_ncu": "ncu.catalog",
     "profile_command": "ncu.engine",
     "range": "call.ranges",
@@ -99,6 +105,8 @@ _LAZY = {
     "LadderResult": "fallback.result", "walk_ladder": "fallback.walk",
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
+    "Bundle": "cli.bundle", "hang_bundle": "cli.bundle", "StallEvidence": "watch.evidence",
+    "triage": "call.triage", "TriageOptions": "diagnose.run", "TriageResult": "diagnose.result",
 }
 
 
@@ -124,6 +132,7 @@ __all__ = [
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "Bundle",
     "Calibration",
     "Calibrator",
     "ChildError",
@@ -154,6 +163,7 @@ __all__ = [
     "Rung",
     "STATUSES",
     "Stall",
+    "StallEvidence",
     "StallRule",
     "StopPolicy",
     "StoreError",
@@ -161,9 +171,12 @@ __all__ = [
     "ToolError",
     "ToolNotFound",
     "TotalTimeout",
+    "TriageOptions",
+    "TriageResult",
     "WatchRule",
     "debug_log",
     "find_ncu",
+    "hang_bundle",
     "kernel_rows",
     "load_ladder",
     "load_report",
@@ -177,5 +190,6 @@ __all__ = [
     "profiled",
     "range",
     "sweep_sections",
+    "triage",
     "walk_ladder",
 ]

@@ -2,7 +2,8 @@
 
 ``list``, ``show`` and ``export`` open the store read-only, so a store this
 user cannot write (a colleague's, a read-only mount) can still be read;
-``forget`` needs write access. ``list`` and ``show`` take ``--json``: then
+``forget`` needs write access; ``bundle`` writes one archive about a kernel
+(cli.bundle). ``list`` and ``show`` take ``--json``: then
 stdout holds exactly one JSON object, errors included (``"status":
 "error"``), written as every command's (cli.common.print_json: secrets
 masked, output lost on stderr said, later signals settled). Output cut
@@ -20,13 +21,14 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Sequence
 
+from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.paths import ENV_XDG_CACHE
-from nsightwrap.status import USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, OK, USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import normalize_kernel
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, store_path
 from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, silence
 
@@ -60,6 +62,15 @@ def add_hangs_parser(subparsers) -> argparse.ArgumentParser:
     which.add_argument("--kernel", metavar="K", help="every record of kernel K (exact name)")
     which.add_argument("--id", type=int, metavar="N", help="record number N (see `hangs show`)")
     which.add_argument("--all", action="store_true", help="every record")
+    bundle = sub.add_parser("bundle", parents=[common, as_json],
+                            help="one archive about a kernel to hand on (a teammate, NVIDIA's bug tracker)",
+                            description="Write the records, exact commands, run logs, stall evidence, debug log, "
+                                        "calibrations, sweep results and versions of KERNEL into one archive, "
+                                        "secrets masked; its README.md says what each file is.")
+    bundle.add_argument("kernel", metavar="KERNEL")
+    bundle.add_argument("-o", "--output", metavar="FILE", required=True, help="the archive: .tar.gz, .tgz or .zip")
+    bundle.add_argument("--runs", metavar="DIR", help="where runs kept their evidence (default: $NSIGHTWRAP_EVIDENCE, "
+                                                      "else the cache's runs/)")
     hangs.set_defaults(hangs_cmd=None, _hangs_parser=hangs)
     return hangs
 
@@ -90,7 +101,7 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
 def _failed(e: Exception, args, path: Path, out: IO[str], err: IO[str]) -> int:
     print(f"nsightwrap hangs: {e}", file=err)
     if getattr(args, "json", False):
-        print_json({"status": "error", "error": str(e), "store": str(path)}, out)
+        print_json({"status": ERROR, "error": str(e), "store": str(path)}, out)
     return USAGE_EXIT_CODE
 
 
@@ -111,7 +122,7 @@ def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
             rows = store.kernels()
             uncalibrated = store.uncalibrated_hangs()
     if args.json:
-        print_json({"status": "ok", "store": str(path), "exists": path.exists(),
+        print_json({"status": OK, "store": str(path), "exists": path.exists(),
                     "kernels": [dict(k._asdict(), n_uncalibrated=uncalibrated.get(k.kernel, 0)) for k in rows]}, out)
     elif not path.exists():
         print(f"no hang store at {path} yet: nothing recorded", file=out)
@@ -132,7 +143,7 @@ def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
             recs = store.records(kernel=args.kernel) or store.records(pattern=args.kernel)
             markdown = debug_log(store, args.kernel) if args.markdown else None
     if args.json:
-        doc = {"status": "ok", "store": str(path), "exists": path.exists(), "kernel": args.kernel,
+        doc = {"status": OK, "store": str(path), "exists": path.exists(), "kernel": args.kernel,
                "pattern": normalize_kernel(args.kernel), "records": [r.to_dict() for r in recs]}
         if args.markdown:
             doc["markdown"] = markdown
@@ -182,4 +193,17 @@ def _forget(args, path: Path, out: IO[str], err: IO[str]) -> int:
     return 0
 
 
-_COMMANDS: dict[str, Callable[..., int]] = {"list": _list, "show": _show, "export": _export, "forget": _forget}
+def _bundle(args, path: Path, out: IO[str], err: IO[str]) -> int:
+    made = hang_bundle(args.kernel, args.output, store=path, runs_folder=args.runs)
+    if args.json:
+        print_json(dict(made.to_dict(), store=str(path)), out)
+    if made.error:
+        print(f"nsightwrap hangs bundle: {made.error}", file=err)
+    else:
+        print(f"wrote {made.path}: {made.records} record(s), {len(made.runs)} run folder(s), {len(made.files)} "
+              "file(s); read its README.md before sending it", file=err)
+    return made.exit_code
+
+
+_COMMANDS: dict[str, Callable[..., int]] = {"list": _list, "show": _show, "export": _export, "forget": _forget,
+                                            "bundle": _bundle}

@@ -17,6 +17,7 @@ import shlex
 from typing import Optional, Sequence
 
 from nsightwrap.ncu.attempt import SERIALISED
+from nsightwrap.ncu.names import cut_short, normalize_kernel, uncut
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import (
     CRASHED,
@@ -33,8 +34,9 @@ from nsightwrap.status import (
     ReplayMode,
 )
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
+from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.schema import Record
+from nsightwrap.store.triage import triage_log
 
 __all__ = ["debug_log", "key_change", "key_flags"]
 
@@ -270,8 +272,8 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
     hung = [a for a in trusted if a.outcome in HANG_OUTCOMES]
     worked = [a for a in trusted if a.outcome == OK]
     tried = {a.key for a in trusted if a.outcome in (OK, *HANG_OUTCOMES)}
-    if kernel.endswith("..."):  # ncu truncated the name: select by its start
-        k = shlex.quote("^" + re.escape(kernel[:-3]))
+    if cut_short(kernel):  # ncu truncated the name: select by its start
+        k = shlex.quote("^" + re.escape(uncut(kernel)))
         run = f"python -m nsightwrap run --kernel {k}"
     else:
         k = shlex.quote(kernel)
@@ -399,6 +401,7 @@ def debug_log(store: HangStore, kernel: str, env: Optional[Environment] = None) 
         (a for a in reversed(trusted) if a.outcome in HANG_OUTCOMES), None)
     lines += ["## Key differences between working and hanging settings", ""]
     lines += _table(working, hanging) + [""]
+    lines += triage_log(store, kernel)  # `nsightwrap triage`'s runs of this kernel, if any
     lines += ["## What to try next", ""]
     steps = _next_steps(kernel, attempts, records, working, hanging)
     lines += [f"- {s}" for s in steps] or ["- nothing: these records give no advice"]
