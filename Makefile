@@ -19,7 +19,7 @@ else
 PY := $(VENV)/bin/python
 endif
 
-.PHONY: venv install install-test run test test-gpu bench clean
+.PHONY: venv install install-test run test test-gpu test-slurm bench clean
 
 venv:
 ifneq ($(IN_VENV),1)
@@ -45,6 +45,12 @@ test: install-test
 
 test-gpu: install-test
 	$(PY) -m pytest -q -m gpu
+
+# The Slurm tests against a real single-node Slurm: devtools/slurm_single_node.sh installs slurm-wlm and
+# munge (as root, when missing), starts munged, slurmctld and slurmd in a temporary folder, runs the tests
+# marked `slurm`, and stops everything it started.
+test-slurm: install-test
+	PYTHON=$(PY) bash devtools/slurm_single_node.sh
 
 bench: install
 	$(PY) benchmarks/run_overhead.py

@@ -13,7 +13,8 @@ PACKAGE = ROOT / "nsightwrap"
 #: Import name -> distribution name, where they differ.
 DISTRIBUTIONS = {"yaml": "pyyaml", "ncu_report": "ncu-report"}
 #: Imported only when present (inside try/except ImportError or looked up by name): never required.
-OPTIONAL = {"torch", "cupy", "nvtx"}
+OPTIONAL = {"torch", "cupy", "nvtx",
+            "submitit"}  # only for sweep-sections --executor: the `cluster` extra (ImportError says to install it)
 #: Imported only by the pytest plugin, which pytest itself loads.
 PLUGIN_ONLY = {"pytest"}
 

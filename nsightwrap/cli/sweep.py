@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
@@ -21,7 +21,8 @@ from nsightwrap.cli.common import (
 )
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import open_screen
-from nsightwrap.errors import ProfileInterrupted
+from nsightwrap.errors import OptionsError, ProfileInterrupted
+from nsightwrap.fallback.executor import EXECUTORS, ExecutorSpec
 from nsightwrap.fallback.ladder import load_ladder
 from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -52,7 +53,9 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--nsys", metavar="PATH", help="nsys for calibration (default: $NSIGHTWRAP_NSYS, PATH, ...)")
     add_calibration_limit(sweep)
     add_stuck_timeout(sweep)
-    sweep.add_argument("--jobs", type=int, default=1, metavar="N", help="probes at once, one per GPU")
+    sweep.add_argument("--jobs", type=int, metavar="N",
+                       help="probes at once, one per GPU (default 1; with --executor local, every GPU)")
+    _add_executor(sweep)
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
     sweep.add_argument("--store", metavar="PATH|URL",
@@ -65,6 +68,52 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--verbose", action="store_true", help="print nsightwrap's own log (each message once)")
     sweep.add_argument("--no-preflight", action="store_true", help="skip the checks made before the sweep")
     sweep.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def _add_executor(sweep: Any) -> None:
+    """Where the probes run: threads here (default), or jobs of a cluster engine (submitit)."""
+    sweep.add_argument("--executor", choices=EXECUTORS, metavar="local|slurm",
+                       help="run each probe as a job: local (one per local GPU; --jobs N: the first N GPUs) or "
+                            "slurm (a job array, one GPU per probe); results go to --store")
+    sweep.add_argument("--slurm-partition", metavar="NAME", help="sbatch --partition of the probes' jobs")
+    sweep.add_argument("--slurm-account", metavar="NAME", help="sbatch --account of the probes' jobs")
+    sweep.add_argument("--slurm-time", metavar="TIME", help="sbatch --time of each probe's job (e.g. 30, 1:00:00)")
+    sweep.add_argument("--slurm-opt", action="append", default=[], metavar="KEY=VALUE",
+                       help="another sbatch option for the probes' jobs (repeatable), e.g. constraint=h100")
+    sweep.add_argument("--retries", type=int, default=2, metavar="N",
+                       help="with --executor: a probe whose job failed or whose GPU kept processes runs again "
+                            "elsewhere at most N times (default 2)")
+    sweep.add_argument("--executor-folder", metavar="DIR",
+                       help="with --executor: the jobs' files (Slurm: a folder the nodes share; default "
+                            "~/.cache/nsightwrap/jobs/..., removed after the sweep)")
+
+
+def _executor(args: argparse.Namespace) -> Optional[ExecutorSpec]:
+    """The --executor options as one spec; the Slurm ones without --executor slurm are refused."""
+    slurm = [o for o in ("slurm_partition", "slurm_account", "slurm_time", "slurm_opt") if getattr(args, o)]
+    if slurm and args.executor != "slurm":
+        raise UsageError(f"nsightwrap sweep-sections: --{slurm[0].replace('_', '-')} needs --executor slurm")
+    if args.executor is None:
+        return None
+    pairs = []
+    for opt in args.slurm_opt:
+        key, eq, value = opt.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"nsightwrap sweep-sections: --slurm-opt {opt!r} is not KEY=VALUE "
+                             "(e.g. --slurm-opt constraint=h100)")
+        pairs.append((key.strip().lstrip("-").replace("-", "_"), value))
+    try:
+        return ExecutorSpec(args.executor, args.slurm_partition, args.slurm_account, args.slurm_time, tuple(pairs),
+                            args.retries, args.executor_folder)
+    except OptionsError as e:
+        raise UsageError(f"nsightwrap sweep-sections: {e}") from None
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    """--jobs, else 1 (0 with --executor local: one probe per GPU, on every GPU)."""
+    if args.jobs is not None:
+        return args.jobs
+    return 0 if args.executor == "local" else 1
 
 
 def _markdown_path(path: str) -> Path:
@@ -85,6 +134,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("nsightwrap sweep-sections: give the command after `--`")
     check_program(command)  # before the preflight and the first probe
     markdown = _markdown_path(args.markdown) if args.markdown else None
+    executor = _executor(args)
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit,
@@ -109,8 +159,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(f"nsightwrap: {note}", file=sys.stderr)
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
             result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    context=context, store=store, jobs=args.jobs, on_probe=said,
-                                    calibrator=calibrator, rank=args.rank)
+                                    context=context, store=store, jobs=_jobs(args), on_probe=said,
+                                    calibrator=calibrator, rank=args.rank, executor=executor)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         return report_interrupt(args, screen, interrupted_doc(

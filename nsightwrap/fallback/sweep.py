@@ -28,6 +28,14 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
+from nsightwrap.fallback.executor import (
+    ExecutorSpec,
+    ProbeEngine,
+    ProbeTask,
+    StoreSetting,
+    open_engine,
+    store_setting_of,
+)
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -57,7 +65,7 @@ class Probe:
     passes: Optional[int] = None
     from_store: bool = False
     reason: str = ""
-    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1
+    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe, with --jobs > 1 or --executor (slurm: host:GPU)
     metrics: tuple[str, ...] = ()  # the one-metric probe (no section): does the kernel hang at all?
 
     def label(self) -> str:
@@ -346,6 +354,7 @@ def sweep_sections(
     on_probe: Optional[Callable[[Probe], None]] = None,
     rank: int = 0,
     calibrator: Optional[Calibrator] = None,
+    executor: Optional[ExecutorSpec] = None,
 ) -> SweepResult:
     """Find which sections hang on which kernels of `command`.
 
@@ -354,11 +363,15 @@ def sweep_sections(
     rank: the rank whose kernels are probed, in a multi-process job.
     Kernels get calibrated allowances (stored, else measured at the first
     stall; see nsightwrap.calibrate), for every later probe too.
+    executor: run the probes as jobs of a cluster engine (nsightwrap.fallback.executor) instead of
+    threads here: local (one per local GPU) or slurm.
     """
     context = RunContext.resolve(config, context)
     check_program(command, context.env, context.config.cwd)  # before the probe of ncu and the first launch
     universe = list(sections) if sections else sections_of_set(context.info, set)
     user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
+    if executor is not None:
+        return _on_engine(command, context, store, on_probe, calibrator, rank, executor, jobs, universe, user_filter)
     runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
                           calibrator, rank)
     result = SweepResult(tuple(universe))
@@ -367,6 +380,44 @@ def sweep_sections(
     except _ProgramFault as e:  # the program hangs or fails by itself: nothing more to learn about ncu
         result.program_fault = e.attempt
     return result
+
+
+# --- the hook of the cluster engine (nsightwrap.fallback.executor): probes dispatched as jobs ----------
+
+
+def _on_engine(command: Sequence[str], context: RunContext, store: Optional[HangStore],
+               on_probe: Optional[Callable[[Probe], None]], calibrator: Optional[Calibrator], rank: int,
+               executor: ExecutorSpec, jobs: int, universe: list[str],
+               user_filter: Optional[KernelFilter]) -> SweepResult:
+    """The sweep with every probe a job of the engine; the engine's jobs cancelled on Ctrl-C."""
+    with open_engine(executor, jobs, on_counts=context.listener.stage) as engine:
+        runner = _ProbeRunner(list(command), context, store, [None], on_probe, calibrator, rank, engine=engine)
+        result = SweepResult(tuple(universe))
+        try:
+            _pipelined(runner, universe, user_filter, result, engine)
+        except _ProgramFault as e:
+            result.program_fault = e.attempt
+        return result
+
+
+def _pipelined(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[KernelFilter],
+               result: SweepResult, engine: ProbeEngine) -> None:
+    """_sweep, each hanging kernel investigated as soon as a whole-program run finds it, beside the next
+    whole-program run (the engine gives each job its own GPU, so the whole-program runs wait for none)."""
+    with cf.ThreadPoolExecutor(max_workers=engine.parallel) as pool:
+        futures: list[cf.Future] = []
+
+        def found(kernel: str) -> None:
+            futures.append(pool.submit(investigate, kernel, universe, runner.probe, least=runner.least))
+
+        try:
+            if not _hanging_kernels(runner, frozenset(universe), user_filter, result, on_found=found):
+                result.clean = result.status == OK
+            result.kernels = [f.result() for f in futures]
+        except BaseException:
+            runner.cancel.set()  # no new probe; the jobs running now are cancelled, their callers told
+            engine.cancel()
+            raise
 
 
 class _ProgramFault(Exception):
@@ -394,8 +445,9 @@ def _sweep(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[Ke
 
 
 def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optional[KernelFilter],
-                     result: SweepResult) -> list[str]:
-    """The whole set on the whole program, excluding each kernel found hanging, until none hangs."""
+                     result: SweepResult, on_found: Optional[Callable[[str], None]] = None) -> list[str]:
+    """The whole set on the whole program, excluding each kernel found hanging, until none hangs
+    (on_found hears each such kernel at once)."""
     hanging: list[str] = []
     while True:
         families = sorted({collective_family(k) for k in hanging} - {None}) if runner.shape.multi else []
@@ -405,6 +457,8 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
         result.whole_runs.append(a)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
+            if on_found is not None:
+                on_found(a.stalled_kernel)
             continue
         if a.status not in (OK, HANG, NO_KERNELS) and not hanging:
             raise NsightwrapError(f"the first probe (all {len(full)} sections) ended {a.status}: {a.reason}")
@@ -423,8 +477,12 @@ class _ProbeRunner:
 
     def __init__(self, command: list[str], context: RunContext, store: Optional[HangStore],
                  gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]],
-                 calibrator: Optional[Calibrator] = None, rank: int = 0) -> None:
+                 calibrator: Optional[Calibrator] = None, rank: int = 0,
+                 engine: Optional[ProbeEngine] = None) -> None:
         self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
+        self.engine = engine
+        self.store_setting = (StoreSetting.keep(store_setting_of(store), engine.folder)
+                              if engine is not None and store is not None else None)
         self.shape, self.rank = JobShape.of(command), rank
         self.env_info = self.shape.environment(context) if store is not None else None
         self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None)
@@ -460,6 +518,8 @@ class _ProbeRunner:
 
     def watched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
         """One watched run on a free GPU, recorded in the store; (attempt, the GPU it ran on)."""
+        if self.engine is not None:
+            return self._dispatched(opts)
         gpu_id = self.gpus.get()
         try:
             context = self.context
@@ -487,6 +547,23 @@ class _ProbeRunner:
                 self._store().record_attempt(attempt, ProfileKey.from_options(opts), self.env_info,
                                              ladder="sweep-sections")
         return attempt, gpu_id
+
+    def _dispatched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
+        """watched() as a job of the engine: the node runs and records it (run_probe); (attempt, where)."""
+        if self.cancel.is_set():
+            raise KeyboardInterrupt("the sweep was interrupted")
+        assert self.engine is not None
+        config = self.calibrator.apply(self.context).config  # the calibration known here travels with the probe
+        reply = self.engine.run(ProbeTask(tuple(self.command), opts, config, self.store_setting, self.shape,
+                                          nsys=self.calibrator.nsys, sweep=self.engine.token))
+        attempt = reply["attempt"]
+        if attempt.status == INTERRUPTED:
+            raise ProfileInterrupted(attempt)
+        if attempt.program_fault:
+            raise _ProgramFault(attempt)
+        self._learn(attempt)
+        where = reply["gpu"] if self.engine.spec.kind == "local" else f"{reply['host']}:{reply['gpu'] or '-'}"
+        return attempt, where
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
         """The outcome the store already knows for this kernel with these options here, if any."""

@@ -105,13 +105,21 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
         time.sleep(0.5)
 
 
-def _foreign_on_gpu() -> list[gpu.GpuProcess]:
-    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs), as far as can be
-    told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had)."""
+#: In each probe's environment when a sweep runs its probes as jobs, each in a process of its own
+#: (nsightwrap.fallback.executor): the sweep's token, so its probes on the other GPUs are siblings, not foreign.
+SWEEP_VAR = "NSIGHTWRAP_SWEEP"
+
+
+def _foreign_on_gpu(sweep: Optional[str] = None) -> list[gpu.GpuProcess]:
+    """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs; with `sweep`, the
+    probes of that sweep's jobs), as far as can be told while the run starts (_ForeignCheck.result also leaves
+    out every process the run's tree had)."""
     held = gpu.compute_processes()
     # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
     # dropped its environment descends from one that carries it.
     owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
+    if sweep:
+        owners |= {p.pid for p, e in processes_with(SWEEP_VAR, sweep)}
     ours = owners | {p.pid for p in held or () if _descends(p.pid, owners)}
     return gpu.foreign(held, ours)
 
@@ -132,14 +140,15 @@ class _ForeignCheck:
     is in long before it could matter, and a short run pays nothing for it.
     """
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, sweep: Optional[str] = None) -> None:
         self.found: list[gpu.GpuProcess] = []
+        self.sweep = sweep
         self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
         if self.thread:
             self.thread.start()
 
     def _run(self) -> None:
-        self.found = _foreign_on_gpu()
+        self.found = _foreign_on_gpu(self.sweep)
 
     def result(self, notes: list[str], run_pids: Iterable[int] = ()) -> list[str]:
         """The foreign processes found, less any the run's own tree had (run_pids: every member the watch saw,
@@ -212,7 +221,7 @@ def profile_command(
     if options.rank is not None:  # ncu around one rank of a multi-process launch
         argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
-    foreign_check = _ForeignCheck(config.check_gpu)
+    foreign_check = _ForeignCheck(config.check_gpu, env.get(SWEEP_VAR))
     orphans = orphans_note()
     if orphans:
         _note(notes, orphans)

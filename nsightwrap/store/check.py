@@ -122,16 +122,20 @@ def _schema_problem(conn: sqlite3.Connection, path: Path) -> Optional[str]:
 
 
 def _content_problem(path: Path) -> Optional[str]:
+    """What is wrong with the file's content, read through SQLite only.
+
+    Never with open(): closing any other descriptor of the file drops every POSIX lock this process
+    holds on it (its open connections' too), so another process would take this one's -wal for unused
+    and delete it under the connection: a damaged store. SQLite's own opens keep those locks.
+    """
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
+        empty = path.stat().st_size == 0
     except OSError as e:
         return f"cannot read the hang store {path}: {e.strerror or e}. Make it readable, or {_elsewhere(path)}."
-    if not head:
-        return None  # empty: a new store
-    if head != SQLITE_HEADER:
-        return f"{path} is not a nsightwrap hang store (not an SQLite database); nsightwrap leaves it alone: " \
-               f"{_elsewhere(path)}."
+    if empty:
+        return None  # a new store
+    if not os.access(path, os.R_OK):
+        return f"cannot read the hang store {path}: permission denied. Make it readable, or {_elsewhere(path)}."
     try:
         conn = readonly_connection(path, 1.0)
         try:
@@ -139,6 +143,9 @@ def _content_problem(path: Path) -> Optional[str]:
         finally:
             conn.close()
     except sqlite3.DatabaseError as e:
+        if "not a database" in str(e):
+            return f"{path} is not a nsightwrap hang store (not an SQLite database); nsightwrap leaves it alone: " \
+                   f"{_elsewhere(path)}."
         return (f"the hang store {path} is damaged ({e}). Move it aside (mv {path} {path}.bad: the next run "
                 f"starts a new store), or set {ENV_STORE} to another file.")
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""sweep-sections on the local executor (submitit): 1 GPU and 2 GPUs side by side in one run.
+
+The same sweep (the same program, sections and settings, each with a store of
+its own so neither answers from the other) runs on the local executor with
+--jobs 1 and with --jobs 2; the order alternates over --repeat rounds. Printed:
+each sweep's time and culprits, the ratio (2 GPUs / 1 GPU, median) and whether
+the culprits match.
+
+    python3 benchmarks/sweep_executor.py --app /tmp/nsightwrap-bench/app          # twohang 60, set basic
+    python3 benchmarks/sweep_executor.py --fake                                   # the fakes (no GPU)
+
+Goal (issue 22): 2 GPUs <= 0.6x the one-GPU time, same culprits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from nsightwrap import HangStore, RunConfig, sweep_sections  # noqa: E402
+from nsightwrap.fallback.executor import ExecutorSpec  # noqa: E402
+
+GOAL = 0.6
+
+
+def _fake_setup(work: Path) -> tuple[list[str], list[str]]:
+    """The tests' fakes at a tenth of real time, two 'GPUs': (command, sections)."""
+    tests = ROOT / "tests"
+    os.environ.update(NSIGHTWRAP_NCU=str(tests / "fake_ncu" / "ncu"), FAKE_NCU_SCALE="0.1", FAKE_SMI_GPUS="2",
+                      PATH=f"{tests / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}", FAKE_GPU_TARGET="1",
+                      FAKE_SMI_SCOPE=uuid.uuid4().hex, NSIGHTWRAP_TRACER="off", NSIGHTWRAP_CACHE_DIR=str(work / "c"))
+    command = [sys.executable, str(tests / "fake_ncu" / "app.py"), "a@hang-if=SourceCounters",
+               "b@hang-if=Occupancy"]
+    return command, ["SourceCounters", "Occupancy", "LaunchStats", "SpeedOfLight"]
+
+
+def culprits(result) -> dict:
+    return {k.kernel: (sorted(k.singles), sorted(map(tuple, k.combinations))) for k in result.kernels}
+
+
+def one(command: list[str], sections: list[str], section_set: str, gpus: int, work: Path, n: int,
+        stall_timeout: float) -> tuple[float, dict, str]:
+    config = RunConfig(report_dir=str(work / f"r{gpus}-{n}"), cache_dir=str(work / "cache"), env=dict(os.environ),
+                       stall_timeout=stall_timeout, timeout=120.0)
+    with HangStore(work / f"gpus{gpus}-{n}.db") as store:  # apart: no sweep answers from another's probes
+        t = time.monotonic()
+        r = sweep_sections(command, set=section_set, sections=sections, config=config, store=store, jobs=gpus,
+                           executor=ExecutorSpec("local"))
+        took = time.monotonic() - t
+    return took, culprits(r), r.table()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--app", help="the program built from tests/gpu/kernels.cu (run as APP twohang 60)")
+    ap.add_argument("--args", nargs="*", default=["twohang", "60"], help="its arguments (default twohang 60)")
+    ap.add_argument("--set", default="basic", help="section set (default basic)")
+    ap.add_argument("--fake", action="store_true", help="the fakes of tests/ (no GPU needed)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of (1 GPU, 2 GPUs), order alternating")
+    ap.add_argument("--stall-timeout", type=float, default=4.0)
+    ap.add_argument("-o", "--out", help="also write the report here")
+    a = ap.parse_args()
+    if not a.fake and not a.app:
+        ap.error("give --app (a GPU machine) or --fake")
+    with tempfile.TemporaryDirectory(prefix="nsightwrap-bench-exec-") as tmp:
+        work = Path(tmp)
+        if a.fake:
+            command, sections = _fake_setup(work)
+        else:
+            command, sections = [a.app, *a.args], []
+        times: dict[int, list[float]] = {1: [], 2: []}
+        found: dict[int, dict] = {}
+        lines = [f"sweep on the local executor: {' '.join(command)}, "
+                 f"{'sections ' + '+'.join(sections) if sections else 'set ' + a.set}"]
+        for n in range(a.repeat):
+            for gpus in ((1, 2) if n % 2 == 0 else (2, 1)):
+                took, c, table = one(command, sections, a.set, gpus, work, n, a.stall_timeout)
+                times[gpus].append(took)
+                found.setdefault(gpus, c)
+                lines += [f"round {n + 1}, {gpus} GPU(s): {took:.1f} s; culprits {c}", table, ""]
+        t1, t2 = statistics.median(times[1]), statistics.median(times[2])
+        ratio = t2 / t1 if t1 else float("inf")
+        same = found[1] == found[2]
+        lines.append(f"1 GPU: {t1:.1f} s, 2 GPUs: {t2:.1f} s (medians of {a.repeat}); ratio {ratio:.2f} "
+                     f"(goal <= {GOAL}): {'met' if ratio <= GOAL else 'NOT MET'}; "
+                     f"culprits {'match' if same else 'DIFFER'}")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+    return 0 if ratio <= GOAL and same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,475 @@
+"""Probes on a cluster engine (submitit): one job per probe, on the local GPUs or on Slurm.
+
+A probe travels as a ProbeTask: a picklable description (command, options,
+run config, the store setting, the GPU). On the node, run_probe runs it
+through the normal attempt (Calibrator.run around profile_command: the same
+code path as a probe of a local sweep), records it in the user's store, and
+returns the probe's dict. The password of a store URL never travels in the
+task: it waits in a 0600 file of the job folder (itself 0700), read back on
+the node.
+
+One dispatcher thread owns the submitit jobs (ProbeEngine). The sweep's
+threads hand it tasks and wait; it submits them (at once, as one job array on
+Slurm: executor.batch()), polls the jobs, and answers each caller. A job that
+fails (node failure, job error) or whose GPU keeps processes is set aside (the
+local GPU is no longer used; the Slurm node is excluded) and its probe runs
+again elsewhere, at most `retries` times. cancel() (Ctrl-C) cancels every
+queued and running job.
+
+Local jobs: submitit's LocalExecutor pins each job to `visible_gpus[:gpus_per_node]`,
+the same GPUs for every job of an executor, so the engine keeps one executor
+per GPU and gives a job the executor of a free GPU: one probe per GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from nsightwrap.calibrate.confirm import Calibrator
+from nsightwrap.errors import NsightwrapError, OptionsError
+from nsightwrap.fallback.collectives import JobShape
+from nsightwrap.ncu.context import RunConfig, RunContext
+from nsightwrap.ncu.engine import SWEEP_VAR, profile_command
+from nsightwrap.ncu.known import run_rules
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.secrets import mask_text
+from nsightwrap.status import INTERRUPTED
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import ProfileKey
+from nsightwrap.watch import gpu
+
+LOCAL, SLURM = "local", "slurm"
+EXECUTORS = (LOCAL, SLURM)
+#: How often the dispatcher looks at its jobs (seconds).
+POLL_S = 0.2
+#: A local job's own time limit (submitit's default is 2 minutes): a probe is bounded by its watch instead.
+LOCAL_JOB_MINUTES = 24 * 60
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Where the probes run: `kind` local (one per local GPU) or slurm (a job array, one GPU per probe)."""
+
+    kind: str = LOCAL
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    time: Optional[str] = None  # sbatch --time (e.g. 30, 1:00:00)
+    options: tuple[tuple[str, str], ...] = ()  # more sbatch options (--slurm-opt KEY=VALUE)
+    retries: int = 2  # a probe set aside is run again at most this many times
+    folder: Optional[str] = None  # job files (Slurm: must be shared with the nodes); default a folder made here
+    poll_s: float = POLL_S
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise OptionsError(f"unknown executor {self.kind!r}; use one of {', '.join(EXECUTORS)}")
+        if self.retries < 0:
+            raise OptionsError(f"retries must be 0 or more, not {self.retries}")
+
+
+# --- the probe, on the node ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreSetting:
+    """A store path or URL without its password; the password in a 0600 file, when there is one."""
+
+    public: str
+    secret_file: Optional[str] = None
+
+    @classmethod
+    def keep(cls, setting: str, folder: Path) -> "StoreSetting":
+        parts = urlsplit(setting) if "://" in setting else None
+        if parts is None or parts.password is None:
+            return cls(setting)
+        secret = folder / "store-password"
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(parts.password)
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = parts.username or ""
+        return cls(urlunsplit(parts._replace(netloc=f"{user}@{netloc}" if user else netloc)), str(secret))
+
+    def setting(self) -> str:
+        """The full setting again (on the node, in memory only)."""
+        if self.secret_file is None:
+            return self.public
+        password = Path(self.secret_file).read_text()
+        parts = urlsplit(self.public)
+        user, host = parts.netloc.rsplit("@", 1) if "@" in parts.netloc else ("", parts.netloc)
+        return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
+def store_setting_of(store: HangStore) -> str:
+    """What opens `store` again in another process: its URL where it has one, else its path."""
+    return str(getattr(store, "url", None) or store.path)
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    """One probe, picklable: what run_probe needs on the node."""
+
+    command: tuple[str, ...]
+    options: ProfileOptions
+    config: RunConfig  # with the calibration known when the task was made
+    store: Optional[StoreSetting]
+    shape: JobShape
+    nsys: Optional[str] = None
+    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe (local jobs); None: the node's own
+    ladder: str = "sweep-sections"
+    sweep: str = ""  # the sweep's token (SWEEP_VAR): its other probes on the node's GPUs are not foreign
+
+
+def run_probe(task: ProbeTask) -> dict:
+    """On the node: the probe as a local sweep runs it, recorded in the store; the probe's dict.
+
+    Not recorded (as in a local sweep): an interrupted probe, a program fault, and a probe whose GPU
+    still runs processes afterwards (the engine sets that GPU aside and runs the probe again).
+    """
+    context = RunContext.create(task.config)
+    own = {SWEEP_VAR: task.sweep} if task.sweep else {}
+    if task.gpu is not None:
+        own["CUDA_VISIBLE_DEVICES"] = task.gpu
+    context = context.replace(env={**context.env, **own})
+    store = HangStore(task.store.setting()) if task.store is not None else None
+    env_info = task.shape.environment(context) if store is not None else None
+    calibrator = Calibrator(list(task.command), store=store, nsys=task.nsys)
+    if env_info is not None:
+        calibrator.use_environment(env_info)
+    command = list(task.command)
+    attempt = calibrator.run(
+        lambda ctx: profile_command(command, task.options, context=ctx,
+                                    rules=run_rules(command, task.options, ctx.config)), context, task.options)
+    recorded = (store is not None and attempt.status != INTERRUPTED and not attempt.program_fault
+                and not attempt.gpu_left_after)
+    if recorded:
+        store.record_attempt(attempt, ProfileKey.from_options(task.options), env_info, ladder=task.ladder)
+    return {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES"),
+            "status": attempt.status, "recorded": recorded, "attempt": attempt}
+
+
+# --- where jobs run ----------------------------------------------------------------
+
+
+def _submitit() -> Any:
+    """submitit, its log kept off stdout: it logs every message to stdout as well as warnings to stderr,
+    and nsightwrap's stdout is the user's (--json)."""
+    import submitit
+
+    log = logging.getLogger("submitit")
+    for handler in [h for h in log.handlers if h.name == "submitit_out"]:
+        log.removeHandler(handler)
+    return submitit
+
+
+class _Local:
+    """submitit's LocalExecutor, one per GPU (it pins a job to its executor's visible_gpus)."""
+
+    def __init__(self, folder: Path, gpus: Sequence[str]) -> None:
+        submitit = _submitit()
+
+        self.free = list(gpus)
+        self.aside: list[str] = []
+        self.executors = {}
+        for g in gpus:
+            ex = submitit.LocalExecutor(folder=folder / f"gpu{g}")
+            ex.update_parameters(gpus_per_node=1, visible_gpus=[int(g)], timeout_min=LOCAL_JOB_MINUTES)
+            self.executors[g] = ex
+
+    def room(self) -> int:
+        return len(self.free)
+
+    def submit(self, tasks: list[ProbeTask]) -> list[tuple[Any, Optional[str]]]:
+        out = []
+        for task in tasks:
+            g = self.free.pop(0)
+            job = self.executors[g].submit(run_probe, replace(task, gpu=g))
+            job._results_timeout_s = 0  # a local job's result is there at once, or never (no shared file system)
+            out.append((job, g))
+        return out
+
+    def release(self, slot: Optional[str]) -> None:
+        self.free.append(slot)
+
+    def set_aside(self, slot: Optional[str], job: Any, reply: Optional[dict]) -> str:
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self) -> Optional[str]:
+        if self.free or not self.aside:
+            return None
+        return (f"every GPU was set aside (GPUs {', '.join(self.aside)}: a failed job or processes left on it); "
+                "free the GPUs (nvidia-smi) and run again")
+
+
+class _Slurm:
+    """submitit's SlurmExecutor: the tasks of one round as one job array, one GPU each, bad nodes excluded."""
+
+    def __init__(self, folder: Path, spec: ExecutorSpec) -> None:
+        submitit = _submitit()
+
+        self.executor = submitit.SlurmExecutor(folder=folder)
+        params: dict[str, Any] = {"gpus_per_node": 1, "ntasks_per_node": 1, "nodes": 1}
+        for key, value in (("partition", spec.partition), ("account", spec.account), ("time", spec.time)):
+            if value is not None:
+                params[key] = value
+        if spec.options:
+            params["additional_parameters"] = dict(spec.options)
+        self.executor.update_parameters(**params)
+        self.excluded: list[str] = []
+
+    def room(self) -> int:
+        return 1 << 30  # Slurm queues them
+
+    def submit(self, tasks: list[ProbeTask]) -> list[tuple[Any, Optional[str]]]:
+        if self.excluded:
+            self.executor.update_parameters(exclude=",".join(sorted(self.excluded)))
+        with self.executor.batch():
+            jobs = [self.executor.submit(run_probe, task) for task in tasks]
+        return [(job, None) for job in jobs]
+
+    def release(self, slot: Optional[str]) -> None:
+        pass
+
+    def set_aside(self, slot: Optional[str], job: Any, reply: Optional[dict]) -> str:
+        node = reply["host"] if reply else _node_of(job)
+        if node and node not in self.excluded:
+            self.excluded.append(node)
+        return f"node {node}" if node else "its node (unknown)"
+
+    def exhausted(self) -> Optional[str]:
+        return None
+
+
+def _node_of(job: Any) -> Optional[str]:
+    try:
+        node = job.get_info(mode="force").get("NodeList")
+    except Exception:  # noqa: BLE001 - sacct may fail; the node is then unknown
+        return None
+    return node if node and node not in ("None assigned", "(null)") else None
+
+
+# --- the dispatcher ----------------------------------------------------------------
+
+
+@dataclass
+class _Ticket:
+    task: ProbeTask
+    tries: int = 0
+    reply: Optional[dict] = None
+    error: Optional[BaseException] = None
+    done: threading.Event = field(default_factory=threading.Event)
+    failures: list[str] = field(default_factory=list)
+
+
+class ProbeEngine:
+    """Runs ProbeTasks as submitit jobs; run() blocks its caller until the probe's dict is back."""
+
+    def __init__(self, spec: ExecutorSpec, backend: Any, folder: Path, owned: bool,
+                 on_counts: Optional[Callable[[str], None]] = None) -> None:
+        self.spec, self.backend, self.folder, self.owned = spec, backend, folder, owned
+        self.token = uuid.uuid4().hex  # the sweep's token (SWEEP_VAR) in its probes' environment
+        self.on_counts = on_counts
+        self.pending: deque[_Ticket] = deque()
+        self.running: list[tuple[Any, Optional[str], _Ticket]] = []
+        self.finished = 0
+        self.cond = threading.Condition()
+        self.closed = False
+        self._shown = (0, 0, 0)
+        self.thread = threading.Thread(target=self._loop, name="nsightwrap-probe-engine", daemon=True)
+        self.thread.start()
+
+    @property
+    def parallel(self) -> int:
+        """Probes worth waiting on at once."""
+        return max(1, min(self.backend.room(), 64))
+
+    def counts(self) -> tuple[int, int, int]:
+        """(queued, running, finished) probes."""
+        with self.cond:
+            return len(self.pending), len(self.running), self.finished
+
+    def run(self, task: ProbeTask) -> dict:
+        ticket = _Ticket(task)
+        with self.cond:
+            if self.closed:
+                raise KeyboardInterrupt("the sweep was interrupted")
+            self.pending.append(ticket)
+            self.cond.notify_all()
+        while not ticket.done.wait(0.5):  # short waits: Ctrl-C reaches the main thread between them
+            pass
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.reply is not None
+        return ticket.reply
+
+    # The dispatcher thread.
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                if self.closed:
+                    return
+                self._submit_some()
+                watched = list(self.running)
+            self._show()
+            for job, slot, ticket in watched:
+                if job.done():
+                    self._collect(job, slot, ticket)
+            self._show()
+            with self.cond:
+                if not self.closed:
+                    self.cond.wait(self.spec.poll_s)
+
+    def _submit_some(self) -> None:
+        """Pending tickets onto free room (called with the lock held)."""
+        n = min(len(self.pending), self.backend.room())
+        if n == 0:
+            reason = self.backend.exhausted() if self.pending else None
+            while reason and self.pending:
+                self._answer(self.pending.popleft(), error=NsightwrapError(reason))
+            return
+        tickets = [self.pending.popleft() for _ in range(n)]
+        try:
+            jobs = self.backend.submit([t.task for t in tickets])
+        except Exception as e:  # noqa: BLE001 - sbatch refused: every caller hears why
+            for t in tickets:
+                self._answer(t, error=NsightwrapError(f"the probe could not be submitted: {mask_text(str(e))}"))
+            return
+        self.running.extend((job, slot, t) for (job, slot), t in zip(jobs, tickets))
+
+    def _collect(self, job: Any, slot: Optional[str], ticket: _Ticket) -> None:
+        try:
+            reply, failure = job.result(), None
+        except Exception as e:  # noqa: BLE001 - the job failed (node failure, job error)
+            reply, failure = None, f"job {job.job_id} failed: {_last_line(str(e))}"
+        if reply is not None and reply["attempt"].gpu_left_after:
+            failure = "the GPU still runs processes of the probe (" + ", ".join(reply["attempt"].gpu_left_after) + ")"
+        with self.cond:
+            self.running = [r for r in self.running if r[0] is not job]
+            if failure is None:
+                self.backend.release(slot)
+                self._answer(ticket, reply=reply)
+                return
+            where = self.backend.set_aside(slot, job, reply)
+            ticket.failures.append(f"{failure} on {where}")
+            ticket.tries += 1
+            if ticket.tries > self.spec.retries:
+                self._answer(ticket, error=NsightwrapError(
+                    f"the probe failed {ticket.tries} time(s), each set aside: {'; '.join(ticket.failures)}; "
+                    "see the job logs (--executor-folder) and free or fix those GPUs/nodes"))
+            else:
+                self.pending.appendleft(ticket)  # run again elsewhere, before the others
+            self.cond.notify_all()
+
+    def _answer(self, ticket: _Ticket, reply: Optional[dict] = None, error: Optional[BaseException] = None) -> None:
+        ticket.reply, ticket.error = reply, error
+        self.finished += 1
+        ticket.done.set()
+
+    def _show(self) -> None:
+        now = self.counts()
+        if now != self._shown and self.on_counts is not None:
+            self._shown = now
+            self.on_counts(f"probes: {now[0]} queued, {now[1]} running, {now[2]} finished")
+
+    def cancel(self) -> None:
+        """Ctrl-C: every queued and running job cancelled; their callers hear KeyboardInterrupt."""
+        with self.cond:
+            self.closed = True
+            running, self.running = self.running, []
+            pending, self.pending = list(self.pending), deque()
+            self.cond.notify_all()
+        for job, _, ticket in running:
+            try:
+                job.cancel(check=False)
+            except Exception:  # noqa: BLE001 - scancel failed: the job ends at its time limit
+                pass
+            ticket.error = KeyboardInterrupt("the sweep was interrupted")
+            ticket.done.set()
+        for ticket in pending:
+            ticket.error = KeyboardInterrupt("the sweep was interrupted")
+            ticket.done.set()
+        _wait_local(running)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.thread.join(timeout=5)
+        if self.owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "ProbeEngine":
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is not None:
+            self.cancel()
+        self.close()
+
+
+def _wait_local(running: list, limit_s: float = 10.0) -> None:
+    """Cancelled local jobs: wait (bounded) until their processes have stopped their probes' trees."""
+    until = time.monotonic() + limit_s
+    for job, _, _ in running:
+        process = getattr(job, "_process", None)
+        if process is not None:
+            try:
+                process.wait(max(0.0, until - time.monotonic()))
+            except Exception:  # noqa: BLE001 - still running after the limit: left to its own SIGKILL
+                pass
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return mask_text(lines[-1] if lines else text)
+
+
+def local_gpus(jobs: int) -> list[str]:
+    """The GPUs the local executor uses: the first `jobs` of them, or every GPU when jobs is 0."""
+    count = gpu.gpu_count()
+    if count is None:
+        raise NsightwrapError("--executor local runs one probe per GPU, but the GPUs cannot be listed here "
+                              "(nvidia-smi not found); run without --executor")
+    want = count if jobs <= 0 else jobs
+    if count == 0 or count < want:
+        raise NsightwrapError(f"--executor local with --jobs {jobs} needs {max(1, want)} GPU(s), but {count} found; "
+                              f"use --jobs {max(1, count)}")
+    return [str(i) for i in range(want)]
+
+
+def open_engine(spec: ExecutorSpec, jobs: int = 1, on_counts: Optional[Callable[[str], None]] = None) -> ProbeEngine:
+    """The engine of `spec` (its job folder made here, 0700, removed at close unless given)."""
+    owned = spec.folder is None
+    if owned:
+        base = None if spec.kind == LOCAL else Path.home() / ".cache" / "nsightwrap" / "jobs"
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="nsightwrap-jobs-", dir=base))
+    else:
+        folder = Path(spec.folder)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        backend = _Local(folder, local_gpus(jobs)) if spec.kind == LOCAL else _Slurm(folder, spec)
+    except BaseException as e:
+        if owned:
+            shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(e, ImportError):
+            raise NsightwrapError("--executor needs submitit: pip install 'nsightwrap[cluster]' "
+                                  "(or pip install submitit)") from None
+        if isinstance(e, RuntimeError) and "srun" in str(e):
+            raise NsightwrapError("--executor slurm needs Slurm's commands (srun, sbatch) on PATH here; "
+                                  "run on a login node of the cluster") from None
+        raise
+    return ProbeEngine(spec, backend, folder, owned, on_counts)

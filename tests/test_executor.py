@@ -1,0 +1,312 @@
+"""Sweeps on a cluster engine (nsightwrap.fallback.executor): submitit's LocalExecutor with the fakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from helpers import FAKE_SMI_DIR, HERE, ROOT, app, read_until, run_cli, run_config, start_cli
+
+from nsightwrap.errors import NsightwrapError
+from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting
+from nsightwrap.fallback.sweep import sweep_sections
+from nsightwrap.store.hangstore import HangStore
+
+pytest.importorskip("submitit")
+
+FAKE_SLURM_DIR = HERE / "fake_slurm"
+SECTIONS = ["SourceCounters", "Occupancy", "LaunchStats"]
+PROGRAM = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
+
+
+@pytest.fixture
+def smi(fake_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    return tmp_path
+
+
+def cfg(tmp_path, **kw):
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True, **kw)
+
+
+def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
+    """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
+    folder = tmp_path / "jobs"
+    with HangStore(tmp_path / "hangs.db") as store:
+        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store, jobs=2,
+                           executor=ExecutorSpec("local", folder=str(folder)))
+        assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+        probes = [p for k in r.kernels for p in k.probes if not p.from_store]
+        assert probes and {p.gpu for p in probes} <= {"0", "1"}
+        assert len({p.gpu for p in probes}) == 2  # both GPUs used
+        assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
+    # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
+    with HangStore(tmp_path / "hangs.db") as store:
+        again = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store,
+                               executor=ExecutorSpec("local"))
+    assert all(p.from_store for k in again.kernels for p in k.probes)
+
+
+def test_local_executor_refuses_more_jobs_than_gpus(smi, tmp_path):
+    with pytest.raises(NsightwrapError, match="needs 3 GPU"):
+        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), jobs=3,
+                       executor=ExecutorSpec("local"))
+
+
+def test_a_store_password_travels_in_a_0600_file_never_in_the_task(tmp_path):
+    s = StoreSetting.keep("postgresql://team:s3cret@db.example/hangs", tmp_path)
+    assert "s3cret" not in s.public and s.public == "postgresql://team@db.example/hangs"
+    assert stat.S_IMODE(os.stat(s.secret_file).st_mode) == 0o600
+    assert s.setting() == "postgresql://team:s3cret@db.example/hangs"
+    assert StoreSetting.keep("/home/u/hangs.db", tmp_path) == StoreSetting("/home/u/hangs.db")
+
+
+# --- the dispatcher's rules, with a fake backend (no submitit) ---------------------------------------
+
+
+class FakeJob:
+    def __init__(self, task, slot, outcome):
+        self.task, self.slot, self.outcome, self.cancelled = task, slot, outcome, False
+        self.job_id = f"job-{slot}"
+
+    def done(self):
+        return True
+
+    def result(self):
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+class FakeBackend:
+    """GPUs as slots; `plan` says what each job does, by GPU: an exception, 'left' (GPU keeps processes), or ok."""
+
+    def __init__(self, gpus, plan, hold=False):
+        self.free, self.aside, self.plan, self.hold, self.jobs = list(gpus), [], plan, hold, []
+
+    def room(self):
+        return len(self.free)
+
+    def submit(self, tasks):
+        out = []
+        for t in tasks:
+            g = self.free.pop(0)
+            what = self.plan.get(g)
+            left = ("4242 app",) if what == "left" else ()
+            reply = {"host": "h", "gpu": g, "status": "ok", "attempt": SimpleNamespace(gpu_left_after=left)}
+            outcome = what if isinstance(what, Exception) else reply
+            job = FakeJob(t, g, outcome)
+            if self.hold:
+                job.done = lambda: False
+            self.jobs.append(job)
+            out.append((job, g))
+        return out
+
+    def release(self, slot):
+        self.free.append(slot)
+
+    def set_aside(self, slot, job, reply):
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self):
+        return "every GPU was set aside" if not self.free and self.aside else None
+
+
+def engine(backend, tmp_path, retries=2, lines=None):
+    return ProbeEngine(ExecutorSpec("local", retries=retries, poll_s=0.01), backend, tmp_path, owned=False,
+                       on_counts=None if lines is None else lines.append)
+
+
+def test_a_failed_job_sets_its_gpu_aside_and_the_probe_runs_again_on_another(tmp_path):
+    backend = FakeBackend(["0", "1"], {"0": RuntimeError("node failure")})
+    lines = []
+    with engine(backend, tmp_path, lines=lines) as e:
+        reply = e.run("probe")
+    assert reply["gpu"] == "1" and backend.aside == ["0"]
+    assert [j.slot for j in backend.jobs] == ["0", "1"]
+    assert any("finished" in line for line in lines) and any("1 running" in line for line in lines)
+
+
+def test_a_gpu_that_keeps_processes_is_set_aside_too(tmp_path):
+    backend = FakeBackend(["0", "1"], {"0": "left"})
+    with engine(backend, tmp_path) as e:
+        assert e.run("probe")["gpu"] == "1"
+    assert backend.aside == ["0"]
+
+
+def test_retries_are_bounded_and_the_error_says_where(tmp_path):
+    backend = FakeBackend(["0", "1", "2"], {g: RuntimeError("job error") for g in "012"})
+    with engine(backend, tmp_path, retries=1) as e, pytest.raises(NsightwrapError, match="failed 2 time") as err:
+        e.run("probe")
+    assert "GPU 0" in str(err.value) and "GPU 1" in str(err.value) and backend.aside == ["0", "1"]
+
+
+def test_no_gpu_left_ends_the_probe_with_advice(tmp_path):
+    backend = FakeBackend(["0"], {"0": "left"})
+    with engine(backend, tmp_path, retries=3) as e, pytest.raises(NsightwrapError, match="every GPU was set aside"):
+        e.run("probe")
+
+
+def test_cancel_cancels_every_running_and_queued_job(tmp_path):
+    backend = FakeBackend(["0"], {}, hold=True)
+    e = engine(backend, tmp_path)
+    errors = []
+
+    def one():
+        try:
+            e.run("probe")
+        except KeyboardInterrupt as x:
+            errors.append(x)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while e.counts() != (2, 1, 0):
+        assert time.monotonic() < deadline, e.counts()
+        time.sleep(0.01)
+    backend.jobs[0].cancel = lambda check=True: setattr(backend.jobs[0], "cancelled", True)
+    e.cancel()
+    e.close()
+    for t in threads:
+        t.join(5)
+    assert len(errors) == 3 and backend.jobs[0].cancelled
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def _alive_in_scope(scope: str) -> list[int]:
+    """Live processes of this test (its FAKE_SMI_SCOPE): jobs, probes, fake ncu and program."""
+    found = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open(f"/proc/{d}/environ", "rb").read()
+            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"FAKE_SMI_SCOPE={scope}".encode() in env and state != "Z":
+            found.append(int(d))
+    return found
+
+
+def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(smi, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = start_cli(["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
+                   "--stall-timeout", "60", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
+                   *app("a@hang")], env)
+    try:
+        read_until(p, p.stderr, b"1 running", timeout=60)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err.decode()
+    assert json.loads(out)["status"] == "interrupted"
+    deadline = time.monotonic() + 10
+    while _alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
+        assert time.monotonic() < deadline, "processes left after the sweep"
+        time.sleep(0.1)
+
+
+def test_cli_sweep_on_the_local_executor(smi, tmp_path):
+    r = run_cli(["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS), []),
+                 "--json", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--", *PROGRAM],
+                {**os.environ, "PYTHONPATH": str(ROOT)})
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+    assert "running" in r.stderr and "finished" in r.stderr  # the live line
+
+
+def test_slurm_options_need_the_slurm_executor(smi, tmp_path):
+    r = run_cli(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")],
+                {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and "needs --executor slurm" in r.stderr
+
+
+# --- Slurm, with fake sbatch/srun/sacct/scancel (tests/fake_slurm) -----------------------------------
+
+
+@pytest.fixture
+def fake_slurm(smi, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SLURM_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the job's python imports this nsightwrap
+    return tmp_path / "slurm"
+
+
+def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slurm, tmp_path):
+    spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
+                        folder=str(tmp_path / "jobs"), poll_s=0.1)
+    with HangStore(tmp_path / "hangs.db") as store:
+        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store, executor=spec)
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+    probes = [p for k in r.kernels for p in k.probes if not p.from_store]
+    assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
+    # One sbatch per round of pending probes (an array when several were pending at once), each with the options.
+    scripts = [p.read_text() for p in (tmp_path / "jobs").rglob("*submission*.sh")]
+    assert scripts and all("--partition=gpu" in s and "--gpus-per-node=1" in s and "--constraint=h100" in s
+                           and "--time=10" in s for s in scripts)
+
+
+def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
+    spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
+    with HangStore(tmp_path / "hangs.db") as store:
+        r = sweep_sections(app("a@hang-if=SourceCounters"), sections=["SourceCounters", "Occupancy"],
+                           config=cfg(tmp_path), store=store, executor=spec)
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
+    excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
+    assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
+
+
+def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
+    with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
+        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), executor=ExecutorSpec("local"))
+
+
+def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_program_run(tmp_path):
+    """The second whole-program run waits until kernel a's first probe has begun: only a pipelined sweep ends."""
+    from nsightwrap.fallback import sweep as sweep_mod
+    from nsightwrap.fallback.sweep import HUNG, WORKS, Probe, SweepResult
+
+    a_probed = threading.Event()
+    whole = iter([("hang", "a"), ("hang", "b"), ("ok", None)])
+
+    class Runner:
+        shape = SimpleNamespace(multi=False)
+        context = SimpleNamespace(listener=SimpleNamespace(stage=lambda text: None))
+        cancel = threading.Event()
+
+        def watched(self, opts):
+            status, kernel = next(whole)
+            if kernel == "b":
+                assert a_probed.wait(10), "kernel a was not probed while the whole program ran again"
+            return SimpleNamespace(status=status, stalled_kernel=kernel, reason=""), "0"
+
+        def probe(self, kernel, sections, metrics=()):
+            if kernel == "a":
+                a_probed.set()
+            hung = "SourceCounters" in sections
+            return Probe(kernel, frozenset(sections), HUNG if hung else WORKS, 0.0)
+
+        def least(self, kernel):
+            return Probe(kernel, frozenset(), WORKS, 0.0, metrics=("m",))
+
+    result = SweepResult(("SourceCounters", "Occupancy"))
+    sweep_mod._pipelined(Runner(), ["SourceCounters", "Occupancy"], None, result, SimpleNamespace(parallel=2))
+    assert {k.kernel: k.singles for k in result.kernels} == {"a": ["SourceCounters"], "b": ["SourceCounters"]}

@@ -1,0 +1,69 @@
+"""--executor slurm against a real single-node Slurm (make test-slurm: devtools/slurm_single_node.sh
+starts it and sets NSIGHTWRAP_SLURM_TEST=1); skipped elsewhere. The probes use the fake ncu."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from helpers import FAKE_SMI_DIR, ROOT, app, read_until, run_config, start_cli
+
+from nsightwrap.fallback.executor import ExecutorSpec
+from nsightwrap.fallback.sweep import sweep_sections
+from nsightwrap.store.hangstore import HangStore
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(os.environ.get("NSIGHTWRAP_SLURM_TEST") != "1" or shutil.which("sbatch") is None,
+                       reason="needs the single-node Slurm of make test-slurm"),
+]
+
+
+@pytest.fixture
+def env(fake_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return tmp_path
+
+
+def test_a_sweep_on_slurm_finds_the_culprits_and_records_them(env, tmp_path):
+    config = run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True)
+    program = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
+    sections = ["SourceCounters", "Occupancy", "LaunchStats"]
+    spec = ExecutorSpec("slurm", partition="debug", time="5", folder=str(tmp_path / "jobs"), poll_s=0.2)
+    t = time.monotonic()
+    with HangStore(tmp_path / "hangs.db") as store:
+        r = sweep_sections(program, sections=sections, config=config, store=store, executor=spec)
+    print(f"\nsweep on Slurm: {time.monotonic() - t:.1f} s\n{r.table()}")
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+    with HangStore(tmp_path / "hangs.db") as store:  # recorded by the jobs, in the store given
+        again = sweep_sections(program, sections=sections, config=config, store=store, executor=spec)
+    assert all(p.from_store for k in again.kernels for p in k.probes)
+
+
+def test_ctrl_c_cancels_the_slurm_jobs(env, tmp_path):
+    p = start_cli(["sweep-sections", "--executor", "slurm", "--slurm-partition", "debug", "--section",
+                   "SourceCounters", "--json", "--stall-timeout", "120", "--store", str(tmp_path / "hangs.db"),
+                   "--executor-folder", str(tmp_path / "jobs"), "--no-preflight", "--", *app("a@hang")],
+                  dict(os.environ))
+    try:
+        read_until(p, p.stderr, b"1 running", timeout=60)
+        time.sleep(2)  # the job has started on the node
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err.decode()
+    assert json.loads(out)["status"] == "interrupted"
+    deadline = time.monotonic() + 30
+    while subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "jobs left in the queue"
+        time.sleep(0.5)
