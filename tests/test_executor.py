@@ -16,9 +16,10 @@ import pytest
 from helpers import FAKE_SMI_DIR, HERE, ROOT, app, read_until, run_cli, run_config, start_cli
 
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting
+from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting, store_setting_of
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment, ProfileKey
 
 pytest.importorskip("submitit")
 
@@ -71,6 +72,18 @@ def test_a_store_password_travels_in_a_0600_file_never_in_the_task(tmp_path):
     assert s.setting() == "postgresql://team:s3cret@db.example/hangs"
     assert StoreSetting.keep("/home/u/hangs.db", tmp_path) == StoreSetting("/home/u/hangs.db")
 
+
+
+def test_a_probe_reopens_the_users_store_on_the_node_whichever_backend(store_setting, tmp_path):
+    """The setting a probe's job gets opens the same store again: a database's full URL (its password then goes
+    into the 0600 file, not the task), never the masked one a database store prints."""
+    with HangStore(store_setting) as store:
+        setting = store_setting_of(store)
+        kept = StoreSetting.keep(setting, tmp_path)
+        assert setting == store_setting
+        with HangStore(kept.setting()) as again:
+            again.record("k", ProfileKey(set="full"), "hang", env=Environment(gpu="G", driver="d", ncu_version="n"))
+        assert [r.kernel for r in store.records()] == ["k"]
 
 # --- the dispatcher's rules, with a fake backend (no submitit) ---------------------------------------
 

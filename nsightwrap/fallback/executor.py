@@ -112,8 +112,10 @@ class StoreSetting:
 
 
 def store_setting_of(store: HangStore) -> str:
-    """What opens `store` again in another process: its URL where it has one, else its path."""
-    return str(getattr(store, "url", None) or store.path)
+    """What opens `store` again in another process: its URL (password included: StoreSetting.keep moves it
+    into a 0600 file) where it is a database, else its file's path."""
+    location = store.location
+    return location.url if location.url is not None else str(location.path)
 
 
 @dataclass(frozen=True)

@@ -119,9 +119,10 @@ class Environment:
     """Where a verdict was reached: host, GPU model, driver and ncu version,
     and the job's size: how many processes (ranks) and GPUs it had.
 
-    Hangs are matched on gpu, ncu_version and processes (a collective that
-    hangs in a 2-rank job says nothing about a single-process run of the same
-    kernel); the driver and the GPU count are reported. Any field but
+    Hangs are matched on gpu, driver, ncu_version and processes (a collective
+    that hangs in a 2-rank job says nothing about a single-process run of the
+    same kernel; store.queries.applies is the rule); the GPU count is
+    reported. Any field but
     processes may be None (unknown).
     """
 
