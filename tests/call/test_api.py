@@ -149,7 +149,7 @@ def test_range_fixture(tmp_path):
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """A GPU as nvidia-smi tells it (the fake one): the fixture below then does not skip."""
-    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{Path(__file__).parents[1] / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
 
 
 def test_pytest_fixture(cfg, fake_gpu, nsight_profile):
@@ -162,7 +162,7 @@ def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env
     import subprocess
 
     (tmp_path / "test_uses_fixture.py").write_text("def test_it(nsight_profile):\n    raise AssertionError('ran')\n")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = dict(fake_env, PATH="/usr/bin:/bin", PYTHONPATH=str(root))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                            str(tmp_path)],

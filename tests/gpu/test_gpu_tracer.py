@@ -22,7 +22,7 @@ from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import TIMEOUT
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")

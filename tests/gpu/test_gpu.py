@@ -22,7 +22,7 @@ from nsightwrap.watch import gpu
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="session")

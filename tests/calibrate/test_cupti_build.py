@@ -205,7 +205,7 @@ def test_the_real_tracer_compiles_with_gxx(tmp_path):
 def test_the_tracer_source_ships_as_package_data():
     import tomllib
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "calibrate/cupti/tracer.cpp" in data["nsightwrap"]
     assert SOURCE == root / "nsightwrap" / "calibrate" / "cupti" / "tracer.cpp"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from nsightwrap.ncu.events import KernelDone, ReplayPass
 from nsightwrap.ncu.output import OutputParser, parse_all
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 sys.path.insert(0, str(HERE / "fake_ncu"))
 from ncutext import atoms  # noqa: E402
 

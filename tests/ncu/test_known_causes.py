@@ -46,7 +46,7 @@ from nsightwrap.status import HANG
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
 
-DIST = Path(__file__).parent / "fake_dist"
+DIST = Path(__file__).parents[1] / "fake_dist"
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 STEPS = ["gemm", f"{AR}@collective", "softmax", "gemm", f"{AR}@collective", "softmax", f"{AR}@collective"]
 EVIDENCE = ("known cause: ncu serialises kernel launches across the processes it profiles, so a collective waits "

@@ -247,7 +247,7 @@ def test_leftover_processes_of_the_program_are_stopped(fake_env, tmp_path):
     assert_clean(a)
 
 
-# Runs whose nsightwrap was killed: tests/test_hostile.py (the guard, `cleanup`).
+# Runs whose nsightwrap was killed: tests/watch/test_hostile.py (the guard, `cleanup`).
 
 
 # --- the command line -------------------------------------------------------------

@@ -29,7 +29,7 @@ from nsightwrap.cli.preflight import (
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.store.hangstore import HangStore
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 FAKE_SMI = HERE / "fake_nvidia_smi"
 FAKE_NSYS = HERE / "fake_nsys" / "nsys"
 ROOT = HERE.parent

@@ -361,9 +361,10 @@ def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env):
         "def test_counts():\n"
         "    assert conftest.COUNTS == {'find_ncu': 1, 'probe_ncu': 1}\n")
     env = dict(os.environ, NSIGHTWRAP_PROFILER_API="fakecuda:profiler_start:profiler_stop",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent)] + [p for p in sys.path if p]),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1])]
+                                          + [p for p in sys.path if p]),
                # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
-               PATH=os.pathsep.join([str(Path(__file__).parent / "fake_nvidia_smi"), os.environ.get("PATH", "")]))
+               PATH=os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"), os.environ.get("PATH", "")]))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert "3 passed" in out.stdout, out.stdout + out.stderr

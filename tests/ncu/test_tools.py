@@ -16,7 +16,7 @@ from nsightwrap.ncu.catalog import NcuInfo, Section, SectionSet, parse_table, pa
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.watch.locate import run_command
 
-DATA = Path(__file__).parent / "data" / "ncu"
+DATA = Path(__file__).parents[1] / "data" / "ncu"
 VERSION_TEXT = (
     "NVIDIA (R) Nsight Compute Command Line Profiler\n"
     "Copyright (c) 2018-2025 NVIDIA Corporation\n"
@@ -535,14 +535,14 @@ def test_no_import_side_effects():
         "import nsightwrap.ncu.locate, nsightwrap.ncu.catalog, nsightwrap.ncu.options; "
         "assert dict(os.environ) == before"
     )
-    rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parent.parent)])
+    rc, text = run_command([sys.executable, "-c", code, str(Path(__file__).parents[2])])
     assert rc == 0, text
 
 
 def test_doctor_names_the_ncu_found(monkeypatch, tmp_path, capsys):
     from nsightwrap.cli.main import main
 
-    fake = Path(__file__).parent / "fake_ncu" / "ncu"
+    fake = Path(__file__).parents[1] / "fake_ncu" / "ncu"
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(fake))
     monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: the driver check FAILs

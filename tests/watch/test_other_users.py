@@ -218,7 +218,7 @@ def test_no_process_of_a_one_rank_profile_shows_the_cookie_in_ps(fake_env, tmp_p
             if line.startswith(f"{COOKIE_VAR}=") and not seen:
                 seen.append(argv_holding(line.split("=", 1)[1]))
 
-    dist = Path(__file__).parent / "fake_dist" / "torchrun"
+    dist = Path(__file__).parents[1] / "fake_dist" / "torchrun"
     command = [str(dist), "--nproc-per-node", "2", *app("env:" + COOKIE_VAR, "sleep:0.3", "vec_add")[1:]]
     a = profile_command(command, ProfileOptions(metrics=("gpu__time_duration.sum",), rank=0),
                         run_config(tmp_path, report_dir=str(tmp_path / "r"), stop=fast_stop()), on_output=look)

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nsightwrap"
 
 #: Import name -> distribution name, where they differ.
@@ -75,7 +75,7 @@ def test_the_ladders_ship_in_the_wheel():
 
     import nsightwrap.fallback.ladder as ladder
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     link = root / "nsightwrap" / "profiles"
     assert link.is_symlink() and link.resolve() == (root / "profiles").resolve()
     data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]

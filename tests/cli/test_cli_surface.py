@@ -26,8 +26,8 @@ from helpers import run_read_only
 from nsightwrap import __version__
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
-ROOT = Path(__file__).resolve().parent.parent
-FAKE_SMI = Path(__file__).parent / "fake_nvidia_smi"
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_SMI = Path(__file__).parents[1] / "fake_nvidia_smi"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 
 

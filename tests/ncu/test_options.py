@@ -12,7 +12,7 @@ from nsightwrap.ncu.catalog import NcuInfo, parse_table, probe_ncu
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions, build_argv, validate
 from nsightwrap.status import ReplayMode
 
-DATA = Path(__file__).parent / "data" / "ncu"
+DATA = Path(__file__).parents[1] / "data" / "ncu"
 NCU = "/opt/ncu/ncu"
 CMD = ["./app", "--size", "4"]
 

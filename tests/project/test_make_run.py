@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import FAKE_APP
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAKE_RUN = ROOT / "examples" / "make_run.py"
 
 

@@ -18,7 +18,7 @@ from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.store import ENV_STORE, Environment, HangStore, ProfileKey
 from nsightwrap.watch.writer import BROKEN_PIPE_EXIT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
 FULL, BASIC = ProfileKey("full"), ProfileKey("basic")
 CMD_FULL = ("ncu", "--set", "full", "--kernel-name", "wait_for_host", "./app")

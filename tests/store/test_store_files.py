@@ -25,7 +25,7 @@ from nsightwrap.store import (
     store_path,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
 FULL = ProfileKey("full")
 

@@ -31,7 +31,7 @@ from nsightwrap.ncu.events import (
 )
 from nsightwrap.ncu.output import MAX_LINE, OutputParser, parse_all
 
-TRANSCRIPTS = Path(__file__).parent / "data" / "transcripts"
+TRANSCRIPTS = Path(__file__).parents[1] / "data" / "transcripts"
 ALL_TRANSCRIPTS = sorted(p.name for p in TRANSCRIPTS.glob("*.jsonl"))
 
 

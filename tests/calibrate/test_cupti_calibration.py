@@ -311,7 +311,7 @@ def test_a_later_kernel_the_early_stopped_calibration_did_not_reach_is_calibrate
 
 def test_every_rank_of_a_job_is_traced_and_the_job_stops_after_its_collective(env):
     """Each rank writes its own trace; a name ncu cut short ("...") matches the full one."""
-    dist = Path(__file__).parent / "fake_dist" / "torchrun"
+    dist = Path(__file__).parents[1] / "fake_dist" / "torchrun"
     ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
     command = [str(dist), "--nproc-per-node", "2", *app("gemm", f"{ar}@collective", "long@spin=3")[1:]]
     cal, took = timed(command, env, stalled=StalledKernel("ncclDevKernel_AllReduce_Sum_f...", 0))

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nsightwrap"
 
 #: Lowest first. A module imports its own folder (or top-level module) and the ranks before its own; names in

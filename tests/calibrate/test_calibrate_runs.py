@@ -22,7 +22,7 @@ from nsightwrap.status import EXIT_CODES, NO_KERNELS, OK, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.tree import StopPolicy
 
-FAKE_NSYS = Path(__file__).parent / "fake_nsys" / "nsys"
+FAKE_NSYS = Path(__file__).parents[1] / "fake_nsys" / "nsys"
 ONE_METRIC = ProfileOptions(metrics=("gpu__time_duration.sum",))
 BASIC = ["LaunchStats", "Occupancy", "SpeedOfLight", "WorkloadDistribution"]
 #: The quick ladder without its rungs' own stall timeouts (8 s and 6 s, for kernels not calibrated).

@@ -26,7 +26,7 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.launchers import WRAPPER_MODULE
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
-DIST = Path(__file__).parent / "fake_dist"
+DIST = Path(__file__).parents[1] / "fake_dist"
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 #: Per step: a matmul, the all-reduce, a softmax; two steps, then a last all-reduce (a barrier: the ranks
 #: print their last line after it, not in the middle of another rank's progress line).
@@ -81,7 +81,7 @@ def test_the_gpu_check_covers_every_rank(cfg, tmp_path, monkeypatch):
 
     sticky = tmp_path / "sticky"
     monkeypatch.setenv("FAKE_SMI_STICKY", str(sticky))
-    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{Path(__file__).parents[1] / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(engine._left_on_gpu, "__defaults__", (0.2,))  # no 10 s wait for the listing to settle
     a = profile_command(torchrun("stick:" + str(sticky), *SHORT), ProfileOptions(set="basic"),
                         cfg.replace(check_gpu=True, env=dict(os.environ)))
@@ -101,7 +101,7 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     store = HangStore(tmp_path / "h.db")
     r = walk_ladder(torchrun(*STEPS), ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     # torchrun is recognised: the collectives are left out from the start, no attempt waits on one
-    # (tests/test_known_causes.py; the hang of a collective with every rank profiled: below and there).
+    # (tests/ncu/test_known_causes.py; the hang of a collective with every rank profiled: below and there).
     main, one_rank = r.attempts
     # Every non-collective kernel of both ranks, from a run that left out the NCCL family.
     assert main.status == "ok" and names(main) == ["gemm"] * 4 + ["softmax"] * 4
@@ -164,7 +164,7 @@ def test_cli_walk_on_a_torchrun_job(fake_env, tmp_path, tag):
                        capture_output=True, text=True, env=dict(os.environ), timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    # torchrun is recognised: the collectives are left out up front, so nothing hangs (tests/test_known_causes.py).
+    # torchrun is recognised: the collectives are left out up front, so nothing hangs (tests/ncu/test_known_causes.py).
     assert d["processes"] == 2 and d["unprofiled"] == [] and d["hangs"] == [] and len(d["steps"]) == 3
     last = d["steps"][-1]["attempt"]
     assert last["command"][last["command"].index("--rank") + 1] == "1" and last["status"] == "ok"

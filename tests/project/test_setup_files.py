@@ -26,7 +26,7 @@ from nsightwrap.ncu.catalog import default_cache_dir, probe_ncu
 from nsightwrap.paths import cache_dir, host_mark, stale_work_dirs, work_dir
 from nsightwrap.store.paths import default_store_path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAKE_VENV = ROOT / "devtools" / "make_venv.sh"
 
 #: A python3 whose `-m venv` is faked (a folder whose bin/python is the real one), or fails as Debian's does
