@@ -180,7 +180,8 @@ def test_sigint_in_the_middle_leaves_no_rank_behind(fake_env, tmp_path, tag):
         buf = b""
         os.set_blocking(p.stderr.fileno(), False)
         deadline = time.monotonic() + 30
-        while f'"{AR}" - '.encode() not in buf and time.monotonic() < deadline:
+        # With --kernel-name, ncu's line has no ` - ID` (FACTS): wait for the collective's own line.
+        while f'Profiling "{AR}"'.encode() not in buf and time.monotonic() < deadline:
             time.sleep(0.05)
             buf += p.stderr.read() or b""
         p.send_signal(signal.SIGINT)
