@@ -114,11 +114,21 @@ def test_a_callers_calibrator_uses_the_sweeps_environment(tmp_path, fake_env, st
     assert r.clean and calibrator._looked_up and len(detected) == 1
 
 
-@pytest.mark.parametrize("plant,expect_singles,expect_pairs", [
-    ("SourceCounters", ["SourceCounters"], []),
-    ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),
-    ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")]),
-])
+PLANTS = [("SourceCounters", ["SourceCounters"], []),
+          ("SourceCounters|WarpStateStats", ["SourceCounters", "WarpStateStats"], []),
+          ("Occupancy+MemoryWorkloadAnalysis", [], [("MemoryWorkloadAnalysis", "Occupancy")])]
+
+
+@pytest.mark.parametrize("plant,expect_singles,expect_pairs", PLANTS)
+def test_the_fakes_plants_are_found_among_the_small_sections(plant, expect_singles, expect_pairs):
+    """The search of test_sweep_with_fake_ncu on each plant of the fake's `hang-if=` (A|B: either, A+B: both),
+    with an oracle for the probes; the pair runs end to end below."""
+    r = investigate("k", SMALL, oracle([tuple(alt.split("+")) for alt in plant.split("|")]))
+    assert sorted(r.singles) == expect_singles and r.combinations == expect_pairs
+    assert r.probes_run <= r.budget() + 1
+
+
+@pytest.mark.parametrize("plant,expect_singles,expect_pairs", PLANTS[2:])
 def test_sweep_with_fake_ncu(cfg, store, plant, expect_singles, expect_pairs, ncu_lookups):
     command = app("vec_add", f"k@hang-if={plant}", "block_reduce")
     r = sweep_sections(command, sections=SMALL, config=cfg, store=store)
