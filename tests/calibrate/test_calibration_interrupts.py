@@ -49,8 +49,9 @@ def _store_is_empty(path):
 
 # --- the command line ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("how, sig", [("run", signal.SIGINT), ("run", signal.SIGTERM),
-                                      ("profile", signal.SIGINT), ("profile", signal.SIGTERM)])
+# Each path with one of the two signals (SIGINT and SIGTERM are one kind of interrupt to nsightwrap.watch.signals,
+# tests/watch/test_signals.py); the library tests below take both as well.
+@pytest.mark.parametrize("how, sig", [("run", signal.SIGINT), ("profile", signal.SIGTERM)])
 def test_cli_interrupted_while_calibrating_is_interrupted(env, tmp_path, how, sig):
     store = tmp_path / "h.db"
     extra = ["--profile", "quick", "--no-preflight"] if how == "profile" else []
