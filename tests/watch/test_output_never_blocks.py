@@ -63,10 +63,10 @@ class Unread:
 
 
 def test_the_timeout_is_met_with_stderr_unread(env, tmp_path):
-    run = Unread(["run", "--json", "--timeout", "2", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
+    run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
     rc, doc, took = run.finish()
     assert rc == 4 and doc["status"] == "timeout", (rc, doc)
-    assert took < 8, f"the 2 s timeout fired after {took:.1f} s"
+    assert took < 8, f"the 1 s timeout fired after {took:.1f} s"
     assert any("could not be written" in w for w in doc["warnings"]), doc["warnings"]
 
 
@@ -80,7 +80,7 @@ def test_a_hang_is_called_with_stderr_unread(env, tmp_path):
 
 def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
     run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
-    time.sleep(2.0)  # the pipe is full long before
+    time.sleep(1.0)  # the pipe is full long before (64 KiB of a flood: milliseconds)
     run.p.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     rc, doc, _ = run.finish()
@@ -92,7 +92,7 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
     """A terminal stopped by Ctrl-S (a pty whose other end is not read): the live screen, rich, and a flood."""
     master, slave = pty.openpty()
     try:
-        run = Unread(["run", "--json", "--timeout", "2", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
+        run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
                      {**env, "TERM": "xterm"}, stderr=slave)
         os.close(slave)
         slave = None
@@ -102,7 +102,7 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
         if slave is not None:
             os.close(slave)
     assert rc == 4 and doc["status"] == "timeout", (rc, doc)
-    assert took < 8, f"the 2 s timeout fired after {took:.1f} s"
+    assert took < 8, f"the 1 s timeout fired after {took:.1f} s"
 
 
 def test_nothing_is_said_lost_when_stderr_is_read(env, tmp_path):
