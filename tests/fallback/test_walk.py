@@ -39,8 +39,10 @@ def where(result):
 PROGRAM = app("vec_add", "k@hang-if=SourceCounters", "vec_add", "block_reduce")
 
 
-def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
-    r = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, reader=rows)
+def test_only_the_hanging_kernel_steps_down_and_a_second_walk_skips_known_hangs(cfg, ncu_lookups, store):
+    """One walk, then the same walk again with what the store learnt (two tests once: both began with this
+    walk), then again with retry_known_hangs."""
+    r = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     # One run context for the whole walk: ncu located and probed once for its five attempts.
     assert len(r.attempts) == 5 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
     assert {a.ncu for a in r.attempts} == {cfg.env["NSIGHTWRAP_NCU"]}
@@ -60,9 +62,7 @@ def test_only_the_hanging_kernel_steps_down(cfg, ncu_lookups):
     assert r.unprofiled == [] and r.stopped is None
     assert "hung on k" in r.summary()
 
-
-def test_second_walk_skips_known_hangs(cfg, store):
-    first = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    first = r
     second = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
     assert len(first.attempts) == 5
     assert len(second.attempts) == 2  # main (k excluded from the start) and k at basic
