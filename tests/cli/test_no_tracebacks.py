@@ -146,7 +146,10 @@ def test_a_signal_just_after_the_json_object_keeps_its_exit_code(env, tmp_path, 
 
 def test_a_ladder_nested_too_deeply_is_a_ladder_error(tmp_path):
     deep = tmp_path / "deep.yaml"
-    deep.write_text("name: deep\nrungs: " + "[" * 5000 + "]" * 5000 + "\n")
+    # As many levels as the recursion limit: the YAML composer takes two frames a level, so this surely
+    # overflows; 5000 levels did too, in 2-3 times the time (PyYAML's scanner is worse than linear here).
+    depth = sys.getrecursionlimit()
+    deep.write_text("name: deep\nrungs: " + "[" * depth + "]" * depth + "\n")
     with pytest.raises(LadderError, match="nested too deeply"):
         load_ladder(str(deep))
 
