@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +27,25 @@ from nsightwrap.watch.locate import check_program
 
 def cli(args, env, cwd=None):
     return run_cli(args, dict(env, PYTHONPATH=str(ROOT)), cwd=cwd)
+
+
+@pytest.fixture
+def cli_here(monkeypatch, capfd):
+    """`cli` in this process, through the CLI's own main(): for answers given before anything is launched (usage
+    and set-up errors), without an interpreter's start each; `cli` runs the end-to-end cases."""
+    from nsightwrap.cli.main import main
+
+    def run(args, env, cwd=None):
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                monkeypatch.setenv(name, value)
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capfd.readouterr()
+        code = main(list(args))
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+    return run
 
 
 def one_json(stdout: str) -> dict:
@@ -61,14 +82,14 @@ def programs(tmp_path):
     ("./adir", ["a folder"]),
     ("./dangling", ["symbolic link", "does not exist"]),
 ])
-def test_run_refuses_a_program_it_cannot_launch(fake_env, programs, program, needles):
-    done = cli(["run", "--json", "-o", str(programs / "r"), "--", program], fake_env, cwd=programs)
+def test_run_refuses_a_program_it_cannot_launch(fake_env, programs, program, needles, cli_here):
+    done = cli_here(["run", "--json", "-o", str(programs / "r"), "--", program], fake_env, cwd=programs)
     refused(done, repr(program), *needles)
     assert not list(programs.glob("r*.ncu-rep"))
 
 
-def test_sweep_refuses_a_program_it_cannot_launch(fake_env, programs):
-    done = cli(["sweep-sections", "--json", "--no-preflight", "--store", str(programs / "s.db"), "--",
+def test_sweep_refuses_a_program_it_cannot_launch(fake_env, programs, cli_here):
+    done = cli_here(["sweep-sections", "--json", "--no-preflight", "--store", str(programs / "s.db"), "--",
                 "./noexec.sh"], fake_env, cwd=programs)
     refused(done, "not executable")
     assert not (programs / "s.db").exists()
@@ -135,8 +156,8 @@ def test_a_walk_says_the_report_folder_it_created(fake_env, tmp_path):
     assert done.stderr.count(said) == 1
 
 
-def test_a_newline_in_the_report_name_is_refused(fake_env, tmp_path):
-    done = cli(["run", "--json", "-o", str(tmp_path / "a\nb"), "--", *app("vec_add")], fake_env)
+def test_a_newline_in_the_report_name_is_refused(fake_env, tmp_path, cli_here):
+    done = cli_here(["run", "--json", "-o", str(tmp_path / "a\nb"), "--", *app("vec_add")], fake_env)
     doc = refused(done, "-o ", "control character")
     assert "export=" not in doc["error"]
     assert list(tmp_path.iterdir()) == []
@@ -150,10 +171,10 @@ def test_a_newline_in_the_default_report_folder_is_refused(tmp_path):
         plan_report(ProfileOptions(), app("vec_add"), config)
 
 
-def test_a_dangling_symlink_as_the_report_is_refused(fake_env, tmp_path):
+def test_a_dangling_symlink_as_the_report_is_refused(fake_env, tmp_path, cli_here):
     link = tmp_path / "r.ncu-rep"
     link.symlink_to(tmp_path / "elsewhere" / "x.ncu-rep")
-    done = cli(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add")], fake_env)
+    done = cli_here(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add")], fake_env)
     refused(done, "symbolic link", "does not exist")
     assert not (tmp_path / "elsewhere").exists()
 
@@ -166,8 +187,8 @@ def test_a_dangling_symlink_as_the_report_is_refused(fake_env, tmp_path):
     ["run", "--json", "-o", ""],
     ["sweep-sections", "--json", "--kernel", ""],
 ])
-def test_an_empty_value_is_a_usage_error(fake_env, args):
-    refused(cli([*args, "--", *app("vec_add")], fake_env), "must not be empty")
+def test_an_empty_value_is_a_usage_error(fake_env, args, cli_here):
+    refused(cli_here([*args, "--", *app("vec_add")], fake_env), "must not be empty")
 
 
 @pytest.mark.parametrize("text", ["", "regex:", "exact:"])
@@ -223,8 +244,8 @@ def test_a_private_runtime_folder_gives_no_warning(fake_env, tmp_path):
     (["--rank", "-2"], "--rank -2 must not be negative", "rank="),
     (["--export", "a\tb"], "--export 'a\\tb'", "export="),
 ])
-def test_cli_messages_name_the_flags(fake_env, tmp_path, args, said, unsaid):
-    done = cli(["run", "--json", *args, "--", *app("vec_add")], fake_env, cwd=tmp_path)
+def test_cli_messages_name_the_flags(fake_env, tmp_path, args, said, unsaid, cli_here):
+    done = cli_here(["run", "--json", *args, "--", *app("vec_add")], fake_env, cwd=tmp_path)
     doc = refused(done, said)
     assert unsaid not in doc["error"] and "None" not in doc["error"] and said in done.stderr
 
@@ -274,8 +295,8 @@ def test_in_flags_leaves_paths_and_python_hints_alone():
     (["-o", "/proc/stall_timeout/r.ncu-rep", "--", "/bin/true"], "/proc/stall_timeout/r.ncu-rep"),
     (["--", "/tmp/x/no_such/stall_timeout"], "/tmp/x/no_such/stall_timeout"),
 ])
-def test_the_cli_leaves_a_path_that_holds_a_parameter_name_alone(fake_env, tmp_path, args, path):
-    done = cli(["run", "--json", *args], fake_env, cwd=tmp_path)
+def test_the_cli_leaves_a_path_that_holds_a_parameter_name_alone(fake_env, tmp_path, args, path, cli_here):
+    done = cli_here(["run", "--json", *args], fake_env, cwd=tmp_path)
     doc = json.loads(done.stdout)
     assert done.returncode == 2 and path in doc["error"] and "--stall-timeout" not in doc["error"], doc
     assert "(-o in Python)" not in doc["error"]
@@ -291,19 +312,19 @@ def test_main_spells_library_errors_in_flags(fake_env, tmp_path, monkeypatch, ca
 
 
 
-def test_a_ladder_files_errors_keep_its_keys(fake_env, tmp_path):
+def test_a_ladder_files_errors_keep_its_keys(fake_env, tmp_path, cli_here):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nrungs:\n  - name: r\n    stall_timeout: 0\n")
-    done = cli(["run", "--json", "--profile", str(bad), "--no-preflight", "--store", str(tmp_path / "s.db"), "--",
+    done = cli_here(["run", "--json", "--profile", str(bad), "--no-preflight", "--store", str(tmp_path / "s.db"), "--",
                 *app("vec_add")], fake_env)
     doc = refused(done, "stall_timeout must be a number of seconds > 0")
     assert "--stall-timeout" not in doc["error"]
 
 
 @pytest.mark.parametrize("args", [["--timeout", "-1"], ["--silence-timeout", "0"]])
-def test_nsys_profile_refuses_a_bad_timeout_without_a_traceback(fake_env, args):
+def test_nsys_profile_refuses_a_bad_timeout_without_a_traceback(fake_env, args, cli_here):
     env = dict(fake_env, NSIGHTWRAP_NSYS=str(ROOT / "tests" / "fake_nsys" / "nsys"))
-    done = cli(["nsys", "profile", *args, "--", "true"], env)
+    done = cli_here(["nsys", "profile", *args, "--", "true"], env)
     assert done.returncode == 2 and "Traceback" not in done.stderr and f"{args[0]}: must be > 0" in done.stderr
 
 
