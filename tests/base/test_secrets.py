@@ -175,7 +175,8 @@ def test_no_secret_in_any_output_or_file(fake_env, tmp_path):
             ["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
              str(tmp_path / "r" / "walk"), "--", *_program(tmp_path, "vec_add", "k@hang", "vec_add")],
             ["sweep-sections", "--json", "--verbose", "--stall-timeout", "0.6", "--section", "LaunchStats",
-             "--section", "Occupancy", "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--", *_program(tmp_path, "k@hang")]]
+             "--section", "Occupancy", "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--",
+             *_program(tmp_path, "k@hang")]]
     for argv in runs:
         done = run_cli(argv, env, cwd=tmp_path)
         assert "Traceback" not in done.stderr, done.stderr
