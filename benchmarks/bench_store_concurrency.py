@@ -10,7 +10,7 @@ file); a writer killed is started again and goes on from its first unnoted recor
 the same uid (it may have been committed just before the kill). At the end every noted record must be in
 the store exactly once, and every writer's records all there. The PostgreSQL server is tests/pg.py's
 (Debian's postgresql 15 binaries, run as an unprivileged user in a temporary folder, removed at the end).
-The test suite runs a small version of this (tests/test_shared_store.py). Prints one line per backend and
+The test suite runs a small version of this (tests/store/test_shared_store.py). Prints one line per backend and
 exits 1 if any record was lost or duplicated.
 """
 

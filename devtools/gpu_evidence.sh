@@ -13,7 +13,7 @@
 #          torchfx (the PyTorch NVTX fixture and its CSV)   examples (examples/profile_*.py)
 #          gputests (every gpu-marked test)   sigkill chatty (issue 11)   fncost (issue 15's benchmark)
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
-#          tracertests (tests/test_gpu_tracer.py)   lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
+#          tracertests (tests/gpu/test_gpu_tracer.py)   lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
 #          verdicts (issue 19's benchmark: no nsys, the CUPTI tracer; CALIB_STEPS, CALIB_BUDGET)
 #          fnhang (profile(fn) on a hang, defaults)   ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
@@ -58,19 +58,19 @@ step() {  # limit name command...
 nvidia-smi -L | tee -a "$S"
 gpu_check start
 want() { [[ "$STEPS" == *" $1 "* ]]; }
-want walk     && step 200 walk     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k walk
-want profile  && step 110 profile  python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k profile_fn
-want sweep    && step 200 sweep    python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k sweep
+want walk     && step 200 walk     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py -k walk
+want profile  && step 110 profile  python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py -k profile_fn
+want sweep    && step 200 sweep    python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py -k sweep
 want nsys     && step 170 nsys     env NSYS_GPU_BUDGET_S=165 bash devtools/nsys_on_gpu.sh "$W/nsys"
 want extras   && step 30  extras   python3 devtools/extras_probe.py /usr/local/cuda/bin/ncu
 want crash    && step 120 crash    python3 devtools/extras_crash.py "$PWD/tests/data/reports/basic_ok.ncu-rep"
-want jobs     && step 240 jobs     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py -k jobs_2
+want jobs     && step 240 jobs     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py -k jobs_2
 want executor2 && step 420 executor2 bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && python3 benchmarks/sweep_executor.py --app /tmp/nsightwrap-bench/app -o "$0/sweep_executor.txt"' "$W"
 want many     && step 120 many     bash -c 'mkdir -p /tmp/nw "$0" && nvcc -O2 -arch=sm_90 -o /tmp/nw/app tests/gpu/kernels.cu && cd /tmp/nw && /usr/local/cuda/bin/ncu --set basic -o "$0/many300" /tmp/nw/app many 300 | tail -3' "$W/fx"
 want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_nvtx csv
 want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy profile_triton profile_hang; do echo "### $e"; s=$SECONDS; timeout 150 python3 examples/$e.py; echo "### $e: rc=$? in $((SECONDS - s)) s"; done; nvidia-smi --query-compute-apps=pid --format=csv,noheader; ps -eo pid,cmd | grep -E "ncu|python3 -m nsightwrap" | grep -v grep'
-want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu.py
-want tracertests && step 240 tracertests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu_tracer.py
+want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py
+want tracertests && step 240 tracertests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu_tracer.py
 want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn

@@ -2,7 +2,7 @@
 # A real single-node Slurm for the Slurm tests (make test-slurm): the tests marked `slurm` against
 # Debian's slurm-wlm and munge, started here and stopped here.
 #
-#   bash devtools/slurm_single_node.sh [PYTEST ARGS...]      (default: tests/test_slurm_real.py)
+#   bash devtools/slurm_single_node.sh [PYTEST ARGS...]      (default: tests/fallback/test_slurm_real.py)
 #
 # Installs slurm-wlm and munge with apt-get when they are missing and this is root (else says what to
 # install). Everything else lives in a temporary folder: a munge key and munged on a socket of its own,
@@ -107,7 +107,7 @@ echo "slurm_single_node: $HOST up (SLURM_CONF=$SLURM_CONF)"
 cd "$ROOT"
 set +e
 NSIGHTWRAP_SLURM_TEST=1 NSIGHTWRAP_SLURM_SHARED="$T/jobs" PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-  "$PY" -m pytest -q -p no:cacheprovider -m slurm "${@:-tests/test_slurm_real.py}"
+  "$PY" -m pytest -q -p no:cacheprovider -m slurm "${@:-tests/fallback/test_slurm_real.py}"
 rc=$?
 set -e
 [ $rc = 0 ] || tail -n 20 "$T"/log/* >&2

@@ -1,7 +1,7 @@
 """This user's folders, resolved in one place: the cache, the runtime folder, temporary work folders.
 
 No other module reads an XDG variable, ``~`` or $TMPDIR to place a file of
-its own; each asks here (tests/test_paths.py checks both).
+its own; each asks here (tests/base/test_paths.py checks both).
 
 - cache: ``$XDG_CACHE_HOME/nsightwrap`` (an absolute one, as the XDG base
   directory spec says), else ``~/.cache/nsightwrap``: the hang store
@@ -84,6 +84,12 @@ def runs_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     env = os.environ if env is None else env
     value = env.get(ENV_EVIDENCE, "")
     return Path(value).expanduser() if value and value.lower() != "off" else cache_dir(env) / "runs"
+
+
+def jobs_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where a Slurm sweep keeps its submitit jobs: the cache's ``jobs``, under the home folder that the
+    cluster's nodes usually share (``--executor-folder`` names another where they do not)."""
+    return cache_dir(env) / "jobs"
 
 
 def make_private_dirs(folder: Path) -> None:

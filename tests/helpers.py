@@ -45,10 +45,12 @@ FAKE_SCALE = str(TIME_SCALE)
 #: four busy loops beside it on this 2-core machine.
 STALL_S = 0.4
 #: Calibrated allowances on the tests' clock: a fifth of the real floor (2.5 s), as the fakes' kernels take
-#: milliseconds, and a margin of 1 instead of 4: a fake program's calibrated time is mostly the interpreter's
-#: start (0.2 s), which a margin of 4 made a 4.7 s allowance for a 38-pass probe. Both stay above any silence
-#: of a fake kernel that does not hang.
-FAST_ALLOWANCE = AllowancePolicy(margin=1.0, floor_s=0.5)
+#: milliseconds, and a margin of 0.25 instead of 4: a fake program's calibrated time (a plain run) is mostly
+#: the interpreter's start (0.2-0.4 s), which a margin of 4 made a 4.7 s allowance for a 38-pass probe and a
+#: margin of 1 still 2.4 s, waited out by every calibrated hang of a walk or a sweep. 0.25 gives 0.6 s (10
+#: passes) to 1 s (38): both stay above any silence of a fake kernel that does not hang (milliseconds) and
+#: above STALL_S.
+FAST_ALLOWANCE = AllowancePolicy(margin=0.25, floor_s=0.5)
 
 
 def fast_stop(**kw: float) -> StopPolicy:

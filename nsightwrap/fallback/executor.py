@@ -44,6 +44,7 @@ from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import SWEEP_VAR, profile_command
 from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
@@ -455,9 +456,9 @@ def open_engine(spec: ExecutorSpec, jobs: int = 1, on_counts: Optional[Callable[
     """The engine of `spec` (its job folder made here, 0700, removed at close unless given)."""
     owned = spec.folder is None
     if owned:
-        base = None if spec.kind == LOCAL else Path.home() / ".cache" / "nsightwrap" / "jobs"
+        base = None if spec.kind == LOCAL else jobs_dir()
         if base is not None:
-            base.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(base)
         folder = Path(tempfile.mkdtemp(prefix="nsightwrap-jobs-", dir=base))
     else:
         folder = Path(spec.folder)

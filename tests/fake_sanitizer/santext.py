@@ -9,7 +9,7 @@ P = "========="
 SOURCE = "triage_kernels.cu"  # as given to nvcc
 PROGRAM = "triage_kernels"
 #: Where each planted bug is in the source (the GPU program's lines differ; only the shapes matter here).
-#: (the race stays at 19, where tests/test_triage.py's verdict expects it; the others are the real lines)
+#: (the race stays at 19, where tests/diagnose/test_triage.py's verdict expects it; the others are the real lines)
 LINES = {"oob": 58, "race": 19, "uninit": 74, "flaky": 79, "sync": 60}
 END = " "  # the line that ends a finding is the prefix and one space
 

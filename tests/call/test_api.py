@@ -1,0 +1,224 @@
+"""profile(fn): the child is a real Python process; only ncu is faked."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import FAKE_DIR, no_leftovers, run_config
+
+import nsightwrap
+from nsightwrap.call.api import profile, profiled
+from nsightwrap.errors import ChildError, NotProfilable
+from nsightwrap.ncu.context import RunConfig
+
+FAKE = str(FAKE_DIR)
+if FAKE not in sys.path:
+    sys.path.insert(0, FAKE)
+import fakecuda  # noqa: E402
+from callees import matmul_softmax, raises, returns_unpicklable, step_with_hang, touches  # noqa: E402
+
+# --- functions the child imports by name: tests/callees.py (light), and one decorated here ---
+
+
+@profiled(kernel="softmax", set="basic")
+def decorated(n):
+    fakecuda.launch("gemm_kernel")
+    fakecuda.launch("softmax_kernel")
+    return n * 2
+
+
+pytestmark = pytest.mark.usefixtures("fake_rows")
+
+
+@pytest.fixture
+def cfg(tmp_path, fake_env, monkeypatch) -> RunConfig:
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
+    return run_config(tmp_path, report_dir=str(tmp_path), stall_timeout=0.8)
+
+
+def test_profile_returns_dataframe_value_and_summary(cfg):
+    r = profile(matmul_softmax, 64, tag="y", set="basic", config=cfg)
+    assert list(r.df["function"]) == ["gemm_kernel", "softmax_kernel"]
+    assert set(r.df["rung"]) == {"requested"}
+    assert r.value == {"n": 64, "tag": "y"}
+    assert not r.hung and r.hangs == []
+    assert len(r.report_paths) == 1 and "gemm_kernel" in r.summary()
+    assert "ProfileResult" in repr(r)
+    # warm-up calls are outside the profiled range: only one call's kernels.
+    cmd = r.attempts[0].command
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    no_leftovers()
+
+
+def test_kernel_filter_and_repeat(cfg):
+    r = profile(matmul_softmax, 8, kernel="soft.*", repeat=3, warmup=2, set="basic", config=cfg)
+    assert list(r.df["function"]) == ["softmax_kernel"] * 3
+
+
+def test_hanging_callable_returns_a_hung_result(cfg, ncu_lookups):
+    r = profile(step_with_hang, 1, set="basic", profile="quick", stall_timeout=0.8, config=cfg)
+    assert r.hung
+    assert len(r.attempts) > 2 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # once per call
+    assert ("wait_for_host", "requested") in r.hangs
+    assert "wait_for_host" in r.walk.unprofiled
+    assert list(r.df["function"]) == ["vec_add", "vec_add"]
+    assert r.value == 1  # from the resumed run under ncu, which finished without the hung kernel
+    no_leftovers()
+
+
+def test_calibration_sets_the_stall_allowance(cfg):
+    r = profile(matmul_softmax, 1, set="basic", config=cfg)
+    assert r.calibration_s is not None and r.calibration_s < 5
+    assert r.stall_timeout >= cfg.stall_timeout
+
+
+def test_child_exception_comes_back_with_traceback(cfg):
+    with pytest.raises(ChildError) as info:
+        profile(raises, 3, config=cfg)
+    assert "ValueError: bad n=3" in info.value.child_traceback
+    assert isinstance(info.value, nsightwrap.NsightwrapError)
+
+
+def test_what_cannot_travel_is_refused_clearly(cfg):
+    with pytest.raises(NotProfilable, match="lambda"):
+        profile(lambda: 1, config=cfg)
+
+    def local():
+        pass
+
+    with pytest.raises(NotProfilable, match="module level"):
+        profile(local, config=cfg)
+    with pytest.raises(NotProfilable, match="pickled"):
+        profile(matmul_softmax, lambda: 2, config=cfg)
+
+
+def test_unpicklable_value_is_reported_not_fatal(cfg):
+    r = profile(returns_unpicklable, set="basic", config=cfg)
+    assert list(r.df["function"]) == ["k"]
+    with pytest.raises(nsightwrap.NsightwrapError, match="could not be pickled"):
+        r.value  # noqa: B018 - reading the property raises
+
+
+def test_decorator(cfg):
+    r = decorated(21, config=cfg)
+    assert list(r.df["function"]) == ["softmax_kernel"]
+    assert r.value == 42
+
+
+def test_function_of_a_script_run_as_main(cfg, tmp_path):
+    script = tmp_path / "bench_script.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {FAKE!r})\n"
+        "import fakecuda\n"
+        "import nsightwrap\n"
+        "from nsightwrap.ncu.context import RunConfig\n"
+        "def work(n):\n"
+        "    fakecuda.launch('script_kernel')\n"
+        "    return n + 1\n"
+        "if __name__ == '__main__':\n"
+        "    print('MAIN BLOCK RAN', flush=True)\n"
+        "    r = nsightwrap.profile(work, 1, set='basic', config=RunConfig(check_gpu=False, report_dir=sys.argv[1]))\n"
+        "    print('kernels', [k.name for a in r.attempts for k in a.kernels], 'value', r.value)\n")
+    import subprocess
+
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("MAIN BLOCK RAN") == 1  # the child loaded the file without its main block
+    assert "kernels ['script_kernel'] value 2" in out.stdout
+
+
+def test_range_fixture(tmp_path):
+    calls = []
+
+    class API:
+        start = staticmethod(lambda: calls.append("start"))
+        stop = staticmethod(lambda: calls.append("stop"))
+        push = staticmethod(lambda name: calls.append(f"push {name}"))
+        pop = staticmethod(lambda: calls.append("pop"))
+
+    with nsightwrap.range("step", api=API):
+        calls.append("body")
+    assert calls == ["push step", "start", "body", "stop", "pop"]
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU as nvidia-smi tells it (the fake one): the fixture below then does not skip."""
+    monkeypatch.setenv("PATH", f"{Path(__file__).parents[1] / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_pytest_fixture(cfg, fake_gpu, nsight_profile):
+    r = nsight_profile(matmul_softmax, 2, set="basic", config=cfg)
+    assert len(r.df) == 2
+
+
+def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env):
+    """NSIGHTWRAP_NCU names an ncu, but no nvidia-smi answers: nothing could be profiled, so skip."""
+    import subprocess
+
+    (tmp_path / "test_uses_fixture.py").write_text("def test_it(nsight_profile):\n    raise AssertionError('ran')\n")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(fake_env, PATH="/usr/bin:/bin", PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "1 skipped" in done.stdout and "no NVIDIA GPU" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("ncu", ["missing", "broken"])
+def test_profile_checks_ncu_before_running_fn(cfg, tmp_path, monkeypatch, ncu):
+    from nsightwrap.errors import ToolError, ToolNotFound
+
+    path = tmp_path / "ncu"
+    if ncu == "broken":
+        path.write_text("#!/bin/sh\necho 'ncu: cannot open shared object' >&2\nexit 127\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(path))
+    marker = tmp_path / "marker"
+    with pytest.raises(ToolNotFound if ncu == "missing" else ToolError):
+        profile(touches, str(marker), set="basic", config=cfg)
+    assert not marker.exists()  # fn never ran, not even its plain calibration call
+
+
+def test_profile_removes_its_temp_folder(cfg, tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    # The per-user folder of run records (nsightwrap.watch.records) is meant to stay: keep it elsewhere.
+    monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "runtime"))
+    profile(matmul_softmax, 2, set="basic", config=cfg)
+    with pytest.raises(ChildError):
+        profile(raises, 1, set="basic", config=cfg)
+    assert list(scratch.iterdir()) == []
+
+
+def test_nothing_profiled_says_how_the_range_was_marked(cfg):
+    r = profile(matmul_softmax, 1, kernel="no_such_kernel", set="basic", config=cfg)
+    assert len(r.df) == 0
+    assert "no kernel was profiled" in r.summary() and "fakecuda" in r.summary()
+
+
+def test_range_api_prefers_the_framework_in_use(monkeypatch):
+    import types
+
+    from nsightwrap.call.ranges import find_range_api
+
+    calls = []
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_available=lambda: True, is_initialized=lambda: True, synchronize=lambda: calls.append("sync"),
+        profiler=types.SimpleNamespace(start=lambda: calls.append("start"), stop=lambda: calls.append("stop")),
+        nvtx=None))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.delenv("NSIGHTWRAP_PROFILER_API", raising=False)
+    api = find_range_api()
+    assert "torch.cuda.profiler" in api.describe
+    api.start()
+    api.stop()
+    assert calls == ["start", "sync", "stop"]
