@@ -24,6 +24,7 @@ from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.result import LadderResult
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import read_call_time
@@ -126,10 +127,10 @@ class Profiler:
         files = CallFiles.create()
         try:
             plan = self._plan(spec, files, calibrate and stall_timeout is None, timeout)
-            walk, child = _walk(files, lambda: walk_ladder(
-                files.command(files.walk_result), options, profile, context=plan.context, store=self.store,
-                environment=self.environment if self.store is not None else None, on_output=on_output,
-                stall_timeout=stall_timeout))
+            session = Session.open(files.command(files.walk_result), plan.context, stall_timeout=stall_timeout,
+                                   store=self.store, on_output=on_output,
+                                   environment=self.environment if self.store is not None else None)
+            walk, child = _walk(files, lambda: walk_ladder(session, options, profile))
             return self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
         finally:
             files.remove()

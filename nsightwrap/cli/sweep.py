@@ -23,6 +23,7 @@ from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import open_screen
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import load_ladder
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
@@ -104,9 +105,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 sections_of_set(context.info, args.section_set)
             store = HangStore(path)  # after the preflight, whose store check would see it created
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
-            result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    context=context, store=store, jobs=args.jobs, on_probe=said,
-                                    calibrator=calibrator, rank=args.rank)
+            session = Session(command, context, store=store, calibrator=calibrator, rank=args.rank)
+            result = sweep_sections(session, kernel=args.kernel, sections=args.section or args.section_set,
+                                    jobs=args.jobs, on_probe=said)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         return report_interrupt(args, screen, interrupted_doc(

@@ -168,14 +168,6 @@ class RunContext:
         cache = Path(config.cache_dir) if config.cache_dir else None
         return cls(config, ncu, env, _Once(lambda: probe(ncu, cache, env=env)), locate, probe)
 
-    @classmethod
-    def resolve(cls, config: Optional[RunConfig], context: Optional["RunContext"]) -> "RunContext":
-        """The context to use when a caller may give either: the context (with
-        ``config`` as its config, if given too), else a new one."""
-        if context is None:
-            return cls.create(config)
-        return context if config is None or config is context.config else context.with_config(config)
-
     @property
     def info(self) -> NcuInfo:
         """What this ncu offers, probed on first use and then shared."""

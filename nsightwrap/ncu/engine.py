@@ -174,9 +174,8 @@ def _note(notes: list[str], msg: str) -> None:
 def profile_command(
     command: Sequence[str],
     options: Optional[ProfileOptions] = None,
-    config: Optional[RunConfig] = None,
+    run: "RunConfig | RunContext | None" = None,
     *,
-    context: Optional[RunContext] = None,
     on_output: Optional[Callable[[str], None]] = None,
     on_event: Optional[Callable[[Event], None]] = None,
     rules: Optional[WatchRule] = None,
@@ -184,8 +183,9 @@ def profile_command(
 ) -> Attempt:
     """Profile `command` under ncu, watched; return what happened.
 
-    `context` carries the ncu found (and probed) once by a caller that runs
-    many attempts; without one, one is created from `config` here.
+    `run` is a RunContext, which carries the ncu found (and probed) once by a
+    caller that runs many attempts, or a RunConfig to make one from here
+    (default: RunConfig()).
     A hang, a timeout or a failure of the program is an Attempt status, not
     an exception (call `attempt.raise_for_status()` to turn it into one).
     Problems found before launching (ncu missing, bad options) raise an
@@ -196,7 +196,7 @@ def profile_command(
     command = list(command)
     if not command:
         raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
-    context = RunContext.resolve(config, context)
+    context = run if isinstance(run, RunContext) else RunContext.create(run)
     config, env = context.config, dict(context.env)
     check_program(command, env, config.cwd)  # missing or not executable: said now, not as a crash of the program
     if config.validate:
