@@ -213,13 +213,12 @@ def _run_ladder(args: argparse.Namespace, session: Session, options: ProfileOpti
                         "reason": str(e), "attempt": e.attempt.to_dict()})
         return e.attempt.exit_code
     screen.close()
-    status = result.status
     if args.json:
-        print_json(_walk_doc(result, status))
+        print_json(result.to_dict())
     else:
         print("\n" + result.summary(), file=sys.stderr)
     _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created
-    return EXIT_CODES[status]
+    return result.exit_code
 
 
 def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
@@ -228,16 +227,3 @@ def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
     text = without_logged("\n".join(f"note: {n}" for n in notes), log)
     if text:
         print(mask_text(text), file=sys.stderr)
-
-
-def _walk_doc(result: Any, status: str) -> dict[str, Any]:
-    df = result.df
-    return {
-        "status": status, "exit_code": EXIT_CODES[status], "ladder": result.ladder.name,
-        "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
-                   "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
-        "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
-        "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
-        "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
-        "program_fault": result.program_fault.program_fault if result.program_fault else None,
-        "reports": result.report_paths}

@@ -27,7 +27,6 @@ from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import EXIT_CODES, HANG, OK
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
@@ -116,8 +115,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         configure_logging(False, screen.line)
     # Hangs found: the sweep did its job (0); a program fault or nothing profiled: its own code.
-    code = EXIT_CODES[result.status] if result.status not in (OK, HANG) else 0
-    print_json({"exit_code": code, **result.to_dict()}) if args.json else print(result.table())
+    code = result.exit_code
+    print_json(result.to_dict()) if args.json else print(result.table())
     if markdown is not None:
         try:
             markdown.write_text("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")

@@ -33,7 +33,7 @@ from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.secrets import mask_doc, mask_text
-from nsightwrap.status import ERROR, HANG, NO_KERNELS, OK
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, NO_KERNELS, OK
 from nsightwrap.watch import gpu
 
 #: A probe's outcomes, in the one vocabulary of statuses.
@@ -109,6 +109,12 @@ class SweepResult:
             return NO_KERNELS
         return HANG if self.kernels else OK
 
+    @property
+    def exit_code(self) -> int:
+        """The exit code of sweep-sections: 0 when it did its job (hangs found or none), else the status's
+        own (a program fault, nothing profiled)."""
+        return EXIT_CODES[self.status] if self.status not in (OK, HANG) else 0
+
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
         for a in self.whole_runs:
@@ -146,7 +152,7 @@ class SweepResult:
         """Plain types for JSON, secret values masked."""
         fault = self.program_fault
         return mask_doc({
-            "status": self.status, "clean": self.clean,
+            "exit_code": self.exit_code, "status": self.status, "clean": self.clean,
             "program_fault": fault.program_fault if fault else None, "reason": fault.reason if fault else None,
             "kernels": [{
             "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
