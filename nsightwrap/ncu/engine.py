@@ -31,7 +31,6 @@ from nsightwrap.watch import gpu
 from nsightwrap.watch.files import folder_problem, wanted_report
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.locate import check_program
-from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.rules import WatchRule
 from nsightwrap.watch.run import watch
 from nsightwrap.watch.tree import OWNER_VAR, processes_with
@@ -92,22 +91,28 @@ def _refuse_report_path(path: Path) -> None:
                            "name with -o/--export (export= in Python)")
 
 
-def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]:
-    """Processes of this run that the GPU still lists; a killed process may take a moment to leave."""
+def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0, *,
+                 listing: Optional[gpu.LastListing] = None) -> list[str]:
+    """Processes of this run that the GPU still lists; a killed process may take a moment to leave.
+    The last listing is kept in `listing`, for the next attempt's look for foreign processes."""
     ours = set(pids)
     deadline = time.monotonic() + settle_s
     while True:
-        after = gpu.compute_processes() or []
+        listed = gpu.compute_processes()
+        after = listed or []
         left = [f"{p.pid} ({p.name})" for p in after if p.pid in ours]
         if not left or time.monotonic() >= deadline:
+            if listing is not None:
+                listing.put(listed)
             return left
         time.sleep(0.5)
 
 
-def _foreign_on_gpu() -> list[gpu.GpuProcess]:
+def _foreign_on_gpu(held: Optional[list[gpu.GpuProcess]] = None) -> list[gpu.GpuProcess]:
     """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs), as far as can be
-    told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had)."""
-    held = gpu.compute_processes()
+    told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had).
+    held: a listing just taken (after the previous attempt), else nvidia-smi is asked now."""
+    held = gpu.compute_processes() if held is None else held
     # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
     # dropped its environment descends from one that carries it.
     owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
@@ -131,14 +136,15 @@ class _ForeignCheck:
     is in long before it could matter, and a short run pays nothing for it.
     """
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, held: Optional[list[gpu.GpuProcess]] = None) -> None:
         self.found: list[gpu.GpuProcess] = []
+        self.held = held  # a listing taken after the previous attempt, if fresh
         self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
         if self.thread:
             self.thread.start()
 
     def _run(self) -> None:
-        self.found = _foreign_on_gpu()
+        self.found = _foreign_on_gpu(self.held)
 
     def result(self, notes: list[str], run_pids: Iterable[int] = ()) -> list[str]:
         """The foreign processes found, less any the run's own tree had (run_pids: every member the watch saw,
@@ -211,8 +217,8 @@ def profile_command(
     if options.rank is not None:  # ncu around one rank of a multi-process launch
         argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
-    foreign_check = _ForeignCheck(config.check_gpu)
-    orphans = orphans_note()
+    foreign_check = _ForeignCheck(config.check_gpu, context.gpu_listing.take() if config.check_gpu else None)
+    orphans = context.orphans
     if orphans:
         _note(notes, orphans)
 
@@ -230,7 +236,8 @@ def profile_command(
     foreign_before = foreign_check.result(notes, pids)
     # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look.
     stopped = outcome.stop is not None
-    left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
+    left_after = (_left_on_gpu(pids, config, listing=context.gpu_listing) if config.check_gpu and stopped and pids
+                  else [])
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")
