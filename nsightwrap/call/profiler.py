@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from nsightwrap.call.calibration import PLAIN, WARMUP, Calibrations, CallTime, plain_run
+from nsightwrap.call.calibration import PLAIN, WARMUP, CallTime, CallTimes, plain_run
 from nsightwrap.call.child import CallResult, CallSpec
 from nsightwrap.call.result import ProfileResult
 from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
@@ -76,7 +76,7 @@ class Profiler:
         self._owns_store = isinstance(store, (str, os.PathLike))
         self.store: Optional[HangStore] = HangStore(store) if self._owns_store else store  # type: ignore[arg-type]
         self._environment: Optional[Environment] = None
-        self.calibrations = Calibrations(self.store, lambda: self.environment)
+        self.call_times = CallTimes(self.store, lambda: self.environment)
 
     @property
     def environment(self) -> Environment:
@@ -97,7 +97,7 @@ class Profiler:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.calibrations)}>"
+        return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.call_times)}>"
 
     def profile(
         self,
@@ -141,12 +141,12 @@ class Profiler:
         # The child reports its warm-up times, and the stall rule reads them (nsightwrap.ncu.calltime).
         spec.call_time_path = str(files.call_time) if timed and spec.warmup else None
         files.write_spec(spec)
-        known = self.calibrations.known(name) if timed else None
+        known = self.call_times.known(name) if timed else None
         plain = None
         if timed and known is None and not spec.warmup:
             plain = plain_run(files, self.context.env, timeout)
             known = CallTime(max(plain.call_s), PLAIN)
-            self.calibrations.remember(name, known)
+            self.call_times.remember(name, known)
         # A known time calibrates the walk from its first attempt; the child's reported one raises it (calltime).
         calibration = _call_calibration(known) if known else self.context.config.calibration
         context = self.context.replace(timeout=timeout, call_time_file=spec.call_time_path, calibration=calibration)
@@ -169,7 +169,7 @@ class Profiler:
         """The result; a call time measured by the warm-up calls is remembered for the next calls."""
         measured = CallTime(warmup_s, WARMUP) if plan.timed and warmup_s is not None else None
         if measured is not None and plan.known is None:
-            self.calibrations.remember(plan.subject, measured)
+            self.call_times.remember(plan.subject, measured)
         used = measured or plan.known
         allowance = stall_timeout if stall_timeout is not None else self._allowance(options, plan.known, measured)
         result = ProfileResult(walk, used.seconds if used else None, allowance,

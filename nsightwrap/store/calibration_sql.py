@@ -1,4 +1,4 @@
-"""Calibrations in the hang store: SQL for the ``calibrations`` table (schema versions 2 and 4).
+"""Programs' calibrations in the hang store: SQL for the ``calibrations`` table (schema versions 2 and 4).
 
 A program's calibration is kept per command (the row's subject, a JSON list), GPU model and driver, one row per
 kernel (its longest launch without ncu) and one row ``*`` for the whole

@@ -35,7 +35,7 @@ from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE, Calibration
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, INTERRUPTED, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
-from nsightwrap.store.calibrations import (
+from nsightwrap.store.calibration_sql import (
     calibration_from_rows,
     calibration_rows,
     insert_row,
