@@ -11,6 +11,7 @@ import uuid
 import pytest
 from helpers import FAKE_SMI_DIR, app, attempt_rows, run_cli, run_config
 
+from nsightwrap.call.profiler import Profiler
 from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.fallback.sweep import sweep_sections
@@ -44,7 +45,7 @@ def _calls(log) -> list[str]:
 def test_the_entry_points_take_few_parameters_and_one_way_to_run():
     for fn in (walk_ladder, sweep_sections):
         assert len(inspect.signature(fn).parameters) <= 6, fn.__name__
-    for fn in (walk_ladder, sweep_sections, profile_command, Session.open):
+    for fn in (walk_ladder, sweep_sections, profile_command, Session.open, Profiler):
         names = set(inspect.signature(fn).parameters)
         assert not {"config", "context"} <= names, fn.__name__
 

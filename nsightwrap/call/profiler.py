@@ -59,18 +59,16 @@ def _call_calibration(time: CallTime) -> Calibration:
 class Profiler:
     """ncu (found and probed once), a hang store, this GPU, and the call times measured so far.
 
-    config: how to run ncu (RunConfig; its environment, or os.environ now,
-    is what every child gets), or context: a RunContext already made (ncu
-    found, maybe probed). store: a HangStore or a path (opened once, closed
-    by close()), or None: no hang records and no stored calibrations.
+    run: how to run ncu, a RunConfig (its environment, or os.environ now, is
+    what every child gets), or a RunContext already made (ncu found, maybe
+    probed). store: a HangStore or a path (opened once, closed by close()),
+    or None: no hang records and no stored calibrations.
     """
 
-    def __init__(self, config: Optional[RunConfig] = None, *, store: StoreArg = None,
-                 context: Optional[RunContext] = None) -> None:
-        if context is not None and config is not None:
-            raise NsightwrapError("give Profiler a config or a context (whose config it uses), not both")
+    def __init__(self, run: "RunConfig | RunContext | None" = None, *, store: StoreArg = None) -> None:
+        context = run if isinstance(run, RunContext) else None
         if context is None:
-            config = config or RunConfig()
+            config = run or RunConfig()
             context = RunContext.create(config.replace(env=dict(os.environ if config.env is None else config.env)))
         self.context = context  # ncu located now: ToolNotFound before anything runs
         self._owns_store = isinstance(store, (str, os.PathLike))
