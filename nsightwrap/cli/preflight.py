@@ -87,7 +87,7 @@ class Facts:
             context, problem = None, str(e)
         env = dict(context.env) if context else dict(os.environ)
         path = store_path(store, env)
-        return cls(context, problem, gpu.gpus(), path, env)
+        return cls(context, problem, context.gpus if context else gpu.gpus(), path, env)
 
 
 def check_ncu(f: Facts) -> Check:
@@ -209,6 +209,8 @@ class CounterProbe:
 
 def check_gpu_processes(f: Facts) -> Check:
     held = gpu.compute_processes()
+    if f.context is not None:  # the first attempt's look for foreign processes, when it starts soon
+        f.context.gpu_listing.put(held)
     if held is None:
         return Check("gpu procs", SKIP, "nvidia-smi cannot list compute processes here")
     if held:

@@ -21,7 +21,7 @@ from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
 from nsightwrap.watch.files import DEFAULT_REPORT_DIR
-from nsightwrap.watch.gpu import LastListing
+from nsightwrap.watch.gpu import GpuInfo, LastListing, gpus
 from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, ToolStuck, TotalTimeout, WatchRule
 from nsightwrap.watch.tree import StopPolicy
@@ -158,6 +158,8 @@ class RunContext:
     #: Processes of an earlier, killed nsightwrap still alive (a scan of /proc): looked for once per context
     #: family, by its first attempt, and said by every attempt.
     _orphans: _Once[Optional[str]] = field(default_factory=lambda: _Once(orphans_note), repr=False, compare=False)
+    #: This machine's GPUs (names, driver), asked of nvidia-smi once per context family.
+    _gpus: _Once[Optional[list[GpuInfo]]] = field(default_factory=lambda: _Once(gpus), repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Optional[RunConfig] = None, *, locate: Optional[FindNcu] = None,
@@ -174,6 +176,11 @@ class RunContext:
                probe: ProbeNcu) -> "RunContext":
         cache = Path(config.cache_dir) if config.cache_dir else None
         return cls(config, ncu, env, _Once(lambda: probe(ncu, cache, env=env)), locate, probe)
+
+    @property
+    def gpus(self) -> Optional[list[GpuInfo]]:
+        """This machine's GPUs as nvidia-smi lists them (None: it cannot), asked once and then shared."""
+        return self._gpus.get()
 
     @property
     def orphans(self) -> Optional[str]:
