@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import types
 from typing import TYPE_CHECKING, Any
 
 from nsightwrap.errors import (
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.call.profiler import Profiler
     from nsightwrap.call.ranges import range
     from nsightwrap.call.result import ProfileResult
+    from nsightwrap.cli.bundle import Bundle, hang_bundle
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.session import Session
@@ -58,6 +60,9 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.nsys.stats import nsys_stats
     from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
     from nsightwrap.store.debuglog import debug_log
+    from nsightwrap.watch.evidence import StallEvidence
+    from nsightwrap.triage.result import TriageResult
+    from nsightwrap.triage.run import TriageOptions
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
 
@@ -100,6 +105,8 @@ _LAZY = {
     "LadderResult": "fallback.result", "walk_ladder": "fallback.walk", "Session": "fallback.session",
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
+    "Bundle": "cli.bundle", "hang_bundle": "cli.bundle", "StallEvidence": "watch.evidence",
+    "TriageOptions": "triage.run", "TriageResult": "triage.result",
 }
 
 
@@ -116,6 +123,20 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
+class _CallableTriage(types.ModuleType):
+    """The package nsightwrap.triage, callable: nsightwrap.triage(fn_or_command, ...) is
+    nsightwrap.call.triage.triage (the package and the function share the name)."""
+
+    def __call__(self, fn_or_command: Any, *args: Any, **kwargs: Any) -> Any:
+        from nsightwrap.call.triage import triage
+
+        return triage(fn_or_command, *args, **kwargs)
+
+
+_triage_package = importlib.import_module(".triage", __name__)  # empty when loaded: costs nothing
+_triage_package.__class__ = _CallableTriage
+
+
 # A library logs; the application decides where it goes (the CLI: --verbose). Without this,
 # logging's last-resort handler printed every warning a second time, beside the attempt's note.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -125,6 +146,7 @@ __all__ = [
     "Attempt",
     "AttemptFailed",
     "AttemptHung",
+    "Bundle",
     "Calibration",
     "Calibrator",
     "ChildError",
@@ -156,6 +178,7 @@ __all__ = [
     "STATUSES",
     "Session",
     "Stall",
+    "StallEvidence",
     "StallRule",
     "StopPolicy",
     "StoreError",
@@ -163,9 +186,12 @@ __all__ = [
     "ToolError",
     "ToolNotFound",
     "TotalTimeout",
+    "TriageOptions",
+    "TriageResult",
     "WatchRule",
     "debug_log",
     "find_ncu",
+    "hang_bundle",
     "kernel_rows",
     "load_ladder",
     "load_report",
@@ -179,5 +205,6 @@ __all__ = [
     "profiled",
     "range",
     "sweep_sections",
+    "triage",
     "walk_ladder",
 ]

@@ -10,15 +10,19 @@ this module, so that the value is written as :data:`MASK`:
   next argument), where NAME looks secret;
 - ``NAME=VALUE`` (an environment assignment, as ``env`` takes), same rule;
 - the password of a URL: ``scheme://user:***@host``;
-- ``Bearer VALUE`` (an ``Authorization`` header).
+- ``Bearer VALUE``, and the credential of an ``Authorization:`` header (``Authorization: Basic ***``,
+  ``Authorization: ***``), and the value of a header whose name looks secret (``X-Api-Key: ***``,
+  ``Private-Token: ***``, ``password: ***``; a bare short word such as ``key:`` is left as it is).
 
 A name looks secret when its last word (split at ``-``, ``_``, ``.``) is a
 short secret word (``key``, ``auth``, ``pwd``, ``pass``), or ends with
 a long one (``token``, ``password``, ``passwd``, ``secret``, ``credential``,
-``apikey``...): ``--token``, ``--api-key``, ``AWS_SECRET_ACCESS_KEY``,
+``apikey``...), or when any of its words holds ``secret`` and its last word
+does not say what else the value is (``MY_SECRET_VALUE``, ``SECRET_DATA``):
+``--token``, ``--api-key``, ``AWS_SECRET_ACCESS_KEY``,
 ``PGPASSWORD``, ``--auth-token``; not ``--tokenizer``, ``--max-tokens``,
-``--kernel-name`` nor ``--key-size`` / ``--auth-mode`` (the last word says
-what the value is: a size, a mode). The hang store keeps the masked command
+``--kernel-name`` nor ``--key-size`` / ``--auth-mode`` / ``--secret-file``
+(the last word says what the value is: a size, a mode, a path). The hang store keeps the masked command
 line, so runs that differ only in a secret's value share their records.
 Short options (``-p 123``) are not masked: their meaning is the program's own
 (a port, a path, a password).
@@ -45,16 +49,37 @@ _ASSIGNMENT = re.compile(rf"(?<![\w./-])(-{{0,2}}{_NAME})=([^\s'\"]+)")
 _SPACED = re.compile(rf"(?<![\w./-])(--{_NAME})(\s+)(?!-)([^\s'\"]+)")
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)([^\s/@]+)(@)")
 _BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
+#: ``Authorization: [SCHEME] CREDENTIAL`` (an HTTP header, e.g. curl's -H); the scheme is kept.
+_AUTHORIZATION = re.compile(r"(\b(?:Proxy-)?Authorization:\s*(?:(?:Bearer|Basic|Digest|Token|Negotiate|Bot|"
+                            r"AWS4-HMAC-SHA256)\s+)?)([^\s'\"]+)", re.IGNORECASE)
+#: ``NAME: VALUE`` with a secret-looking NAME (``X-Api-Key: abc``, ``password: abc``).
+_HEADER = re.compile(rf"(?<![\w./-])({_NAME}):([ \t]+)([^\s'\"]+)")
+#: Last words that say what a value holding "secret" is, when it is not the secret itself.
+_DESCRIPTIVE = frozenset({"file", "path", "dir", "name", "id", "size", "mode", "count", "type", "len", "length"})
 
 
 def is_secret_name(name: str) -> bool:
     """Does this option or variable name (dashes allowed) look like it holds a secret?"""
     words = [w for w in re.split(r"[-_.]+", name.strip("-").lower()) if w]
-    return bool(words) and (words[-1] in _SHORT_WORDS or words[-1].endswith(_LONG_WORDS))
+    if not words:
+        return False
+    if words[-1] in _SHORT_WORDS or words[-1].endswith(_LONG_WORDS):
+        return True
+    return words[-1] not in _DESCRIPTIVE and any("secret" in w for w in words)
+
+
+def _header(m: re.Match) -> str:
+    name = m.group(1)
+    if is_secret_name(name) and name.strip("-").lower() not in _SHORT_WORDS:
+        return f"{name}:{m.group(2)}{MASK}"
+    return m.group(0)
 
 
 def _mask_urls(text: str) -> str:
-    return _BEARER.sub(lambda m: m.group(1) + MASK, _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text))
+    """URL passwords, bearer tokens and the credentials of headers (Authorization:, X-Api-Key: ...)."""
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text)
+    text = _AUTHORIZATION.sub(lambda m: m.group(1) + MASK, _BEARER.sub(lambda m: m.group(1) + MASK, text))
+    return _HEADER.sub(_header, text)
 
 
 def mask_text(text: str) -> str:

@@ -25,6 +25,12 @@ HANG_OUTCOMES = (HANG, TIMEOUT)
 EXIT_CODES = {OK: 0, HANG: 3, TIMEOUT: 4, ERROR: 5, NO_KERNELS: 6, CRASHED: 7, INTERRUPTED: 130}
 USAGE_EXIT_CODE = 2
 
+#: What `nsightwrap triage` concludes (besides OK: nothing wrong found, ERROR and INTERRUPTED): the program is
+#: at fault (it fails or hangs without ncu, or a sanitizer found errors), or only the profiler makes it hang.
+PROGRAM_FAULT, PROFILER_INDUCED = "program-fault", "profiler-induced"
+TRIAGE_STATUSES = (OK, PROGRAM_FAULT, PROFILER_INDUCED, ERROR, INTERRUPTED)
+EXIT_CODES.update({PROGRAM_FAULT: 8, PROFILER_INDUCED: 9})
+
 #: ncu's prefix for a regular expression in --kernel-name and --section.
 REGEX_PREFIX = "regex:"
 

@@ -44,6 +44,7 @@ def own_places(tmp_path_factory, monkeypatch):
     monkeypatch.chdir(own / "cwd")
     monkeypatch.setenv(RUNTIME_VAR, str(own / "runtime"))
     monkeypatch.setenv("TMPDIR", str(own / "tmp"))
+    monkeypatch.setenv("NSIGHTWRAP_EVIDENCE", "off")  # the CLI keeps no run evidence unless a test asks (bundle)
 
 
 @pytest.fixture(autouse=True)

@@ -460,7 +460,7 @@ def test_a_version_1_store_is_migrated(tmp_path):
     path = version_1_store(tmp_path / "old.db", "INSERT INTO records (time, kernel, kernel_pattern, replay_mode, "
                                                 "key, outcome) VALUES ('t', 'k', 'k', 'kernel', '{}', 'hang')")
     with HangStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4  # through 2 (calibration), 3 (job size), 4 (ranges)
+        assert store.schema_version == SCHEMA_VERSION == 5  # through 2 (calibration), 3 (job size), 4 (ranges), 5 (triage)
         [rec] = store.records()
         assert rec.basis is None and not rec.calibrated and store.uncalibrated_hangs() == {"k": 1}
         assert rec.processes == 1 and rec.ranks == "all"

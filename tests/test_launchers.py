@@ -257,7 +257,7 @@ def test_an_older_store_is_migrated_and_its_records_count_as_single_process(tmp_
     single = Environment(gpu="H100", ncu_version="2025.3.1")
     two = Environment(gpu="H100", ncu_version="2025.3.1", processes=2, gpus=2)
     with HangStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION == 5
         (old,) = store.records()
         assert (old.processes, old.gpus, old.ranks) == (1, None, "all")
         assert store.hangs_for("k", ProfileKey("basic"), single) and not store.hangs_for("k", ProfileKey("basic"), two)

@@ -17,10 +17,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.call.profiler import Profiler
 from nsightwrap.call.result import ProfileResult
+from nsightwrap.call.triage import after_profile
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.triage.run import TriageOptions
 
 __all__ = ["profile", "profiled"]
 
@@ -43,6 +45,7 @@ def profile(
     calibrate: bool = True,
     on_output: Optional[Callable[[str], None]] = None,
     profiler: Optional[Profiler] = None,
+    triage: "bool | str | TriageOptions | None" = None,
     **kwargs: Any,
 ) -> ProfileResult:
     """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process.
@@ -58,7 +61,9 @@ def profile(
     time is known (an earlier call of the profiler, or the store);
     calibrate=False skips both. profiler: a Profiler shared with other
     calls (ncu probed once, the store and the call times reused); by
-    default one is made from config and store for this call.
+    default one is made from config and store for this call. triage: True triages fn
+    (nsightwrap.triage: runs without ncu, compute-sanitizer) when its profile hung or failed, "always"
+    after every profile, or a TriageOptions (when it hung or failed); the result's .triage holds it.
     """
     call = dict(kernel=kernel, set=set, sections=sections, metrics=metrics, replay=replay, profile=profile,
                 warmup=warmup, repeat=repeat, stall_timeout=stall_timeout, timeout=timeout, calibrate=calibrate,
@@ -67,9 +72,11 @@ def profile(
         if config is not None or store is not None:
             raise NsightwrapError("give config= and store= to the Profiler (Profiler(config, store=...)), "
                                   "not beside profiler=")
-        return profiler.profile(fn, *args, **call, **kwargs)
+        result = profiler.profile(fn, *args, **call, **kwargs)
+        return after_profile(result, fn, args, kwargs, triage, profiler.context.config, profiler.store)
     with Profiler(config, store=store) as own:
-        return own.profile(fn, *args, **call, **kwargs)
+        result = own.profile(fn, *args, **call, **kwargs)
+        return after_profile(result, fn, args, kwargs, triage, own.context.config, own.store)
 
 
 def profiled(**options: Any) -> Callable[[Callable], Callable[..., ProfileResult]]:

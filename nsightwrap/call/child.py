@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import pickle
 import sys
 import time
@@ -29,6 +30,9 @@ from nsightwrap.ncu.calltime import write_call_time
 from nsightwrap.watch.files import write_atomic
 
 RANGE_NAME = "nsightwrap"
+#: Set (by nsightwrap.triage for a callable): a failing call also prints its traceback on stderr, where its
+#: CUDA error is read as a program's would be.
+TRACEBACK_VAR = "NSIGHTWRAP_CALL_TRACEBACK"
 
 
 @dataclass
@@ -140,6 +144,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BaseException:  # noqa: BLE001 - everything goes back to the caller
         result = CallResult(ok=False, error=traceback.format_exc())
         code = 1
+        if os.environ.get(TRACEBACK_VAR) == "1":
+            sys.stderr.write(result.error)
     write_atomic(spec.result_path, pickle.dumps(result))
     sys.stdout.flush()
     return code

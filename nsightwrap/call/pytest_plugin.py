@@ -1,4 +1,5 @@
-"""pytest fixtures `nsight_profile` and `nsight_profiler`: profile a callable inside a test.
+"""pytest fixtures `nsight_profile` and `nsight_profiler`: profile a callable inside a test;
+`nsightwrap_triage`: triage one (nsightwrap.triage: is it ncu or my kernel?).
 
 Registered through the `pytest11` entry point, so any project with
 nsightwrap installed can write
@@ -57,5 +58,26 @@ def nsight_profile(request: pytest.FixtureRequest) -> Callable:
             return profile(fn, *args, **kwargs)
         # Asked for on first use, so that fixtures set up before this one (an environment) apply to it.
         return profile(fn, *args, profiler=request.getfixturevalue("nsight_profiler"), **kwargs)
+
+    return call
+
+
+@pytest.fixture
+def nsightwrap_triage() -> Callable:
+    """nsightwrap.triage (is it ncu or my kernel?) inside a test; skips where there is no NVIDIA GPU (ncu is
+    needed only for walk=True).
+
+        def test_softmax_is_sound(nsightwrap_triage):
+            result = nsightwrap_triage(softmax_step, 4096, runs=10, tools=["memcheck", "racecheck"])
+            assert result.status == "ok", result.verdict
+    """
+    if not gpu.gpu_count():
+        pytest.skip("nsightwrap: no NVIDIA GPU here (nvidia-smi not found or lists none)")
+    from nsightwrap.call.triage import triage
+
+    def call(fn_or_command: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("walk"):
+            _skip_unless_profilable()
+        return triage(fn_or_command, *args, **kwargs)
 
     return call

@@ -30,6 +30,8 @@ class ProfileResult:
     range_api: str = ""  # how the child marked the profiled range (for "nothing profiled" messages)
     calibration_source: str = ""  # where calibration_s came from (nsightwrap.call.calibration)
     _value: Any = field(default=_NO_VALUE, repr=False)
+    #: profile(fn, triage=...): nsightwrap.triage's TriageResult for fn, when one was made.
+    triage: Any = None
 
     @property
     def df(self) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from nsightwrap.cli import doctor, run, sweep
+from nsightwrap.cli import doctor, run, sweep, triage
 from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
 from nsightwrap.cli.common import Parser, UsageError, error_doc, in_flags, interrupted_doc, print_json, wants_json
 from nsightwrap.cli.doctor import cmd_doctor
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     run.add_parser(sub)
     sweep.add_parser(sub)
+    triage.add_parser(sub)
     add_hangs_parser(sub)
     add_nsys_parser(sub)
     add_cleanup_parser(sub)
@@ -74,4 +75,4 @@ def _usage_error(e: UsageError, as_json: bool) -> int:
 
 
 COMMANDS = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
-            "hangs": cmd_hangs, "nsys": cmd_nsys}
+            "hangs": cmd_hangs, "nsys": cmd_nsys, "triage": triage.cmd_triage}

@@ -2,7 +2,8 @@
 
 ``list``, ``show`` and ``export`` open the store read-only, so a store this
 user cannot write (a colleague's, a read-only mount) can still be read;
-``forget`` needs write access. ``list`` and ``show`` take ``--json``: then
+``forget`` needs write access; ``bundle`` writes one archive about a kernel
+(cli.bundle). ``list`` and ``show`` take ``--json``: then
 stdout holds exactly one JSON object, errors included (``"status":
 "error"``), written as every command's (cli.common.print_json: secrets
 masked, output lost on stderr said, later signals settled). Output cut
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Sequence
 
+from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.paths import ENV_XDG_CACHE
@@ -60,6 +62,15 @@ def add_hangs_parser(subparsers) -> argparse.ArgumentParser:
     which.add_argument("--kernel", metavar="K", help="every record of kernel K (exact name)")
     which.add_argument("--id", type=int, metavar="N", help="record number N (see `hangs show`)")
     which.add_argument("--all", action="store_true", help="every record")
+    bundle = sub.add_parser("bundle", parents=[common, as_json],
+                            help="one archive about a kernel to hand on (a teammate, NVIDIA's bug tracker)",
+                            description="Write the records, exact commands, run logs, stall evidence, debug log, "
+                                        "calibrations, sweep results and versions of KERNEL into one archive, "
+                                        "secrets masked; its README.md says what each file is.")
+    bundle.add_argument("kernel", metavar="KERNEL")
+    bundle.add_argument("-o", "--output", metavar="FILE", required=True, help="the archive: .tar.gz, .tgz or .zip")
+    bundle.add_argument("--runs", metavar="DIR", help="where runs kept their evidence (default: $NSIGHTWRAP_EVIDENCE, "
+                                                      "else the cache's runs/)")
     hangs.set_defaults(hangs_cmd=None, _hangs_parser=hangs)
     return hangs
 
@@ -182,4 +193,17 @@ def _forget(args, path: Path, out: IO[str], err: IO[str]) -> int:
     return 0
 
 
-_COMMANDS: dict[str, Callable[..., int]] = {"list": _list, "show": _show, "export": _export, "forget": _forget}
+def _bundle(args, path: Path, out: IO[str], err: IO[str]) -> int:
+    made = hang_bundle(args.kernel, args.output, store=path, runs_folder=args.runs)
+    if args.json:
+        print_json(dict(made.to_dict(), store=str(path)), out)
+    if made.error:
+        print(f"nsightwrap hangs bundle: {made.error}", file=err)
+    else:
+        print(f"wrote {made.path}: {made.records} record(s), {len(made.runs)} run folder(s), {len(made.files)} "
+              "file(s); read its README.md before sending it", file=err)
+    return made.exit_code
+
+
+_COMMANDS: dict[str, Callable[..., int]] = {"list": _list, "show": _show, "export": _export, "forget": _forget,
+                                            "bundle": _bundle}

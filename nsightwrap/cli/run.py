@@ -35,6 +35,7 @@ from nsightwrap.secrets import mask_text
 from nsightwrap.status import CRASHED, EXIT_CODES, HANG, REPLAY_MODES, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
+from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 from nsightwrap.watch.tree import StopPolicy
@@ -113,7 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, timeout=args.timeout,
                        stop=StopPolicy(grace=args.grace), validate=not args.no_validate,
-                       stuck_timeout=args.stuck_timeout, calibration_limit=args.calibration_limit)
+                       stuck_timeout=args.stuck_timeout, calibration_limit=args.calibration_limit,
+                       evidence=StallEvidence.default())
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
     try:

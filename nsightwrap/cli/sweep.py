@@ -30,6 +30,7 @@ from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
+from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.files import folder_problem
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
@@ -86,7 +87,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit,
-                       stuck_timeout=args.stuck_timeout)
+                       stuck_timeout=args.stuck_timeout, evidence=StallEvidence.default())
     path = store_path(args.store)
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)

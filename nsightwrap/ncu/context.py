@@ -20,6 +20,7 @@ from nsightwrap.ncu.catalog import NcuInfo, probe_ncu
 from nsightwrap.ncu.listen import SILENT, RunListener
 from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
+from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.files import DEFAULT_REPORT_DIR
 from nsightwrap.watch.gpu import GpuInfo, LastListing, gpus
 from nsightwrap.watch.notes import orphans_note
@@ -80,6 +81,9 @@ class RunConfig:
     #: The calibration limit (--calibration-limit, calibration_limit=): how long the stalled kernel may run
     #: without ncu before the program is taken to hang by itself (see DEFAULT_CALIBRATION_LIMIT_S).
     calibration_limit: float = DEFAULT_CALIBRATION_LIMIT_S
+    #: Keeps each run's ncu log and timestamped transcript, and what a stall looked like (nvidia-smi -q, host
+    #: stacks) in a folder per run, for `hangs bundle` (nsightwrap.watch.evidence); None: nothing kept.
+    evidence: Optional[StallEvidence] = None
 
     def __post_init__(self) -> None:
         if self.stuck_timeout is not None and not self.stuck_timeout > 0:

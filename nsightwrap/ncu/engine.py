@@ -28,6 +28,7 @@ from nsightwrap.ncu.options import ProfileOptions, build_argv, control_character
 from nsightwrap.ncu.progress import NcuObserver
 from nsightwrap.paths import work_dir
 from nsightwrap.watch import gpu
+from nsightwrap.watch.evidence import TRANSCRIPT, Transcript
 from nsightwrap.watch.files import folder_problem, wanted_report
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.locate import check_program
@@ -223,11 +224,18 @@ def profile_command(
         _note(notes, orphans)
 
     rule = rules or run_rules(command, options, config)
+    kept = Transcript(Path(log_dir) / TRANSCRIPT) if config.evidence and log_dir else None  # for `hangs bundle`
     try:
         outcome = watch(argv, config.watched(rule), policy=config.stop, env=env, cwd=config.cwd, clock=clock,
-                        on_output=on_output, on_event=on_event, observer=_heard(NcuObserver, context.listener, rule),
-                        tool_log=tool_log)
+                        on_output=kept.tap(on_output) if kept else on_output, on_event=on_event,
+                        observer=_heard(NcuObserver, context.listener, rule), tool_log=tool_log,
+                        evidence=config.evidence)
+        if kept:
+            kept.close()
+            config.evidence.keep(outcome.cookie, [Path(tool_log), kept.path])
     finally:
+        if kept:
+            kept.close()
         if log_dir:
             shutil.rmtree(log_dir, ignore_errors=True)
 

@@ -35,6 +35,7 @@ from nsightwrap.status import (
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
 from nsightwrap.store.schema import Record
+from nsightwrap.store.triage import triage_log
 
 __all__ = ["debug_log", "key_change", "key_flags"]
 
@@ -399,6 +400,7 @@ def debug_log(store: HangStore, kernel: str, env: Optional[Environment] = None) 
         (a for a in reversed(trusted) if a.outcome in HANG_OUTCOMES), None)
     lines += ["## Key differences between working and hanging settings", ""]
     lines += _table(working, hanging) + [""]
+    lines += triage_log(store, kernel)  # `nsightwrap triage`'s runs of this kernel, if any
     lines += ["## What to try next", ""]
     steps = _next_steps(kernel, attempts, records, working, hanging)
     lines += [f"- {s}" for s in steps] or ["- nothing: these records give no advice"]

@@ -59,6 +59,16 @@ run of the same kernel::
     processes       INTEGER  the job's processes (ranks); 1 for older rows
     gpus            INTEGER or NULL   the GPUs its processes here could use
     ranks           TEXT     "all" (ncu wrapped every rank) or "one" (one rank alone)
+
+Version 4 adds ``calibrations.marks_ranges``. Version 5 adds the table
+``triage_runs``: one row per run that `nsightwrap triage` made (see
+:mod:`nsightwrap.store.triage`, which holds its SQL)::
+
+    id, time, triage_id (the rows of one triage share it), host, gpu, driver,
+    command (JSON list, masked), kernel ("*": none named), tool ("plain", "memcheck", "racecheck",
+    "synccheck", "initcheck", "ncu-walk"), settings (JSON object: the run's index, the environment
+    it added, the kernel filter), outcome, exit_code, elapsed_s, error (the CUDA error or the
+    findings' summary), findings (count), hypothesis, conclusion, note
 """
 
 from __future__ import annotations
@@ -240,6 +250,31 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     """
     ALTER TABLE calibrations ADD COLUMN marks_ranges INTEGER;
+    """,
+    # Version 5: `nsightwrap triage`'s runs (nsightwrap.store.triage reads and writes them).
+    """
+    CREATE TABLE triage_runs (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        time           TEXT    NOT NULL,
+        triage_id      TEXT    NOT NULL,
+        host           TEXT,
+        gpu            TEXT,
+        driver         TEXT,
+        command        TEXT    NOT NULL DEFAULT '[]',
+        kernel         TEXT    NOT NULL DEFAULT '*',
+        tool           TEXT    NOT NULL,
+        settings       TEXT    NOT NULL DEFAULT '{}',
+        outcome        TEXT    NOT NULL,
+        exit_code      INTEGER,
+        elapsed_s      REAL,
+        error          TEXT,
+        findings       INTEGER,
+        hypothesis     TEXT    NOT NULL DEFAULT '',
+        conclusion     TEXT    NOT NULL DEFAULT '',
+        note           TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX triage_runs_kernel ON triage_runs (kernel);
+    CREATE INDEX triage_runs_triage ON triage_runs (triage_id);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,8 +25,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.paths import runtime_dir
-from nsightwrap.status import INTERRUPTED
+from nsightwrap.status import HANG_OUTCOMES, INTERRUPTED
 from nsightwrap.watch.channels import CHUNK, BoundedText, EventLog, FollowedFile, PipeReader
+from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
@@ -333,6 +334,7 @@ def watch(
     observer: ObserverFactory = PlainObserver,
     tool_log: Optional[str] = None,
     guard: bool = True,
+    evidence: Optional[StallEvidence] = None,
 ) -> RunOutcome:
     """Run argv in a new session under `rules`; whatever happens, stop the whole tree.
 
@@ -345,7 +347,8 @@ def watch(
     (decoded with errors="replace"); a piece of stdout is a RawText whose
     `.raw` holds its exact bytes (see watch.channels); on_output should not
     block (the command line writes through watch.writer). The outcome's log keeps the first 64 Ki
-    characters of the output and about its last 4 Mi (BoundedText's defaults).
+    characters of the output and about its last 4 Mi (BoundedText's defaults). evidence: on a hang or
+    timeout verdict, takes what the stuck tree looks like (watch.evidence) before it is stopped.
     """
     with Interrupts(raise_first=False) as signals:
         w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer,
@@ -355,6 +358,8 @@ def watch(
             try:
                 w.start()
                 w.verdict = w.watch()
+                if evidence is not None and w.verdict is not None and w.verdict.status in HANG_OUTCOMES:
+                    w.warnings += evidence.take(w.cookie, w.tree.members(), w.verdict.reason)  # before the stop
             except KeyboardInterrupt:
                 w.interrupted = True
             except BaseException as e:  # noqa: BLE001 - any failure of ours must still stop the tree

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 19, torchrun goals: would one ncu per rank (instead of one ncu over the whole torchrun job) cut a
+# walk's time? Raw ncu, no nsightwrap, on the 2-GPU machine, tests/gpu/multi_allreduce.py (2 ranks):
+#   alone      the job without ncu
+#   single     one ncu over torchrun, collectives left out, --set basic (today's first attempt)
+#   perrank    one ncu per rank (torchrun --no-python + a rank wrapper), collectives left out, --set basic
+#   split      one attempt instead of two: rank 0 profiles only the collectives (LaunchStats, one pass),
+#              rank 1 every other kernel with --set basic
+#   onerank    today's second attempt: rank 0 profiles the collectives (LaunchStats), rank 1 runs plain
+# Each step under timeout; after each: leftover processes and nvidia-smi's compute apps.
+#   bash devtools/gpu_perrank.sh OUTDIR
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${1:?outdir}; mkdir -p "$OUT"; exec > >(tee -a "$OUT/gpu_perrank.log") 2>&1
+PY=${PY:-/opt/torch/.venv/bin/python}; TORCHRUN=$(dirname "$PY")/torchrun; NCU=${NCU:-/usr/local/cuda/bin/ncu}
+PROG=$PWD/tests/gpu/multi_allreduce.py; W=$(mktemp -d /tmp/nw-perrank.XXXXXX)
+NONCCL='regex:^(?!nccl).*'
+cat > "$W/wrap.sh" <<WRAP
+#!/usr/bin/env bash
+# wrap.sh MODE0 MODE1: rank r runs under the ncu options of MODE_r (plain = no ncu)
+r=\${LOCAL_RANK:?}; mode=\$1; [ "\$r" = 1 ] && mode=\$2
+case \$mode in
+  plain) exec "$PY" -u "$PROG" ;;
+  basic) exec "$NCU" --set basic -k '$NONCCL' -f -o "$W/\$3.r\$r" --log-file "$W/\$3.r\$r.log" "$PY" -u "$PROG" ;;
+  coll)  exec "$NCU" --section LaunchStats -k 'regex:^nccl' -f -o "$W/\$3.r\$r" --log-file "$W/\$3.r\$r.log" "$PY" -u "$PROG" ;;
+esac
+WRAP
+chmod +x "$W/wrap.sh"
+after() {
+  echo "== after $1: left: $(pgrep -f 'multi_allreduce|ncu|TreeLauncher' | grep -v $$ | tr '\n' ' ')"
+  echo "== nvidia-smi: $(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader | tr '\n' ';')"
+}
+step() {  # step NAME CMD...
+  local name=$1; shift; local t0; t0=$(date +%s.%N)
+  timeout -k 5 100 "$@" > "$W/$name.out" 2>&1; local rc=$?
+  local dt; dt=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  echo "== $name: rc=$rc in $dt s; profiled: $(cat "$W/$name".r*.log "$W/$name.out" 2>/dev/null | grep -c '==PROF== Profiling')"
+  grep -h -E '==ERROR==|==WARNING==|multi_allreduce:' "$W/$name.out" "$W/$name".r*.log 2>/dev/null | sort | uniq -c | head -5
+  pkill -9 -f "$PROG" 2>/dev/null; sleep 2; after "$name"
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+step alone   "$TORCHRUN" --nproc-per-node 2 "$PROG"
+step single  "$NCU" --set basic -k "$NONCCL" --target-processes all -f -o "$W/single" "$TORCHRUN" --nproc-per-node 2 "$PROG"
+step perrank "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" basic basic perrank
+step split   "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" coll basic split
+step onerank "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" coll plain onerank
+step alone2  "$TORCHRUN" --nproc-per-node 2 "$PROG"
+ls -la "$W" | grep ncu-rep
+rm -rf "$W"

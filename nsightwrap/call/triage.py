@@ -1,0 +1,82 @@
+"""nsightwrap.triage(fn_or_command, ...): triage a program, or a Python callable in a child process.
+
+A callable travels as profile(fn)'s does (call.spec: by module and name, its
+arguments pickled) and runs in `python -m nsightwrap.call` with no warm-up
+and one call, without ncu; a failing call prints its traceback there
+(NSIGHTWRAP_CALL_TRACEBACK), so that its CUDA error is read like a program's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Sequence, Union
+
+from nsightwrap.call.child import TRACEBACK_VAR
+from nsightwrap.call.spec import CallFiles, make_spec
+from nsightwrap.ncu.context import RunConfig
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.paths import store_path
+from nsightwrap.triage.result import TriageResult
+from nsightwrap.triage.run import TriageOptions, triage_command
+
+__all__ = ["after_profile", "triage", "triage_callable"]
+
+
+def triage_callable(fn: Callable[..., Any], args: tuple, kwargs: dict, options: TriageOptions, config: RunConfig,
+                    store: Optional[HangStore], **more: Any) -> TriageResult:
+    """triage_command on fn(*args, **kwargs), run in a child process (its private folder removed after)."""
+    files = CallFiles.create()
+    try:
+        files.write_spec(make_spec(fn, args, kwargs, 0, 1))
+        env = dict(os.environ if config.env is None else config.env, **{TRACEBACK_VAR: "1"})
+        return triage_command(files.command(files.plain_result), options, config.replace(env=env), store=store,
+                              **more)
+    finally:
+        files.remove()
+
+
+def triage(fn_or_command: Union[Callable[..., Any], Sequence[str]], *args: Any, runs: int = 5,
+           tools: Optional[Sequence[str]] = None, kernel: Optional[str] = None, walk: bool = False,
+           set: str = "full", ladder: str = "default", blocking: bool = True,  # noqa: A002 - ncu's word
+           timeout: Optional[float] = None, sanitizer: Optional[str] = None,
+           store: "HangStore | str | os.PathLike[str] | None | bool" = None, config: Optional[RunConfig] = None,
+           on_output: Optional[Callable[[str], None]] = None, say: Optional[Callable[[str], None]] = None,
+           **kwargs: Any) -> TriageResult:
+    """Is it ncu or my kernel? Runs without ncu (`runs` of them), compute-sanitizer's `tools` (default all
+    four), optionally the ncu walk, and a verdict (result.verdict, .status, .exit_code, .to_dict()).
+
+    fn_or_command: a command (list of strings) or a callable, called as fn(*args, **kwargs) in a child
+    process. store: a HangStore, a path, None (the default store) or False (record nothing).
+    """
+    options = TriageOptions(runs=runs, tools=tuple(tools) if tools is not None else TriageOptions.tools,
+                            kernel=kernel, walk=walk, set=set, ladder=ladder, blocking=blocking, timeout=timeout,
+                            sanitizer=sanitizer)
+    config = config or RunConfig()
+    more = {"on_output": on_output} | ({"say": say} if say else {})
+    own = store is None or isinstance(store, (str, os.PathLike))
+    opened = HangStore(store_path(store)) if own else (store or None)
+    try:
+        if callable(fn_or_command):
+            return triage_callable(fn_or_command, args, kwargs, options, config, opened, **more)
+        if args or kwargs:
+            raise TypeError("arguments after a command are for a callable: put them in the command's list")
+        return triage_command(list(fn_or_command), options, config, store=opened, **more)
+    finally:
+        if own and opened is not None:
+            opened.close()
+
+
+def after_profile(result: Any, fn: Callable[..., Any], args: tuple, kwargs: dict,
+                  triage: "bool | str | TriageOptions | None", config: Optional[RunConfig],
+                  store: Optional[HangStore]) -> Any:
+    """profile(fn, triage=...): True or TriageOptions triage fn when its profile hung or failed (its walk is
+    the ncu side, so no second walk), "always" after every profile; the TriageResult goes to result.triage."""
+    if not triage:
+        return result
+    if triage not in (True, "always") and not isinstance(triage, TriageOptions):
+        raise TypeError(f"triage={triage!r}: give True (after a hang or failure), 'always', or a TriageOptions")
+    failed = bool(result.hung) or getattr(result.walk, "status", "ok") != "ok"
+    if triage == "always" or failed:
+        options = triage if isinstance(triage, TriageOptions) else TriageOptions()
+        result.triage = triage_callable(fn, args, kwargs, options, config or RunConfig(), store)
+    return result
