@@ -115,3 +115,18 @@ def test_a_walk_of_three_attempts_asks_nvidia_smi_at_most_four_times(smi_log, tm
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "ok")]
     calls = _calls(smi_log)
     assert len(calls) <= 4, calls
+
+
+def test_through_the_cli_too_with_the_preflight(smi_log, tmp_path):
+    """`run --profile` (the preflight's GPU checks included): the GPU inventory once, and the processes once
+    per attempt at most (the preflight's listing serves the first attempt, a stopped attempt's the next)."""
+    ladder = tmp_path / "two.yaml"
+    ladder.write_text("name: two\nrungs:\n  - {name: requested, requested: true}\n"
+                      "  - {name: duration, metrics: [gpu__time_duration.sum]}\n")
+    out = run_cli(["run", "--json", "--profile", str(ladder), "--stall-timeout", "0.6", "--store",
+                   str(tmp_path / "s.db"), "-o", str(tmp_path / "r"), "--", *PROGRAM], env=dict(os.environ))
+    doc = json.loads(out.stdout)
+    assert [(s["job"], s["attempt"]["status"]) for s in doc["steps"]] == [("main", "hang"), ("main", "ok"),
+                                                                          ("k", "ok")]
+    calls = _calls(smi_log)
+    assert len(calls) <= 4 and sum("--query-gpu" in c for c in calls) == 1, calls

@@ -176,7 +176,7 @@ class CounterProbe:
             context = f.context.replace(stall_timeout=30.0, timeout=120.0, check_gpu=False, report_dir=str(tmp))
             context = context.with_listener(SILENT)  # not one of the run's attempts
             attempt = profile_command(self.program, ProfileOptions(metrics=("gpu__time_duration.sum",),
-                                                                   launch_count=1), context=context)
+                                                                   launch_count=1), context)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         if any("ERR_NVGPUCTRPERM" in e for e in attempt.errors):

@@ -114,6 +114,8 @@ def _foreign_on_gpu(held: Optional[list[gpu.GpuProcess]] = None) -> list[gpu.Gpu
     told while the run starts (_ForeignCheck.result also leaves out every process the run's tree had).
     held: a listing just taken (after the previous attempt), else nvidia-smi is asked now."""
     held = gpu.compute_processes() if held is None else held
+    if not held:  # nothing listed (or nothing known): no scan of /proc for whose they are
+        return []
     # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
     # dropped its environment descends from one that carries it.
     owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
