@@ -189,7 +189,7 @@ class Session:
                 cancel: Optional[threading.Event] = None) -> Attempt:
         """One attempt of a walk or sweep: run (see `run`), the job's shape learnt from it, recorded in the
         store; GpuKept (after recording) when the GPU keeps processes of it."""
-        what = f"rung {tag.rung!r}" if tag.rung and tag.ladder != SWEEP else "the probe"
+        what = f"rung {tag.rung!r}" if tag.rung else "the probe"
         attempt = self.run(options, context, what=what, cancel=cancel)
         self.learn(attempt)
         self.record(attempt, options, tag)
