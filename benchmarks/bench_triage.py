@@ -3,7 +3,7 @@
 
 Triage's overhead is its wall time minus the wall time of the runs it makes (each run without ncu, each
 sanitizer run, the walk's attempts): the tracer's trace read, the CUDA error parsed, the store written, the
-verdict. Measured side by side on each case, in this process (nsightwrap.triage.triage_command).
+verdict. Measured side by side on each case, in this process (nsightwrap.diagnose.triage_command).
 
 Without a GPU, against the fakes of tests/ (the seeded flaky program, the fake CUPTI tracer, the fake
 compute-sanitizer at a tenth of real time):
@@ -37,9 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nsightwrap.diagnose.run import SANITIZER_TOOLS, TriageOptions, triage_command  # noqa: E402
 from nsightwrap.ncu.context import RunConfig  # noqa: E402
 from nsightwrap.store.hangstore import HangStore  # noqa: E402
-from nsightwrap.triage.run import SANITIZER_TOOLS, TriageOptions, triage_command  # noqa: E402
 
 LIMIT_S = 1.0
 TESTS = ROOT / "tests"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import types
 from typing import TYPE_CHECKING, Any
 
 from nsightwrap.errors import (
@@ -39,7 +38,10 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.call.profiler import Profiler
     from nsightwrap.call.ranges import range
     from nsightwrap.call.result import ProfileResult
+    from nsightwrap.call.triage import triage
     from nsightwrap.cli.bundle import Bundle, hang_bundle
+    from nsightwrap.diagnose.result import TriageResult
+    from nsightwrap.diagnose.run import TriageOptions
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.session import Session
@@ -51,6 +53,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.ncu.context import RunConfig, RunContext
     from nsightwrap.ncu.engine import profile_command
     from nsightwrap.ncu.locate import find_ncu
+    from nsightwrap.ncu.names import normalize_kernel
     from nsightwrap.ncu.options import KernelFilter, ProfileOptions
     from nsightwrap.ncu.progress import Stall, StallRule
     from nsightwrap.nsys.options import NsysOptions
@@ -58,11 +61,9 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.reports.ncu import load_report, parse_raw_csv
     from nsightwrap.reports.nsys.sqlite import kernel_rows
     from nsightwrap.reports.nsys.stats import nsys_stats
-    from nsightwrap.store import Environment, HangStore, ProfileKey, Record, normalize_kernel
+    from nsightwrap.store import Environment, HangStore, ProfileKey, Record
     from nsightwrap.store.debuglog import debug_log
     from nsightwrap.watch.evidence import StallEvidence
-    from nsightwrap.triage.result import TriageResult
-    from nsightwrap.triage.run import TriageOptions
     from nsightwrap.watch.rules import TotalTimeout, WatchRule
     from nsightwrap.watch.tree import StopPolicy
 
@@ -94,7 +95,7 @@ _LAZY = {
     "WatchRule": "watch.rules",
     "find_ncu": "ncu.locate",
     "load_ladder": "fallback.ladder",
-    "normalize_kernel": "store",
+    "normalize_kernel": "ncu.names",
     "probe_ncu": "ncu.catalog",
     "profile_command": "ncu.engine",
     "range": "call.ranges",
@@ -106,7 +107,7 @@ _LAZY = {
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
     "Bundle": "cli.bundle", "hang_bundle": "cli.bundle", "StallEvidence": "watch.evidence",
-    "TriageOptions": "triage.run", "TriageResult": "triage.result",
+    "triage": "call.triage", "TriageOptions": "diagnose.run", "TriageResult": "diagnose.result",
 }
 
 
@@ -121,20 +122,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-class _CallableTriage(types.ModuleType):
-    """The package nsightwrap.triage, callable: nsightwrap.triage(fn_or_command, ...) is
-    nsightwrap.call.triage.triage (the package and the function share the name)."""
-
-    def __call__(self, fn_or_command: Any, *args: Any, **kwargs: Any) -> Any:
-        from nsightwrap.call.triage import triage
-
-        return triage(fn_or_command, *args, **kwargs)
-
-
-_triage_package = importlib.import_module(".triage", __name__)  # empty when loaded: costs nothing
-_triage_package.__class__ = _CallableTriage
 
 
 # A library logs; the application decides where it goes (the CLI: --verbose). Without this,

@@ -1,11 +1,20 @@
 """This user's folders, resolved in one place: the cache, the runtime folder, temporary work folders.
 
+No other module reads an XDG variable, ``~`` or $TMPDIR to place a file of
+its own; each asks here (tests/test_paths.py checks both).
+
 - cache: ``$XDG_CACHE_HOME/nsightwrap`` (an absolute one, as the XDG base
-  directory spec says), else ``~/.cache/nsightwrap``: the hang store and the
-  ncu catalog. Every level nsightwrap creates is 0700: the store holds
-  command lines, and nothing there is for other users.
-- runtime: ``$NSIGHTWRAP_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/nsightwrap``,
-  else ``$TMPDIR/nsightwrap-UID``: run records (watch.records).
+  directory spec says), else ``~/.cache/nsightwrap``: the hang store
+  (``hangs.db``, unless $NSIGHTWRAP_STORE: nsightwrap.store.paths), ncu's
+  probe answers (:func:`tools_dir`, unless $NSIGHTWRAP_CACHE_DIR) and the
+  CUPTI tracer's builds (:func:`tracer_dir`), and each run's logs and
+  stall evidence (:func:`runs_dir`, unless $NSIGHTWRAP_EVIDENCE). Every level nsightwrap
+  creates is 0700: the store holds command lines, and nothing there is for
+  other users.
+- runtime: ``$NSIGHTWRAP_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/nsightwrap``
+  (an absolute, existing one), else ``$TMPDIR/nsightwrap-UID``: run records
+  (watch.records). Only that last folder is created (0700), never its
+  parents, and one of another user, or that others may write, is refused.
 - work folders: ``$TMPDIR/nsightwrap-KIND-PID.START.MARK.XXXXXXXX`` (0700),
   named after the process that made them, so that one left by a killed
   nsightwrap (SIGKILL runs no ``finally``) is removed by the next one made,
@@ -13,8 +22,9 @@
   this host and pid namespace: a PID means something only there, and
   $TMPDIR may be shared (``docker -v /tmp:/tmp``, scratch shared by nodes),
   so a folder of another host or namespace is never judged, however its PID
-  looks here. A folder of the old form (no MARK) is judged only once it is a
-  day old.
+  looks here.
+
+nsightwrap keeps nothing in $XDG_DATA_HOME or $XDG_STATE_HOME.
 """
 
 from __future__ import annotations
@@ -25,29 +35,55 @@ import re
 import shutil
 import stat
 import tempfile
-import time
 from pathlib import Path
 from typing import Mapping, Optional
 
 from nsightwrap.errors import NsightwrapError
 
-__all__ = ["ENV_RUNTIME", "ENV_XDG_CACHE", "cache_dir", "host_mark", "make_private_dirs", "remove_stale_work_dirs",
-           "runtime_dir", "stale_work_dirs", "work_dir"]
+__all__ = ["CACHE_FALLBACK", "ENV_CACHE_DIR", "ENV_EVIDENCE", "ENV_RUNTIME", "ENV_XDG_CACHE", "ENV_XDG_RUNTIME",
+           "cache_dir", "host_mark", "make_private_dirs", "remove_stale_work_dirs", "runs_dir", "runtime_dir",
+           "stale_work_dirs", "tools_dir", "tracer_dir", "work_dir"]
 
 ENV_XDG_CACHE = "XDG_CACHE_HOME"
+ENV_XDG_RUNTIME = "XDG_RUNTIME_DIR"
+#: The cache's base when $XDG_CACHE_HOME is unset or relative (the XDG spec's default).
+CACHE_FALLBACK = "~/.cache"
+ENV_CACHE_DIR = "NSIGHTWRAP_CACHE_DIR"
 ENV_RUNTIME = "NSIGHTWRAP_RUNTIME_DIR"
+#: ``off``: runs keep no evidence (nsightwrap.watch.evidence); a folder: they keep it there.
+ENV_EVIDENCE = "NSIGHTWRAP_EVIDENCE"
 _WORK = re.compile(r"nsightwrap-[a-z]+-(\d+)\.(\d+)\.([0-9a-f]{8})\.[a-z0-9_]+")
-#: The form before MARK: whose host and namespace is unknown, so judged only when this old (seconds).
-_OLD_WORK = re.compile(r"nsightwrap-[a-z]+-(\d+)\.(\d+)\.[a-z0-9_]+")
-OLD_FORM_AGE_S = 24 * 3600
+
+
+def _xdg(env: Mapping[str, str], name: str) -> Optional[Path]:
+    """$name when it is an absolute path; the XDG base directory spec says a relative one is ignored."""
+    value = env.get(name)
+    return Path(value) if value and os.path.isabs(value) else None
 
 
 def cache_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     """``$XDG_CACHE_HOME/nsightwrap`` when that is absolute, else ``~/.cache/nsightwrap`` (not created here)."""
     env = os.environ if env is None else env
-    xdg = env.get(ENV_XDG_CACHE)
-    home = Path(xdg) if xdg and os.path.isabs(xdg) else Path("~/.cache").expanduser()
-    return home / "nsightwrap"
+    return (_xdg(env, ENV_XDG_CACHE) or Path(CACHE_FALLBACK).expanduser()) / "nsightwrap"
+
+
+def tools_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where ncu's probe answers are cached: ``$NSIGHTWRAP_CACHE_DIR``, else the cache's ``tools``."""
+    env = os.environ if env is None else env
+    return Path(env[ENV_CACHE_DIR]).expanduser() if env.get(ENV_CACHE_DIR) else cache_dir(env) / "tools"
+
+
+def tracer_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where the CUPTI tracer's builds are cached: the cache's ``tracer`` (one folder per build key)."""
+    return cache_dir(env) / "tracer"
+
+
+def runs_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where runs keep their logs and stall evidence: ``$NSIGHTWRAP_EVIDENCE`` (unless ``off``, which
+    nsightwrap.watch.evidence reads), else the cache's ``runs``."""
+    env = os.environ if env is None else env
+    value = env.get(ENV_EVIDENCE, "")
+    return Path(value).expanduser() if value and value.lower() != "off" else cache_dir(env) / "runs"
 
 
 def make_private_dirs(folder: Path) -> None:
@@ -72,17 +108,19 @@ def runtime_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     could name anyone's processes.
     """
     env = os.environ if env is None else env
+    xdg = _xdg(env, ENV_XDG_RUNTIME)
     if env.get(ENV_RUNTIME):
         path = Path(env[ENV_RUNTIME])
-    elif env.get("XDG_RUNTIME_DIR") and os.path.isdir(env["XDG_RUNTIME_DIR"]):
-        path = Path(env["XDG_RUNTIME_DIR"]) / "nsightwrap"
+    elif xdg is not None and xdg.is_dir():
+        path = xdg / "nsightwrap"
     else:
         path = Path(tempfile.gettempdir()) / f"nsightwrap-{os.getuid()}"
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)  # this folder only: a missing parent is not ours to make
         st = path.lstat()
     except OSError as e:
-        raise NsightwrapError(f"cannot use {path} for run records ({e}); set {ENV_RUNTIME} to a private folder") from e
+        raise NsightwrapError(f"cannot use {path} for run records ({e.strerror or e}); create its parent folder, "
+                              f"or set {ENV_RUNTIME} to a private folder of this user") from e
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise NsightwrapError(f"{path} is not a private folder of this user (owner uid {st.st_uid}, mode "
                               f"{oct(st.st_mode & 0o777)}); remove it, or set {ENV_RUNTIME} to a private folder")
@@ -132,7 +170,7 @@ def _owner_gone(pid: str, start: str) -> bool:
 
 def stale_work_dirs(folder: Optional[Path] = None) -> list[Path]:
     """This user's work folders in `folder` ($TMPDIR) whose owner process is gone: only folders of this host
-    and pid namespace (their MARK is :func:`host_mark`), and folders of the old form (no MARK) a day old."""
+    and pid namespace (their MARK is :func:`host_mark`)."""
     folder = Path(tempfile.gettempdir()) if folder is None else Path(folder)
     found = []
     try:
@@ -141,8 +179,8 @@ def stale_work_dirs(folder: Optional[Path] = None) -> list[Path]:
         return []
     mark = host_mark()
     for name in names:
-        m, old = _WORK.fullmatch(name), _OLD_WORK.fullmatch(name)
-        if not (m and m[3] == mark) and not old:
+        m = _WORK.fullmatch(name)
+        if not (m and m[3] == mark):
             continue
         path = folder / name
         try:
@@ -151,9 +189,7 @@ def stale_work_dirs(folder: Optional[Path] = None) -> list[Path]:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             continue
-        if old and time.time() - st.st_mtime < OLD_FORM_AGE_S:
-            continue  # whose it is cannot be told: maybe a live nsightwrap of another host or namespace
-        if _owner_gone(*(m or old).group(1, 2)):
+        if _owner_gone(*m.group(1, 2)):
             found.append(path)
     return found
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import tarfile
 import zipfile
 from pathlib import Path
@@ -20,6 +19,7 @@ from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, run_cli
 
 from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.store import Environment, HangStore, ProfileKey
+from nsightwrap.store.triage import TriageRecord, record_triage
 
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \+ *\d+\.\d{3}s \[(tool|out)\] ")
@@ -108,11 +108,11 @@ def _store_with_a_hang(tmp_path: Path) -> Path:
 
 def test_a_zip_and_the_triage_slot(tmp_path):
     store = _store_with_a_hang(tmp_path)
-    with sqlite3.connect(store) as conn:      # what a triage run could leave (TRI's table, whatever its columns)
-        conn.execute("CREATE TABLE triage_runs (triage_id TEXT, kernel TEXT, tool TEXT, conclusion TEXT)")
-        conn.executemany("INSERT INTO triage_runs VALUES (?, ?, ?, ?)", [
-            ("t1", "*", "plain", "finished"), ("t1", "k", "racecheck", "12 hazards"), ("t1", "*", "triage", "v"),
-            ("t2", "other", "memcheck", "x")])
+    with HangStore(store) as s:      # what `nsightwrap triage` leaves: one triage naming k, another naming other
+        record_triage(s, [TriageRecord("t1", ("./a",), "plain", "finished"),
+                          TriageRecord("t1", ("./a",), "racecheck", "findings", kernel="k", conclusion="12 hazards"),
+                          TriageRecord("t1", ("./a",), "triage", "program-fault", conclusion="v"),
+                          TriageRecord("t2", ("./b",), "memcheck", "findings", kernel="other")], H200)
     made = hang_bundle("k", tmp_path / "b.zip", store=store, runs_folder=tmp_path / "none", env={},
                        versions=lambda env: {"stub": True})
     assert made.status == "ok" and made.exit_code == 0 and made.runs_missing == ["a" * 32]

@@ -26,12 +26,12 @@ from nsightwrap.ncu.allowance import (
 from nsightwrap.ncu.attempt import Attempt, KernelResult
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import KernelDone, KernelStarted, NcuWarning, Progress, ReplayPass
-from nsightwrap.ncu.names import function_core
+from nsightwrap.ncu.names import function_core, normalize_kernel
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall, StallRule, WatchState
 from nsightwrap.status import CRASHED, HANG, OK, TIMEOUT
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment, normalize_kernel
+from nsightwrap.store.keys import Environment
 
 ONE_METRIC = ProfileOptions(metrics=("gpu__time_duration.sum",))
 SOL = ProfileOptions(sections=("SpeedOfLight",))
@@ -460,7 +460,8 @@ def test_a_version_1_store_is_migrated(tmp_path):
     path = version_1_store(tmp_path / "old.db", "INSERT INTO records (time, kernel, kernel_pattern, replay_mode, "
                                                 "key, outcome) VALUES ('t', 'k', 'k', 'kernel', '{}', 'hang')")
     with HangStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 5  # through 2 (calibration), 3 (job size), 4 (ranges), 5 (triage)
+        # through 2 (calibration), 3 (job size), 4 (ranges), 5 (triage)
+        assert store.schema_version == SCHEMA_VERSION == 5
         [rec] = store.records()
         assert rec.basis is None and not rec.calibrated and store.uncalibrated_hangs() == {"k": 1}
         assert rec.processes == 1 and rec.ranks == "all"

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),
     ("calibrate",),
     ("fallback",),
-    ("triage",),  # compute-sanitizer and repeated plain runs (issue 21): uses fallback's walk
+    ("diagnose",),  # triage: compute-sanitizer and repeated plain runs (issue 21): uses fallback's walk
     ("call",),
     ("cli",),
     ("__init__", "__main__"),  # the top: the public names, `python -m nsightwrap`

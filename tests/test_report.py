@@ -40,7 +40,6 @@ from nsightwrap.reports.ncu import (
     load_report,
     module,
     parse_raw_csv,
-    raw_csv,
     raw_csv_argv,
     scan,
     schema,
@@ -527,17 +526,6 @@ def test_parse_raw_csv_with_thousands_separators_and_a_prologue():
 def test_parse_raw_csv_needs_a_header():
     with pytest.raises(ValueError, match="header"):
         parse_raw_csv("==ERROR== could not open file\n")
-
-
-@pytest.mark.parametrize("demangled,function", [
-    (VEC_ADD, "vec_add"),
-    ("vec_add", "vec_add"),
-    ("void ns::kern<int, (int)4>(float *, void (*)(int))", "kern"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)",
-     "vectorized_elementwise_kernel"),
-])
-def test_function_from_demangled(demangled, function):
-    assert raw_csv._function_from_demangled(demangled) == function
 
 
 def fake_ncu(tmp_path, csv_file):

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from helpers import HERE, fast_stop, no_leftovers
 
-from nsightwrap.errors import OptionsError, ToolError, ToolNotFound
-from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.options import KernelFilter
-from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, OK, TIMEOUT
-from nsightwrap.triage.findings import COLUMNS, FindingsParser, parse_text
-from nsightwrap.triage.sanitizer import (
+from nsightwrap.diagnose.findings import COLUMNS, FindingsParser, parse_text
+from nsightwrap.diagnose.sanitizer import (
     SanitizerListener,
     SanitizerOptions,
     filter_argv,
@@ -25,8 +22,12 @@ from nsightwrap.triage.sanitizer import (
     sanitizer_argv,
     sanitizer_version,
 )
-from nsightwrap.triage.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, host_seconds, kernel_seconds
-from nsightwrap.watch.rules import RunState
+from nsightwrap.diagnose.slowdown import SanitizerStall, SlowdownPolicy, ToolPrior, host_seconds, kernel_seconds
+from nsightwrap.errors import OptionsError, ToolError, ToolNotFound
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, TIMEOUT
+from nsightwrap.watch.rules import Cancelled, RunState
 
 FAKE_DIR = HERE / "fake_sanitizer"
 FAKE_SANITIZER = str(FAKE_DIR / "compute-sanitizer")
@@ -59,15 +60,27 @@ def data(name: str) -> str:
 
 
 def test_memcheck_finding_names_kind_kernel_access_thread_and_line():
-    findings, summary = parse_text(data("memcheck_oob.txt"), "memcheck")
-    oob, api = findings
-    assert (oob.kind, oob.kernel, oob.size, oob.address) == ("Invalid __global__ write", "oob(float *, int)", 4,
-                                                             "0x7f1e2c000400")
-    assert (oob.thread, oob.block, oob.where) == ("(31,0,0)", "(3,0,0)", "triage_kernels.cu:14")
-    assert oob.host_frames[0] == "main [0x8e93] in triage_kernels"
-    assert "Access to 0x7f1e2c000400 is out of bounds" in oob.detail
+    findings, summary = parse_text(data("memcheck_oob.txt"), "memcheck")  # real: H200, CUDA 13.0
+    oob, api = findings[0], findings[-1]
+    assert len(findings) == 33 and {f.kind for f in findings[:-1]} == {"Invalid __global__ write"}
+    assert (oob.kernel, oob.size, oob.address) == ("oob_write(float *, int)", 4, "0x7f07fe801000")
+    assert (oob.thread, oob.block, oob.where) == ("(0,0,0)", "(32,0,0)", "tk_capture.cu:58")
+    assert oob.host_frames == ["main [0x901d] in triage_kernels"]
+    assert oob.detail == ["Access to 0x7f07fe801000 is out of bounds",
+                          "and is 1 bytes after the nearest allocation at 0x7f07fe800000 of size 4,096 bytes"]
     assert api.kind == "CUDA error cudaErrorLaunchFailure on cudaDeviceSynchronize"
-    assert (summary.errors, summary.program_error, summary.complete) == (2, True, True)
+    assert (summary.errors, summary.program_error, summary.complete) == (33, True, True)
+
+
+def test_the_print_limit_caps_what_is_printed_not_what_is_counted():
+    findings, summary = parse_text(data("memcheck_flaky.txt"), "memcheck")  # real: flaky 1.0
+    assert len(findings) == 100 and {(f.kind, f.line) for f in findings} == {("Invalid __global__ write", 79)}
+    assert (summary.errors, summary.not_printed, summary.count) == (1025, 925, 1025)
+
+
+def test_a_run_stopped_during_a_kernel_that_never_ends():
+    findings, summary = parse_text(data("memcheck_stopped.txt"), "memcheck")  # real: SIGINT, banner only
+    assert findings == [] and not summary.complete
 
 
 def test_the_misaligned_read_facts_records():
@@ -78,30 +91,33 @@ def test_the_misaligned_read_facts_records():
 
 
 def test_racecheck_race_and_hazard_reports():
-    (race,), summary = parse_text(data("racecheck.txt"), "racecheck")
-    assert (race.kind, race.where, race.other_line, race.hazards) == ("Race Write/Read", "triage_kernels.cu:19",
-                                                                      22, 32768)
-    assert race.kernel == "reduce_race(float *, int)" and summary.hazards_displayed == 1
-    hazards, summary = parse_text(data("racecheck_hazard.txt"), "racecheck")
-    assert [h.kind for h in hazards] == ["WAR hazard"] * 3
-    assert (hazards[1].block, hazards[1].address, hazards[1].line, hazards[1].other_line) == ("(1,0,0)", "0x700",
-                                                                                              22, 19)
-    # --print-limit caps what is printed, not what is counted (FACTS.md)
-    assert (summary.hazards_displayed, summary.hazard_errors, summary.hazard_warnings) == (3, 65920, 7936)
-    assert summary.count == 65920 + 7936
+    (race,), summary = parse_text(data("racecheck.txt"), "racecheck")  # real
+    assert (race.kind, race.where, race.other_line, race.hazards) == ("Race Read/Write", "tk_capture.cu:67",
+                                                                      67, 32768)
+    assert race.kernel == "reduce_race(const float *, float *, int)" and summary.hazards_displayed == 1
+    hazards, summary = parse_text(data("racecheck_hazard.txt"), "racecheck")  # real, --print-limit 5
+    assert [h.kind for h in hazards] == ["RAW hazard"] * 5
+    assert (hazards[1].block, hazards[1].address, hazards[1].thread) == ("(8,0,0)", "0x581", "(96,0,0)")
+    assert (hazards[1].line, hazards[1].other_line, hazards[1].host_frames) == (67, 67,
+                                                                                ["main [0x925c] in triage_kernels"])
+    assert (summary.hazards_displayed, summary.hazard_errors, summary.hazard_warnings) == (5, 24576, 7936)
+    assert summary.count == 24576 + 7936
 
 
 def test_initcheck_and_synccheck():
-    uninit, summary = parse_text(data("initcheck.txt"), "initcheck")
-    assert [(f.kind, f.size, f.line, f.thread) for f in uninit] == [
-        ("Uninitialized __global__ memory read", 4, 34, "(0,0,0)"),
-        ("Uninitialized __global__ memory read", 4, 34, "(1,0,0)")]
+    uninit, summary = parse_text(data("initcheck.txt"), "initcheck")  # real
+    assert len(uninit) == 100 and (summary.errors, summary.not_printed) == (4096, 3996)
+    assert [(f.kind, f.size, f.line, f.thread) for f in uninit[:2]] == [
+        ("Uninitialized __global__ memory read", 4, 74, "(0,0,0)"),
+        ("Uninitialized __global__ memory read", 4, 74, "(1,0,0)")]
+    assert uninit[0].address == "0x7f401e002000" and uninit[0].kernel == "read_uninit(const float *, float *, int)"
     (barrier,), _ = parse_text(data("synccheck.txt"), "synccheck")
     assert barrier.kind == "Barrier error detected. Divergent thread(s) in block" and barrier.line == 60
     (inner,), _ = parse_text(data("synccheck_device_frame.txt"), "synccheck")
     # inside an intrinsic: the kernel is the device frame's, and so is the line
     assert (inner.kernel, inner.where) == ("broken_sync(float *, unsigned long)", "kernel.cu:12")
-    assert parse_text(data("synccheck_race.txt"), "synccheck")[0] == []  # FACTS: a race is racecheck's
+    findings, summary = parse_text(data("synccheck_race.txt"), "synccheck")  # real: a race is racecheck's
+    assert findings == [] and summary.errors == 0
 
 
 def test_pieces_of_any_size_give_the_same_findings():
@@ -113,14 +129,28 @@ def test_pieces_of_any_size_give_the_same_findings():
         got += parser.feed(text[i:i + 7])
     got += parser.close()
     assert [f.to_dict() for f in got] == [f.to_dict() for f in whole]
-    assert parser.program_lines == 3  # "start", the CUDA error the program prints, and this line
+    assert parser.program_lines == 2  # the CUDA error the program prints, and this line
 
 
 def test_a_program_line_without_its_newline_does_not_hide_the_next_finding():
     # two writers on one pipe: the program's "step 3" and its newline came on either side of a finding
     text = data("initcheck.txt").replace("========= Uninitialized", "step 3========= Uninitialized", 1)
     findings, summary = parse_text(text, "initcheck")
-    assert [f.kind for f in findings] == ["Uninitialized __global__ memory read"] * 2 and summary.errors == 2
+    assert [f.kind for f in findings] == ["Uninitialized __global__ memory read"] * 100 and summary.errors == 4096
+    banner = data("initcheck.txt").replace("========= \n", "========= \n==================== results\n", 1)
+    findings, _ = parse_text(banner, "initcheck")  # the program's own row of "=" is no finding
+    assert [f.kind for f in findings] == ["Uninitialized __global__ memory read"] * 100
+
+
+def test_notes_and_their_lines_are_no_findings():
+    text = ("========= COMPUTE-SANITIZER\n"
+            "=========     Host Frame: main [0x10] in prog\n"  # a finding's body whose header was cut off
+            "========= Error: process didn't terminate successfully\n"
+            "=========     The application may have hit an error when dereferencing Unified Memory from the host.\n"
+            "========= ERROR SUMMARY: 0 errors\n")
+    findings, summary = parse_text(text, "memcheck")
+    assert findings == [] and summary.program_error and summary.errors == 0
+    assert any("Unified Memory" in line for line in summary.lines)
 
 
 def test_a_run_cut_mid_way_keeps_what_was_printed():
@@ -134,7 +164,7 @@ def test_a_run_cut_mid_way_keeps_what_was_printed():
 def test_a_finding_is_handed_on_as_soon_as_it_ends():
     parser = FindingsParser("memcheck")
     text = data("memcheck_oob.txt")
-    first_end = text.index("=========\n", text.index("Host Frame")) + len("=========\n")
+    first_end = text.index("========= \n", text.index("Host Frame")) + len("========= \n")
     assert [f.kind for f in parser.feed(text[:first_end])] == ["Invalid __global__ write"]
 
 
@@ -275,15 +305,15 @@ def test_an_out_of_bounds_write_is_found():
     df = r.findings
     assert list(df["kind"]) == ["Invalid __global__ write"] * 2 + ["CUDA error cudaErrorLaunchFailure on "
                                                                     "cudaDeviceSynchronize"]
-    assert set(df["kernel"][:2]) == {"oob(float *, int)"} and list(df["line"][:2]) == [14, 14]
-    assert r.summary == "memcheck: 3 errors: Invalid __global__ write in oob (triage_kernels.cu:14)"
+    assert set(df["kernel"][:2]) == {"oob(float *, int)"} and list(df["line"][:2]) == [58, 58]
+    assert r.summary == "memcheck: 3 errors: Invalid __global__ write in oob (triage_kernels.cu:58)"
     assert heard == list(df["kind"])
-    assert (r.headline.kind, r.headline.line, r.kernels) == ("Invalid __global__ write", 14, ["oob"])
+    assert (r.headline.kind, r.headline.line, r.kernels) == ("Invalid __global__ write", 58, ["oob"])
 
 
 @pytest.mark.parametrize("tool, step, kind, line", [
-    ("racecheck", "reduce_race@race", "Race Write/Read", 19),
-    ("initcheck", "uninit@uninit", "Uninitialized __global__ memory read", 34),
+    ("racecheck", "reduce_race@race", "Race Read/Write", 19),
+    ("initcheck", "uninit@uninit", "Uninitialized __global__ memory read", 74),
     ("synccheck", "sync_div@sync", "Barrier error detected. Divergent thread(s) in block", 60)])
 def test_each_tool_finds_its_bug_and_only_its_own(tool, step, kind, line):
     r = run("vec_add", step, tool=tool)
@@ -294,12 +324,13 @@ def test_each_tool_finds_its_bug_and_only_its_own(tool, step, kind, line):
 
 def test_racecheck_summary_and_the_kernel_filter():
     r = run("reduce_race@race", "other@race", tool="racecheck", kernel_filter="exact:reduce_race")
-    assert list(r.findings["kernel"]) == ["reduce_race(float *, int)"]
-    assert r.summary == ("racecheck: 1 hazard displayed (1 error, 0 warnings): Race Write/Read in reduce_race "
+    assert list(r.findings["kernel"]) == ["reduce_race(const float *, float *, int)"]
+    assert r.summary == ("racecheck: 1 hazard displayed (1 error, 0 warnings): Race Read/Write in reduce_race "
                          "(triage_kernels.cu:19)")
     assert r.command[-6:-4] == ["--kernel-name", "kns=reduce_race"]
+    assert r.hazards == 32768 and run("vec_add").hazards is None
     r = run("reduce_race@race", "other@race", tool="racecheck", options=SanitizerOptions(exclude=("other",)))
-    assert list(r.findings["kernel"]) == ["reduce_race(float *, int)"]
+    assert list(r.findings["kernel"]) == ["reduce_race(const float *, float *, int)"]
 
 
 def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
@@ -316,10 +347,14 @@ def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
 
 
 def test_a_slow_kernel_within_its_scaled_allowance_is_not_a_stall():
-    # 1 s alone (0.05 s on the fake clock), 20x under memcheck: 1 s of silence; allowance 1 + 4 x 20 x 0.05 = 5 s
-    r = run("slow@spin=1", "print:done",
-            calibration=Calibration.from_kernels({"slow(float *, int)": SCALE}))
+    # 2 s alone (0.1 s on the fake clock), 30x under memcheck: 3 s of silence; allowance 1 + 4 x 20 x 0.1 = 9 s
+    slow = fake_env(FAKE_SAN_FACTOR="30")
+    r = run("slow@spin=2", "print:done", env=slow, calibration=Calibration.from_kernels({"slow(float *, int)": 0.1}))
     assert r.status == OK and r.clean
+    # the same silence from a kernel calibrated at 1 ms: its allowance is 1 + 4 x 20 x 0.001 s, or 4 x the
+    # longest silence that ended in output before it (the tool's start), well under 3 s
+    r = run("slow@spin=2", "print:done", env=slow, calibration=Calibration.from_kernels({"slow(float *, int)": 0.001}))
+    assert r.status == HANG  # called before the 3 s silence ended
 
 
 def test_a_total_limit_and_a_crashing_tool():
@@ -335,6 +370,30 @@ def test_a_tool_stuck_after_its_program_ended_is_stopped_too():
     assert r.status == HANG and r.stall["allowance_s"] >= 1 + 4 * 20 * 0.01  # more when a start was slow
     assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
     assert r.program_lines == 1 and not r.survivors
+    no_leftovers()
+
+
+def test_a_run_cancelled_from_another_thread_is_interrupted_and_keeps_its_findings():
+    event = threading.Event()
+
+    class CancelOnFinding(SanitizerListener):
+        def finding(self, finding):
+            event.set()
+
+    r = run("oob@oob", tool="memcheck", listener=CancelOnFinding(), also=Cancelled(event),
+            env=fake_env(FAKE_SAN_AT_END="stall"))
+    assert r.status == INTERRUPTED and r.exit_code == 130 and not r.survivors
+    assert len(r.findings) >= 1 and "interrupted" in r.summary
+    no_leftovers()
+
+
+def test_a_listener_that_fails_stops_the_tree_and_its_error_is_raised():
+    class Broken(SanitizerListener):
+        def finding(self, finding):
+            raise RuntimeError("listener bug")
+
+    with pytest.raises(RuntimeError, match="listener bug"):
+        run("oob@oob", listener=Broken(), env=fake_env(FAKE_SAN_AT_END="stall"))
     no_leftovers()
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from nsightwrap.errors import NsightwrapError, StoreError
 from nsightwrap.ncu.attempt import Attempt, KernelResult
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.ncu.progress import Stall
 from nsightwrap.store import (
@@ -31,7 +32,6 @@ from nsightwrap.store import (
     HangStore,
     ProfileKey,
     Record,
-    normalize_kernel,
 )
 from nsightwrap.store.debuglog import debug_log, key_change
 

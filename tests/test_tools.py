@@ -504,7 +504,7 @@ def test_probe_ncu_unparseable_is_tool_error(ncu, tmp_path, flag, text):
 
 def test_ncu_info_json_round_trip(ncu, tmp_path):
     info = probe_ncu(ncu, tmp_path / "cache", FakeNcu())
-    assert NcuInfo.from_json(json.loads(json.dumps(info.to_json()))) == info
+    assert NcuInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
 
 
 # --------------------------------------------------------------------------

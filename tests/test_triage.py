@@ -18,13 +18,13 @@ import pytest
 from helpers import FAKE_APP, HERE, no_leftovers, read_until, run_cli, start_cli
 
 import nsightwrap
+from nsightwrap.diagnose.plain import FAILED, FINISHED, HUNG
+from nsightwrap.diagnose.run import TriageOptions, _Calibrated, triage_command
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import EXIT_CODES, OK, PROFILER_INDUCED, PROGRAM_FAULT
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.keys import Environment
 from nsightwrap.store.triage import triage_rows
-from nsightwrap.triage.plain import FAILED, FINISHED, HUNG
-from nsightwrap.triage.run import TriageOptions, _Calibrated, triage_command
 
 FLAKY = HERE / "fake_triage" / "flaky.py"
 SAN_APP = HERE / "fake_sanitizer" / "app.py"
@@ -91,7 +91,7 @@ def test_a_program_that_hangs_by_itself_is_called_within_its_allowance_and_stopp
 
 
 def test_allowances_come_from_the_kernel_times_of_the_runs_before():
-    from nsightwrap.triage.plain import PlainRun
+    from nsightwrap.diagnose.plain import PlainRun
 
     cal = _Calibrated(limit_s=50.0)
     assert cal.allowance("void fake::b<float>(float*, int)") == 50.0  # not timed yet: the calibration limit
@@ -112,7 +112,7 @@ def test_sanitizer_findings_name_the_tool_kernel_and_line_and_clear_runs_say_so(
 
 
 def _real_sanitizer(path: Path):
-    from nsightwrap.triage.sanitizer import run_sanitizer
+    from nsightwrap.diagnose.sanitizer import run_sanitizer
 
     return lambda *a, **kw: run_sanitizer(*a, **dict(kw, sanitizer=str(path)))
 
@@ -197,7 +197,7 @@ def test_nsightwrap_triage_takes_a_callable_and_stays_the_package(env, tmp_path,
 
     r = nsightwrap.triage(triage_subject.step, 3, runs=2, tools=(), store=False)
     assert r.failed == 2 and r.runs[0].error.name == "cudaErrorMisalignedAddress" and r.status == PROGRAM_FAULT
-    assert nsightwrap.triage.run.triage_command is triage_command  # the package's modules are still reachable
+    assert nsightwrap.diagnose.run.triage_command is triage_command  # the package's modules are still reachable
 
 
 def test_profile_triage_runs_triage_after_a_hang_or_failure_only_unless_always(env, tmp_path, monkeypatch):

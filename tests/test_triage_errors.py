@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsightwrap.triage.cudaerrors import find_cuda_error
+from nsightwrap.diagnose.cudaerrors import find_cuda_error
 
 CASES = [
     # (output, name, asynchronous)

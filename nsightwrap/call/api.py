@@ -12,43 +12,65 @@ probe, the hang store and the call times go through one Profiler
 from __future__ import annotations
 
 import functools
+import inspect
 import os
-from typing import Any, Callable, Optional, Sequence
+import typing
+from typing import Any, Callable, Concatenate, Optional, ParamSpec
 
 from nsightwrap.call.profiler import Profiler
 from nsightwrap.call.result import ProfileResult
-from nsightwrap.call.triage import after_profile
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.triage.run import TriageOptions
 
 __all__ = ["profile", "profiled"]
 
+P = ParamSpec("P")
 
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """fn's annotations resolved; as written where one names a type imported for type checkers only."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError:
+        return dict(fn.__annotations__)
+
+
+def _options_of(method: Callable[Concatenate[Any, P], ProfileResult]) -> Callable[
+        [Callable[..., ProfileResult]], Callable[P, ProfileResult]]:
+    """The front door's signature made from `method`'s (Profiler.profile: the one definition of a call's
+    options, their defaults and types), with the door's own keyword-only arguments (the ones that choose the
+    Profiler) put before **kwargs. help(), inspect.signature and typing.get_type_hints read the result; type
+    checkers and IDEs read `method`'s parameters through P."""
+
+    def build(door: Callable[..., ProfileResult]) -> Callable[P, ProfileResult]:
+        hints = {**_hints(method), **_hints(door)}
+        *options, rest = list(inspect.signature(method).parameters.values())[1:]  # without self
+        if rest.kind is not inspect.Parameter.VAR_KEYWORD:
+            raise TypeError(f"{method.__qualname__} must end with **kwargs (fn's keyword arguments)")
+        own = [p for p in inspect.signature(door).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in (*options, *own, rest)]
+        door.__signature__ = inspect.Signature(params, return_annotation=hints["return"])  # type: ignore[attr-defined]
+        door.__annotations__ = {p.name: p.annotation for p in params} | {"return": hints["return"]}
+        return door  # type: ignore[return-value]
+
+    return build
+
+
+@_options_of(Profiler.profile)
 def profile(
     fn: Callable[..., Any],
     *args: Any,
-    kernel: Optional[str] = None,
-    set: Optional[str] = None,  # noqa: A002 - ncu's own word
-    sections: Optional[Sequence[str]] = None,
-    metrics: Optional[Sequence[str]] = None,
-    replay: str = "kernel",
-    profile: "str | Ladder" = "default",
-    warmup: int = 1,
-    repeat: int = 1,
-    stall_timeout: Optional[float] = None,
-    timeout: Optional[float] = None,
     store: "HangStore | str | os.PathLike[str] | None" = None,
     config: Optional[RunConfig] = None,
-    calibrate: bool = True,
-    on_output: Optional[Callable[[str], None]] = None,
     profiler: Optional[Profiler] = None,
-    triage: "bool | str | TriageOptions | None" = None,
-    **kwargs: Any,
+    **options: Any,
 ) -> ProfileResult:
     """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process.
+
+    Takes every call option of Profiler.profile (their one definition; the
+    signature above is built from it), fn's own keyword arguments, and three
+    arguments of its own that choose the Profiler: store, config, profiler.
 
     kernel: a regex on the kernel's function name (`regex:` prefix optional;
     `exact:NAME` for an exact name). profile: a ladder name (default, quick,
@@ -65,18 +87,13 @@ def profile(
     (nsightwrap.triage: runs without ncu, compute-sanitizer) when its profile hung or failed, "always"
     after every profile, or a TriageOptions (when it hung or failed); the result's .triage holds it.
     """
-    call = dict(kernel=kernel, set=set, sections=sections, metrics=metrics, replay=replay, profile=profile,
-                warmup=warmup, repeat=repeat, stall_timeout=stall_timeout, timeout=timeout, calibrate=calibrate,
-                on_output=on_output)
     if profiler is not None:
         if config is not None or store is not None:
             raise NsightwrapError("give config= and store= to the Profiler (Profiler(config, store=...)), "
                                   "not beside profiler=")
-        result = profiler.profile(fn, *args, **call, **kwargs)
-        return after_profile(result, fn, args, kwargs, triage, profiler.context.config, profiler.store)
+        return profiler.profile(fn, *args, **options)
     with Profiler(config, store=store) as own:
-        result = own.profile(fn, *args, **call, **kwargs)
-        return after_profile(result, fn, args, kwargs, triage, own.context.config, own.store)
+        return own.profile(fn, *args, **options)
 
 
 def profiled(**options: Any) -> Callable[[Callable], Callable[..., ProfileResult]]:

@@ -21,6 +21,8 @@ from nsightwrap.call.calibration import PLAIN, WARMUP, CallTime, CallTimes, plai
 from nsightwrap.call.child import CallResult, CallSpec
 from nsightwrap.call.result import ProfileResult
 from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
+from nsightwrap.call.triage import after_profile
+from nsightwrap.diagnose.run import TriageOptions
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.result import LadderResult
@@ -97,6 +99,8 @@ class Profiler:
     def __repr__(self) -> str:
         return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.call_times)}>"
 
+    # The one definition of a call's options: nsightwrap.profile() takes this signature (call/api.py), so a
+    # parameter added here is profile()'s too.
     def profile(
         self,
         fn: Callable[..., Any],
@@ -113,6 +117,7 @@ class Profiler:
         timeout: Optional[float] = None,
         calibrate: bool = True,
         on_output: Optional[Callable[[str], None]] = None,
+        triage: "bool | str | TriageOptions | None" = None,
         **kwargs: Any,
     ) -> ProfileResult:
         """Profile fn(*args, **kwargs)'s kernels under ncu, in a child process (see nsightwrap.profile)."""
@@ -129,9 +134,10 @@ class Profiler:
                                    store=self.store, on_output=on_output,
                                    environment=self.environment if self.store is not None else None)
             walk, child = _walk(files, lambda: walk_ladder(session, options, profile))
-            return self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
+            result = self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
         finally:
             files.remove()
+        return after_profile(result, fn, args, kwargs, triage, self.context.config, self.store)
 
     def _plan(self, spec: CallSpec, files: CallFiles, timed: bool, timeout: Optional[float]) -> _Plan:
         """Write the child's spec; find fn's call time, with a plain run only where nothing else can."""

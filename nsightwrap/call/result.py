@@ -12,6 +12,8 @@ from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.result import LadderResult
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
+from nsightwrap.secrets import mask_doc
+from nsightwrap.status import EXIT_CODES
 
 __all__ = ["ProfileResult"]
 
@@ -60,6 +62,29 @@ class ProfileResult:
         """Set when fn's program hangs or fails by itself, without ncu (the walk stopped there): never a hang."""
         fault = self.walk.program_fault
         return fault.program_fault if fault is not None else None
+
+    @property
+    def status(self) -> str:
+        """The walk's status (ok, hang, error, or the program fault's own: timeout, crashed)."""
+        return self.walk.status
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for this status (nsightwrap.status.EXIT_CODES), as every result gives it."""
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types for JSON, secret values masked; fn's value is not in it (`has_value` says whether
+        .value has one)."""
+        return mask_doc({
+            "status": self.status, "exit_code": self.exit_code,
+            "calibration_s": self.calibration_s, "calibration_source": self.calibration_source,
+            "stall_timeout": self.stall_timeout, "range_api": self.range_api,
+            "has_value": self.value_pickle is not None, "value_error": self.value_error,
+            "rows": len(self.df), "hangs": [list(h) for h in self.hangs], "unprofiled": list(self.walk.unprofiled),
+            "stopped": self.walk.stopped, "program_fault": self.program_fault,
+            "reports": self.report_paths, "attempts": [a.to_dict() for a in self.attempts],
+        })
 
     @property
     def value(self) -> Any:

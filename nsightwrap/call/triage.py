@@ -13,11 +13,11 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from nsightwrap.call.child import TRACEBACK_VAR
 from nsightwrap.call.spec import CallFiles, make_spec
+from nsightwrap.diagnose.result import TriageResult
+from nsightwrap.diagnose.run import TriageOptions, triage_command
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
-from nsightwrap.triage.result import TriageResult
-from nsightwrap.triage.run import TriageOptions, triage_command
 
 __all__ = ["after_profile", "triage", "triage_callable"]
 

@@ -25,13 +25,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from nsightwrap.cli.versions import collect_versions
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.secrets import MASK, is_secret_name, mask_doc, mask_text
 from nsightwrap.status import HANG_OUTCOMES, USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import normalize_kernel
 from nsightwrap.store.paths import store_path
 from nsightwrap.store.schema import CALIBRATION_COLUMNS, Record
+from nsightwrap.store.triage import triage_rows
 from nsightwrap.watch.evidence import StallEvidence
 
 __all__ = ["Bundle", "KEPT_PREFIXES", "hang_bundle"]
@@ -142,32 +143,10 @@ def _sweep(records: Sequence[Record]) -> dict:
                                      "sweep-sections --kernel K -- PROGRAM` to find the smallest hanging set"}
 
 
-# --- TRIAGE SLOT (issue 21 item 1) --------------------------------------------------------------------------
-# Helpers SAN/TRI build `nsightwrap triage` on other branches: it keeps its runs in the store's table
-# `triage_runs` (TRI-API.md: one row per run, `triage_id` shared by the runs of one triage, `kernel` "*" for
-# runs that name none; the reader is nsightwrap.store.triage.triage_rows(store, kernel=K), not on this branch).
-# Until the merge this reads any table named triage* as it is: the rows that name the kernel (their `kernel`
-# column, else any text column, is its name or of its pattern) and, with `triage_id`, every row of those
-# triages (the plain runs and the verdict too). At the merge: `[r.to_dict() for r in triage_rows(store,
-# kernel=kernel)]`.
 def _triage(store: HangStore, kernel: str) -> Optional[dict]:
-    conn = store.conn
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE "
-                                         "'triage%' ORDER BY name")]
-    pattern = normalize_kernel(kernel)
-
-    def names_it(value: Any) -> bool:
-        return isinstance(value, str) and value != "*" and (value == kernel or normalize_kernel(value) == pattern)
-    found: dict[str, list] = {}
-    for table in tables:
-        cur = conn.execute(f'SELECT * FROM "{table}"')
-        columns = [d[0] for d in cur.description]
-        rows = [dict(zip(columns, row)) for row in cur.fetchall()]
-        named = [r for r in rows if (names_it(r["kernel"]) if "kernel" in r else any(map(names_it, r.values())))]
-        ids = {r["triage_id"] for r in named} if "triage_id" in columns else set()
-        found[table] = [r for r in rows if r in named or (ids and r["triage_id"] in ids)]
-    return found if any(found.values()) else None
-# --- end of the TRIAGE SLOT -----------------------------------------------------------------------------------
+    """Every triage that named the kernel (all its runs, the working ones too), as `nsightwrap triage` stored it."""
+    rows = [r.to_dict() for r in triage_rows(store, kernel=kernel)]
+    return {"triage_runs": rows} if rows else None
 
 
 def _run_files(files: _Files, runs_folder: Optional[Path], run_ids: Sequence[str]) -> tuple[list[str], list[str]]:

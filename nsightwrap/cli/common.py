@@ -12,7 +12,7 @@ from typing import IO, Any, Callable, Optional, Sequence
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S
 from nsightwrap.secrets import mask_doc, mask_text
-from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT
 from nsightwrap.watch.signals import settle
 from nsightwrap.watch.writer import lost_output, silence
@@ -196,7 +196,7 @@ def _with_lost_output(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def error_doc(message: str, exit_code: int = USAGE_EXIT_CODE, **more: Any) -> dict[str, Any]:
-    return {"status": "error", "exit_code": exit_code, "error": message, **more}
+    return {"status": ERROR, "exit_code": exit_code, "error": message, **more}
 
 
 def interrupted_doc(reason: str = "interrupted (Ctrl-C or a termination signal) between two attempts; "

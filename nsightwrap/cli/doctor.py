@@ -8,7 +8,7 @@ from typing import Any
 from nsightwrap.cli.common import print_json
 from nsightwrap.cli.preflight import DOCTOR_CHECKS, FAIL, Facts, as_json, failed, run_checks
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.status import USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, EXIT_CODES, OK, USAGE_EXIT_CODE
 
 
 def add_parser(sub: Any) -> None:
@@ -23,9 +23,9 @@ def add_parser(sub: Any) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     facts = Facts.gather(lambda: RunContext.create(RunConfig(ncu=args.ncu)), args.store)
     checks = run_checks(facts, DOCTOR_CHECKS)
-    code = USAGE_EXIT_CODE if failed(checks) else 0
+    code = USAGE_EXIT_CODE if failed(checks) else EXIT_CODES[OK]
     if args.json:
-        print_json({"status": "error" if code else "ok", "exit_code": code, "checks": as_json(checks)})
+        print_json({"status": ERROR if code else OK, "exit_code": code, "checks": as_json(checks)})
     else:
         for c in checks:
             print(c.line())

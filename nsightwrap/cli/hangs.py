@@ -24,11 +24,11 @@ from typing import IO, Any, Callable, Optional, Sequence
 from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.paths import ENV_XDG_CACHE
-from nsightwrap.status import USAGE_EXIT_CODE
+from nsightwrap.status import ERROR, OK, USAGE_EXIT_CODE
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import normalize_kernel
 from nsightwrap.store.paths import DEFAULT_STORE, ENV_STORE, store_path
 from nsightwrap.watch.writer import BROKEN_PIPE_EXIT, silence
 
@@ -101,7 +101,7 @@ def cmd_hangs(args, out: Optional[IO[str]] = None, err: Optional[IO[str]] = None
 def _failed(e: Exception, args, path: Path, out: IO[str], err: IO[str]) -> int:
     print(f"nsightwrap hangs: {e}", file=err)
     if getattr(args, "json", False):
-        print_json({"status": "error", "error": str(e), "store": str(path)}, out)
+        print_json({"status": ERROR, "error": str(e), "store": str(path)}, out)
     return USAGE_EXIT_CODE
 
 
@@ -122,7 +122,7 @@ def _list(args, path: Path, out: IO[str], err: IO[str]) -> int:
             rows = store.kernels()
             uncalibrated = store.uncalibrated_hangs()
     if args.json:
-        print_json({"status": "ok", "store": str(path), "exists": path.exists(),
+        print_json({"status": OK, "store": str(path), "exists": path.exists(),
                     "kernels": [dict(k._asdict(), n_uncalibrated=uncalibrated.get(k.kernel, 0)) for k in rows]}, out)
     elif not path.exists():
         print(f"no hang store at {path} yet: nothing recorded", file=out)
@@ -143,7 +143,7 @@ def _show(args, path: Path, out: IO[str], err: IO[str]) -> int:
             recs = store.records(kernel=args.kernel) or store.records(pattern=args.kernel)
             markdown = debug_log(store, args.kernel) if args.markdown else None
     if args.json:
-        doc = {"status": "ok", "store": str(path), "exists": path.exists(), "kernel": args.kernel,
+        doc = {"status": OK, "store": str(path), "exists": path.exists(), "kernel": args.kernel,
                "pattern": normalize_kernel(args.kernel), "records": [r.to_dict() for r in recs]}
         if args.markdown:
             doc["markdown"] = markdown

@@ -19,7 +19,6 @@ from nsightwrap.nsys.options import DEFAULT_TRACE, NsysOptions
 from nsightwrap.nsys.run import profile_nsys
 from nsightwrap.reports.nsys.sqlite import EXPORT_TIMEOUT_S, kernel_records, kernel_rows, nsys_export_sqlite
 from nsightwrap.reports.nsys.stats import DEFAULT_STATS_REPORTS, STATS_TIMEOUT_S, stats_tables
-from nsightwrap.status import EXIT_CODES
 
 
 def add_nsys_parser(sub) -> None:
@@ -76,10 +75,10 @@ def _profile(args) -> int:
     run = profile_nsys(command, opts, RunConfig(timeout=args.timeout, check_gpu=False),
                        on_output=lambda t: (sys.stderr.write(t), sys.stderr.flush()),
                        nsys=args.nsys, silence_timeout=args.silence_timeout)
-    d = run.to_json()
+    d = run.to_dict()
     d["log"] = d["log"][-20000:]
     print(json.dumps(d, indent=1, default=str))
-    return EXIT_CODES.get(run.status, 1)
+    return run.exit_code
 
 
 def _stats(args) -> int:

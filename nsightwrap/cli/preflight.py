@@ -20,13 +20,12 @@ from typing import Callable, Optional, Sequence
 from nsightwrap.calibrate.cupti.build import TRACER_VAR, tracer_status
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.attempt import COUNTERS_REMEDY
-from nsightwrap.ncu.catalog import default_cache_dir
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.listen import SILENT
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.nsys.locate import find_nsys
-from nsightwrap.paths import make_private_dirs, work_dir
+from nsightwrap.paths import make_private_dirs, tools_dir, work_dir
 from nsightwrap.store.check import store_problem
 from nsightwrap.store.paths import repair_sidecars, store_path
 from nsightwrap.watch import cudaprobe, gpu
@@ -136,7 +135,7 @@ def check_ncu_driver(f: Facts) -> Check:
 
 
 def _counters_cache(f: Facts) -> Path:
-    return default_cache_dir(f.env) / "preflight-counters.json"
+    return tools_dir(f.env) / "preflight-counters.json"
 
 
 def _counters_key(f: Facts) -> dict:

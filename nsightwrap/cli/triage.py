@@ -16,11 +16,11 @@ from nsightwrap.cli.common import (
 )
 from nsightwrap.cli.outcome import report_interrupt
 from nsightwrap.cli.screen import open_screen
+from nsightwrap.diagnose.run import SANITIZER_TOOLS, TriageOptions, triage_command
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.paths import store_path
-from nsightwrap.triage.run import SANITIZER_TOOLS, TriageOptions, triage_command
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 

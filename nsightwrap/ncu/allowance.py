@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Optional
 
-from nsightwrap.ncu.names import core_matches, function_core
-from nsightwrap.status import OK
+from nsightwrap.ncu.names import core_matches, cut_short, function_core
+from nsightwrap.status import EXIT_CODES, OK
 
 __all__ = ["Allowance", "AllowancePolicy", "BASE_CLOCK_FACTOR", "Calibration", "FLOOR_S", "KNOWN_CAUSE_S",
            "KernelAllowances", "MARGIN", "estimate_passes", "kernel_allowance"]
@@ -141,6 +141,11 @@ class Calibration:
     def ok(self) -> bool:
         return self.status == OK
 
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for the plain run's status (nsightwrap.status.EXIT_CODES)."""
+        return EXIT_CODES[self.status]
+
     @cached_property
     def _times(self) -> tuple[dict[str, float], dict[str, float]]:
         """The kernels' times by name, and by function_core (the longest of the names sharing one):
@@ -168,7 +173,7 @@ class Calibration:
         found = by_core.get(key)  # never "": a name with no core matches no other
         # ncu cuts long names with "...": "ncclDevKernel_AllReduce_Sum_f..." (2x H200, 2026-11-26) is
         # nsys's ncclDevKernel_AllReduce_Sum_f32_RING_LL(...).
-        if key and name.strip().endswith("..."):
+        if key and cut_short(name):
             cut = self._cut_names
             if name not in cut:
                 cut[name] = max((t for k, t in by_core.items() if core_matches(k, name)), default=None)
@@ -189,7 +194,7 @@ class Calibration:
         return f"calibration ({self.source}{stored}): " + ", ".join(bits or ["nothing timed"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "status": self.status, "reason": self.reason,
+        return {"source": self.source, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
                 "kernels": {k: round(v, 6) for k, v in self.kernels},
                 "bound_s": self.bound_s, "program_s": self.program_s, "measured_at": self.measured_at,
                 "marks_ranges": self.marks_ranges, "notes": list(self.notes),

@@ -19,22 +19,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError
-from nsightwrap.paths import cache_dir, make_private_dirs
+from nsightwrap.paths import make_private_dirs, tools_dir
 from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.locate import Runner, run_command
 
 __all__ = [
-    "ENV_CACHE_DIR",
     "NcuInfo",
     "Section",
     "SectionSet",
-    "default_cache_dir",
     "parse_table",
     "parse_version",
     "probe_ncu",
 ]
 
-ENV_CACHE_DIR = "NSIGHTWRAP_CACHE_DIR"
 
 # Bump when NcuInfo's JSON shape changes so old cache files are re-probed.
 _CACHE_FORMAT = 1
@@ -85,12 +82,12 @@ class NcuInfo:
                 return s.sections
         raise KeyError(f"unknown section set {name!r}; known sets: {', '.join(self.set_ids)}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "NcuInfo":
-        """Inverse of to_json; raises (KeyError/TypeError/ValueError) on a malformed dict."""
+    def from_dict(cls, data: Mapping[str, Any]) -> "NcuInfo":
+        """Inverse of to_dict; raises (KeyError/TypeError/ValueError) on a malformed dict."""
         sets = tuple(
             SectionSet(
                 identifier=str(s["identifier"]),
@@ -248,13 +245,6 @@ def _parse_sections(text: str) -> tuple[Section, ...]:
 # --------------------------------------------------------------------------
 
 
-def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get(ENV_CACHE_DIR):
-        return Path(env[ENV_CACHE_DIR]).expanduser()
-    return cache_dir(env) / "tools"
-
-
 def _cache_key(path: str) -> dict[str, Any]:
     """Identity of the binary: a reinstall or upgrade changes mtime or size."""
     real = os.path.realpath(path)
@@ -273,7 +263,7 @@ def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None
         data = json.loads(file.read_text(encoding="utf-8"))
         if data.get("format") != _CACHE_FORMAT or data.get("key") != dict(key):
             return None
-        info = NcuInfo.from_json(data["info"])
+        info = NcuInfo.from_dict(data["info"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return dataclasses.replace(info, path=path)
@@ -281,7 +271,7 @@ def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None
 
 def _store_cache(file: Path, key: Mapping[str, Any], info: NcuInfo) -> None:
     """Write atomically; caching is an optimisation, so failures are ignored."""
-    payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_json()}, indent=1)
+    payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_dict()}, indent=1)
     try:
         make_private_dirs(file.parent)
         write_atomic(file, payload)
@@ -312,7 +302,7 @@ def probe_ncu(
     ``$XDG_CACHE_HOME/nsightwrap/tools`` (``~/.cache/nsightwrap/tools``), created 0700.
     """
     runner = run_command if runner is None else runner
-    cache_dir = default_cache_dir(env) if cache_dir is None else Path(cache_dir)
+    cache_dir = tools_dir(env) if cache_dir is None else Path(cache_dir)
     try:
         key: dict[str, Any] | None = _cache_key(path)
     except OSError:

@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 
 from nsightwrap.ncu.allowance import KNOWN_CAUSE, KNOWN_CAUSE_S
 from nsightwrap.ncu.context import RunConfig
+from nsightwrap.ncu.names import function_core
 from nsightwrap.ncu.progress import FIRST_BURST_S, Stall, WatchState
 from nsightwrap.status import HANG
 from nsightwrap.watch.launchers import parse_launch
@@ -38,8 +39,10 @@ COLLECTIVES_SERIALISED = (f"{KNOWN_CAUSE}: ncu serialises kernel launches across
 
 
 def collective_family(kernel: Optional[str]) -> Optional[str]:
-    """The collective family (prefix) of a kernel name, or None for other kernels."""
-    return next((p for p in COLLECTIVE_PREFIXES if kernel and kernel.startswith(p)), None)
+    """The collective family (prefix) of a kernel name in any spelling (`function`, `demangled`, cut short),
+    or None for other kernels."""
+    core = function_core(kernel) if kernel else ""
+    return next((p for p in COLLECTIVE_PREFIXES if core.startswith(p)), None)
 
 
 @dataclass(frozen=True)

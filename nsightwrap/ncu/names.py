@@ -1,16 +1,21 @@
-"""The part of a kernel's name that every spelling of it shares.
+"""Kernel names, parsed in one place: the part that every spelling of a kernel shares.
 
 ncu prints a kernel as its ``function`` name, ``demangled`` in full, or cut
-short with ``...``; nsys prints it in full. A calibration (nsys) is matched to
-the kernel ncu is profiling, and a hang record to the kernels like it
-(nsightwrap.store.keys.normalize_kernel), on this one core of the name.
+short with ``...``; nsys and the CUPTI tracer print it demangled in full. A
+calibration (nsys, the tracer) is matched to the kernel ncu is profiling on
+:func:`function_core`, a report's ``function`` column is derived with it, and
+a hang record is matched to the kernels like it on :func:`normalize_kernel`.
+No other module takes a kernel's name apart.
 """
 
 from __future__ import annotations
 
 import functools
 
-__all__ = ["core_matches", "function_core", "same_kernel", "trim"]
+__all__ = ["core_matches", "cut_short", "function_core", "normalize_kernel", "same_kernel", "trim", "uncut"]
+
+#: What ncu appends to a name it cut short.
+CUT_MARK = "..."
 
 ANONYMOUS_NAMESPACE = "(anonymous namespace)"
 _OPEN = {"<": ">", "(": ")", "[": "]"}
@@ -18,9 +23,20 @@ _CLOSE = {v: k for k, v in _OPEN.items()}
 
 
 def _drop_cut_mark(text: str) -> str:
-    while text.endswith("..."):
-        text = text[:-3].rstrip()
+    while text.endswith(CUT_MARK):
+        text = text[:-len(CUT_MARK)].rstrip()
     return text
+
+
+def cut_short(name: str) -> bool:
+    """Whether ncu cut `name` short ("ncclDevKernel_AllReduce_Sum_f...", 2x H200, 2026-11-26): only its start
+    is known."""
+    return name.strip().endswith(CUT_MARK)
+
+
+def uncut(name: str) -> str:
+    """What ncu printed of a name it cut short: without blanks around it and its ``...``."""
+    return _drop_cut_mark(name.strip())
 
 
 def trim(name: str) -> str:
@@ -67,9 +83,50 @@ def core_matches(core: str, printed: str) -> bool:
     mine = function_core(printed)
     if not mine:
         return False
-    return core.startswith(mine) if printed.strip().endswith("...") else core == mine
+    return core.startswith(mine) if cut_short(printed) else core == mine
 
 
 def same_kernel(name: str, printed: str) -> bool:
     """Whether the kernel `name` (as a tracer or nsys spells it) is the kernel ncu printed as `printed`."""
     return core_matches(function_core(name), printed)
+
+
+def normalize_kernel(name: str) -> str:
+    """The pattern of a kernel name: kernels differing only in numbers or
+    template arguments, or in how ncu spelled the name, get the same one.
+
+    Steps, in order:
+
+    1. strip blanks and a trailing ``...`` (ncu truncates long names);
+    2. ``(anonymous namespace)`` becomes ``{anon}``;
+    3. drop every bracketed list at top level: template arguments ``<...>``
+       and parameter lists ``(...)`` (nested brackets included; a list left
+       open by truncation is dropped to the end);
+    4. keep the last blank-separated word and its last ``::`` component, so
+       ncu's ``function``, ``demangled`` and ``mangled``-free spellings
+       (``void at::native::foo<4>(int)`` and ``foo``) agree;
+    5. replace each run of digits with ``#``.
+
+    Steps 1-4 are :func:`function_core`, on which a calibration matches the
+    kernels ncu names to those nsys timed.
+
+    So ``nvjet_sm90_tst_256x128_64x4_1...`` and ``nvjet_sm90_tst_128x128_64x4_2...``
+    both give ``nvjet_sm#_tst_#x#_#x#_#``: the same GEMM kernel family with
+    other tile sizes. ``vec_add`` and ``vec_add2`` also match (``vec_add#`` is
+    not ``vec_add``, though). The function is idempotent, so a pattern may be
+    passed wherever a name is expected. A name that would normalize to
+    nothing (``(...)``, ``...``) keeps its text, with digits replaced.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"kernel name must be a string, not {type(name).__name__}")
+    core = function_core(name)  # steps 1-4
+    if not core:  # nothing but brackets or dots: the text as given ("..." stays "...", so this is idempotent)
+        core = " ".join(trim(name).split()) or " ".join(name.split())
+    out: list[str] = []
+    for ch in core:
+        if ch.isdigit() and ch.isascii():
+            if not out or out[-1] != "#":
+                out.append("#")
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -43,7 +43,7 @@ from nsightwrap.nsys.options import (
     plan_nsys_report,
 )
 from nsightwrap.secrets import mask_doc, mask_text
-from nsightwrap.status import CRASHED, ERROR, HANG, INTERRUPTED, OK
+from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK
 from nsightwrap.watch.notes import orphans_note, stop_notes
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
@@ -123,6 +123,11 @@ class NsysRun:
         return self.status == OK
 
     @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for this status (nsightwrap.status.EXIT_CODES), as every result gives it."""
+        return EXIT_CODES[self.status]
+
+    @property
     def report_kind(self) -> Optional[str]:
         if self.report is None:
             return None
@@ -137,11 +142,12 @@ class NsysRun:
             raise NsysFailed(self)
         return self
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """Plain types for JSON, secret values masked."""
         d = asdict(self)
         d["report"] = str(self.report) if self.report else None
         d["report_kind"] = self.report_kind
+        d["exit_code"] = self.exit_code
         return mask_doc(d)
 
 

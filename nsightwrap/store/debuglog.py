@@ -17,6 +17,7 @@ import shlex
 from typing import Optional, Sequence
 
 from nsightwrap.ncu.attempt import SERIALISED
+from nsightwrap.ncu.names import cut_short, normalize_kernel, uncut
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import (
     CRASHED,
@@ -33,7 +34,7 @@ from nsightwrap.status import (
     ReplayMode,
 )
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment, ProfileKey, normalize_kernel
+from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.schema import Record
 from nsightwrap.store.triage import triage_log
 
@@ -271,8 +272,8 @@ def _next_steps(kernel: str, attempts: list[_Attempt], records: list[Record], wo
     hung = [a for a in trusted if a.outcome in HANG_OUTCOMES]
     worked = [a for a in trusted if a.outcome == OK]
     tried = {a.key for a in trusted if a.outcome in (OK, *HANG_OUTCOMES)}
-    if kernel.endswith("..."):  # ncu truncated the name: select by its start
-        k = shlex.quote("^" + re.escape(kernel[:-3]))
+    if cut_short(kernel):  # ncu truncated the name: select by its start
+        k = shlex.quote("^" + re.escape(uncut(kernel)))
         run = f"python -m nsightwrap run --kernel {k}"
     else:
         k = shlex.quote(kernel)

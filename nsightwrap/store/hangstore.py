@@ -33,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequenc
 
 from nsightwrap.errors import StoreError
 from nsightwrap.ncu.allowance import CALIBRATED, KNOWN_CAUSE, Calibration
+from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import ERROR, HANG, HANG_OUTCOMES, INTERRUPTED, NO_KERNELS, OK, OUTCOMES, RANGE_MODES, ReplayMode
 from nsightwrap.store.calibration_sql import (
@@ -44,7 +45,7 @@ from nsightwrap.store.calibration_sql import (
 )
 from nsightwrap.store.check import read_only_advice, readonly_connection, store_problem
 from nsightwrap.store.export import write_csv, write_yaml
-from nsightwrap.store.keys import Environment, ProfileKey, as_key, normalize_kernel
+from nsightwrap.store.keys import Environment, ProfileKey, as_key
 from nsightwrap.store.paths import ENV_STORE, create_private, repair_sidecars, store_path, unwritable_reason
 from nsightwrap.store.schema import (
     COLUMNS,

@@ -1,5 +1,6 @@
-"""What a hang record is about: the kernel (by name pattern), the profiling
-settings (ProfileKey) and the machine (Environment).
+"""What a hang record is about: the kernel (by name pattern:
+nsightwrap.ncu.names.normalize_kernel), the profiling settings (ProfileKey)
+and the machine (Environment).
 
 Hangs are matched on these, so two spellings of one kernel or two orderings
 of the same sections must give the same key.
@@ -12,55 +13,13 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from nsightwrap.ncu.names import function_core, trim
 from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES, ReplayMode
 from nsightwrap.watch.gpu import gpus as list_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
     from nsightwrap.ncu.options import ProfileOptions
 
-__all__ = ["Environment", "ProfileKey", "as_key", "job_gpus", "normalize_kernel"]
-
-
-def normalize_kernel(name: str) -> str:
-    """The pattern of a kernel name: kernels differing only in numbers or
-    template arguments, or in how ncu spelled the name, get the same one.
-
-    Steps, in order:
-
-    1. strip blanks and a trailing ``...`` (ncu truncates long names);
-    2. ``(anonymous namespace)`` becomes ``{anon}``;
-    3. drop every bracketed list at top level: template arguments ``<...>``
-       and parameter lists ``(...)`` (nested brackets included; a list left
-       open by truncation is dropped to the end);
-    4. keep the last blank-separated word and its last ``::`` component, so
-       ncu's ``function``, ``demangled`` and ``mangled``-free spellings
-       (``void at::native::foo<4>(int)`` and ``foo``) agree;
-    5. replace each run of digits with ``#``.
-
-    Steps 1-4 are nsightwrap.ncu.names.function_core, on which a calibration
-    matches the kernels ncu names to those nsys timed.
-
-    So ``nvjet_sm90_tst_256x128_64x4_1...`` and ``nvjet_sm90_tst_128x128_64x4_2...``
-    both give ``nvjet_sm#_tst_#x#_#x#_#``: the same GEMM kernel family with
-    other tile sizes. ``vec_add`` and ``vec_add2`` also match (``vec_add#`` is
-    not ``vec_add``, though). The function is idempotent, so a pattern may be
-    passed wherever a name is expected. A name that would normalize to
-    nothing (``operator()``...) keeps its text, with digits replaced.
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"kernel name must be a string, not {type(name).__name__}")
-    core = function_core(name)  # steps 1-4
-    if not core:  # nothing but brackets or dots: the text as given ("..." stays "...", so this is idempotent)
-        core = " ".join(trim(name).split()) or " ".join(name.split())
-    out: list[str] = []
-    for ch in core:
-        if ch.isdigit() and ch.isascii():
-            if not out or out[-1] != "#":
-                out.append("#")
-        else:
-            out.append(ch)
-    return "".join(out)
+__all__ = ["Environment", "ProfileKey", "as_key", "job_gpus"]
 
 
 def _str_tuple(name: str, value: Any) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Union
 
 from nsightwrap.errors import StoreError
-from nsightwrap.paths import cache_dir, make_private_dirs
+from nsightwrap.paths import CACHE_FALLBACK, cache_dir, make_private_dirs
 
 __all__ = [
     "DEFAULT_STORE",
@@ -29,8 +29,8 @@ __all__ = [
 
 ENV_STORE = "NSIGHTWRAP_STORE"
 #: The store when neither $NSIGHTWRAP_STORE nor $XDG_CACHE_HOME is set.
-DEFAULT_STORE = "~/.cache/nsightwrap/hangs.db"
 STORE_NAME = "hangs.db"
+DEFAULT_STORE = f"{CACHE_FALLBACK}/nsightwrap/{STORE_NAME}"
 
 
 def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:

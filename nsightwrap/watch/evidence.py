@@ -42,13 +42,11 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import psutil
 
-from nsightwrap.paths import cache_dir, make_private_dirs
+from nsightwrap.paths import ENV_EVIDENCE, make_private_dirs, runs_dir
 from nsightwrap.secrets import mask_argv, mask_text
 
-__all__ = ["ENV_EVIDENCE", "STALL_DIR", "TOOL_LOG", "TRANSCRIPT", "StallEvidence", "Transcript", "stack_command"]
+__all__ = ["STALL_DIR", "TOOL_LOG", "TRANSCRIPT", "StallEvidence", "Transcript", "stack_command"]
 
-#: ``off``: keep nothing; a folder: keep runs there; unset: ``<cache>/runs`` (see StallEvidence.default).
-ENV_EVIDENCE = "NSIGHTWRAP_EVIDENCE"
 STALL_DIR = "stall"
 TOOL_LOG = "ncu.log"
 TRANSCRIPT = "transcript.log"
@@ -179,10 +177,9 @@ class StallEvidence:
     def default(cls, env: Optional[Mapping[str, str]] = None) -> Optional["StallEvidence"]:
         """From ``$NSIGHTWRAP_EVIDENCE``: None for ``off``, that folder, else ``<cache>/runs``."""
         env = os.environ if env is None else env
-        value = env.get(ENV_EVIDENCE, "")
-        if value.lower() == "off":
+        if env.get(ENV_EVIDENCE, "").lower() == "off":
             return None
-        return cls(Path(value).expanduser() if value else cache_dir(env) / "runs")
+        return cls(runs_dir(env))
 
     def run_folder(self, cookie: str) -> Path:
         return Path(self.folder) / cookie

@@ -4,7 +4,8 @@
 Each argument is one step:
   NAME                 a clean kernel
   NAME@oob[=N]         writes out of bounds (N faulting threads, default 1): without a tool the program fails
-                       ("unspecified launch failure", exit 1); memcheck reports N findings and the launch failure
+                       ("CUDA error: unspecified launch failure (cudaErrorLaunchFailure) after NAME", exit 1);
+                       memcheck reports N findings and the launch failure
   NAME@flaky=P         ... out of bounds in a fraction P of runs only (random, seeded by FAKE_SAN_SEED when set)
   NAME@race[=H]        a shared-memory race of H hazards (default 32768): racecheck reports it, the program works
   NAME@uninit[=N]      reads N uninitialised words (default 1): initcheck reports them, the program works
@@ -49,7 +50,7 @@ def checked(name):
 def fail(name):
     if TOOL == "memcheck":
         report(santext.launch_failure(), errors=1)
-    print(f"CUDA error after {name}: unspecified launch failure (cudaErrorLaunchFailure)", flush=True)
+    print(f"CUDA error: unspecified launch failure (cudaErrorLaunchFailure) after {name}", flush=True)
     sys.exit(1)
 
 
@@ -64,8 +65,9 @@ def kernel(name, bug, value):
         if bug == "flaky" and RNG.random() >= float(value):
             return
         if on and TOOL == "memcheck":
+            line = santext.LINES[bug]
             for t in range(int(value or 1) if bug == "oob" else 1):
-                report(santext.oob(name, thread=31 + t), errors=1)
+                report(santext.oob(name, thread=t, line=line), errors=1)
         fail(name)
     elif on and bug == "race" and TOOL == "racecheck":
         hazards = int(value or 32768)

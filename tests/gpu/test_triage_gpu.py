@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from helpers import no_leftovers
 
+from nsightwrap.diagnose.sanitizer import SanitizerOptions, find_sanitizer, run_sanitizer
 from nsightwrap.errors import ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.status import ERROR, HANG, OK
-from nsightwrap.triage.sanitizer import SanitizerOptions, find_sanitizer, run_sanitizer
 from nsightwrap.watch import gpu
 
 pytestmark = pytest.mark.gpu
@@ -123,7 +123,7 @@ def test_a_kernel_that_hangs_by_itself_is_called_within_its_allowance(sanitizer,
     cal = Calibration.from_kernels({"wait_forever": 0.001})
     run = sanitize(sanitizer, program, ["selfhang", "120"], calibration=cal)
     assert run.status == HANG and run.stalled, run.log
-    assert run.elapsed_s < run.stall["allowance_s"] + 10 < 60  # never after a flat minute
+    assert run.elapsed_s < run.stall["allowance_s"] + 15 < 60  # the allowance and the stop; never a flat minute
 
 
 def test_the_kernel_that_hangs_only_under_ncu_under_memcheck(sanitizer, program):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from nsightwrap.paths import cache_dir, make_private_dirs
+from nsightwrap.paths import make_private_dirs, tracer_dir
 
-__all__ = ["LIBRARY", "SOURCE", "TRACER_VAR", "Cupti", "TracerBuild", "build_key", "cache_root", "compile_command",
+__all__ = ["LIBRARY", "SOURCE", "TRACER_VAR", "Cupti", "TracerBuild", "build_key", "compile_command",
            "cuda_roots", "find_compiler", "find_cupti", "find_tracer", "tracer_status"]
 
 TRACER_VAR = "NSIGHTWRAP_TRACER"
@@ -131,11 +131,6 @@ def compile_command(cxx: str, source: Path, out: Path, cupti: Cupti) -> list[str
             f"-Wl,-rpath,{cupti.lib_dir}", "-lcupti", "-ldl", "-pthread"]
 
 
-def cache_root(env: Mapping[str, str]) -> Path:
-    """The per-user cache's tracer folder (nsightwrap.paths.cache_dir: XDG honoured as everywhere)."""
-    return cache_dir(env) / "tracer"
-
-
 def build_key(source: bytes, compiler_version: str, header: bytes) -> str:
     """What the library depends on: the source, the compiler's version, cupti.h (CUPTI's version)."""
     h = hashlib.sha256()
@@ -224,7 +219,7 @@ def _prepare(env: Mapping[str, str], roots: Optional[Sequence[Path]],
         key = build_key(SOURCE.read_bytes(), version, cupti.header.read_bytes())
     except OSError as e:
         return None, f"the tracer's source or cupti.h cannot be read ({e})"
-    return (cxx, cupti, cache_root(env) / key), ""
+    return (cxx, cupti, tracer_dir(env) / key), ""
 
 
 def find_tracer(env: Mapping[str, str], *, roots: Optional[Sequence[Path]] = None, build: bool = True,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from nsightwrap.errors import ReportError, ToolError
+from nsightwrap.ncu.names import function_core
 from nsightwrap.reports.ncu.frame import Table, build_wide
 from nsightwrap.reports.ncu.schema import (
     BLOCK_SIZE,
@@ -148,7 +149,8 @@ def _parse_csv_table(text: str) -> Table:
         metrics[name] = _csv_metric(values)
         units[name] = units_row[index].strip() if index < len(units_row) else ""
 
-    identity[FUNCTION] = [_function_from_demangled(d) if d else None for d in identity[DEMANGLED]]
+    # What ncu's function name base shows: the demangled name's core (void ns::kern<int>(float *) -> kern).
+    identity[FUNCTION] = [(function_core(d) or d) if d else None for d in identity[DEMANGLED]]
     if nvtx_cells:
         identity[NVTX] = [_nvtx_from_csv(p, q) for p, q in zip(nvtx_cells.get(_CSV_PUSH_POP, [None] * n),
                                                                nvtx_cells.get(_CSV_START_END, [None] * n))]
@@ -178,35 +180,6 @@ def _csv_metric(values: list[str]) -> list:
             return [None if v in _MISSING_TEXT else int(v) for v in plain]
         return [None if v in _MISSING_TEXT else float(v) for v in plain]
     return [None if v in _MISSING_TEXT else v for v in values]
-
-
-def _function_from_demangled(name: str) -> str:
-    """``void ns::kern<int, 4>(float *, int)`` -> ``kern``: what ncu's function
-    name base shows."""
-    s = name.strip()
-    if s.endswith(")"):  # the parameter list: match its "(" from the end
-        depth = 0
-        for i in range(len(s) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(s[i], 0)
-            if depth == 0:
-                s = s[:i].rstrip()
-                break
-    if s.endswith(">") and not s.endswith("operator>"):
-        depth = 0
-        for i in range(len(s) - 1, -1, -1):
-            depth += {">": 1, "<": -1}.get(s[i], 0)
-            if depth == 0:
-                s = s[:i].rstrip()
-                break
-    depth, cut = 0, 0
-    for i, ch in enumerate(s):  # the last "::" or space outside template brackets
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif depth == 0 and (ch == " " or (ch == ":" and s[i - 1:i + 1] == "::")):
-            cut = i + 1
-    return s[cut:] or name
 
 
 # The CSV export's NVTX columns: `TID  "domain:name:..."  "domain:name:..."` per launch.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from nsightwrap.diagnose.plain import FAILED, FINISHED, PlainRun
+from nsightwrap.diagnose.verdict import CLEAN, FINDINGS, STALLED, SanitizerView, WalkView, sanitizer_phrase
 from nsightwrap.errors import StoreError
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 from nsightwrap.store.triage import TriageRecord, record_triage
-from nsightwrap.triage.plain import FAILED, FINISHED, PlainRun
-from nsightwrap.triage.verdict import CLEAN, FINDINGS, STALLED, SanitizerView, WalkView, sanitizer_phrase
 
 __all__ = ["HYPOTHESES", "blocking_record", "plain_record", "sanitizer_record", "save", "verdict_record",
            "walk_record"]

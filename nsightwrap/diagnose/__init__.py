@@ -9,7 +9,7 @@ compute-sanitizer's tools (``sanitizer``: ``findings`` reads its text,
 recorded in the hang store (``records``, nsightwrap.store.triage).
 ``cudaerrors`` reads a CUDA error from a program's output.
 
-This package imports nothing when loaded: ``import nsightwrap`` loads it to
-make ``nsightwrap.triage(fn_or_command, ...)`` callable (nsightwrap/__init__.py),
-and the CLI must stay quick.
+The public entry point is ``nsightwrap.triage(fn_or_command, ...)``
+(nsightwrap.call.triage), the CLI's ``nsightwrap triage``. This package
+imports nothing when loaded: the CLI must stay quick.
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from nsightwrap.diagnose.verdict import WalkView
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
@@ -15,7 +16,6 @@ from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import HANG, OK
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.triage.verdict import WalkView
 
 __all__ = ["run_walk", "walk_view"]
 

@@ -16,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from nsightwrap.errors import OptionsError, ToolError
-from nsightwrap.ncu.allowance import Calibration
-from nsightwrap.ncu.options import KernelFilter
-from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REGEX_PREFIX, TIMEOUT
-from nsightwrap.triage.findings import Finding, FindingsParser, Summary, findings_frame
-from nsightwrap.triage.slowdown import (
+from nsightwrap.diagnose.findings import Finding, FindingsParser, Summary, findings_frame
+from nsightwrap.diagnose.slowdown import (
     DEFAULT_SLOWDOWN_POLICY,
     SanitizerStall,
     SlowdownPolicy,
     host_seconds,
     kernel_seconds,
 )
+from nsightwrap.errors import OptionsError, ToolError
+from nsightwrap.ncu.allowance import Calibration
+from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.status import CRASHED, ERROR, EXIT_CODES, HANG, INTERRUPTED, OK, REGEX_PREFIX, TIMEOUT
 from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, Runner, run_command, search_tool
 from nsightwrap.watch.rules import RunState, TotalTimeout, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
@@ -242,13 +242,22 @@ class SanitizerRun:
         return counted if counted is not None else len(self.findings_list)
 
     @property
+    def hazards(self) -> Optional[int]:
+        """racecheck's hazard count: the `[N hazards]` of its race reports, else its summary's errors + warnings
+        (the hazard report counts each); None for the other tools."""
+        if self.tool != "racecheck":
+            return None
+        counted = [f.hazards for f in self.findings_list if f.hazards is not None]
+        return sum(counted) if counted else self.summary_counts.count
+
+    @property
     def clean(self) -> bool:
         """It ran to its end and found nothing."""
         return self.finished and self.errors == 0 and not self.findings_list
 
     @property
     def findings(self) -> Any:
-        """One row per finding (nsightwrap.triage.findings.COLUMNS)."""
+        """One row per finding (nsightwrap.diagnose.findings.COLUMNS)."""
         return findings_frame(self.findings_list)
 
     @property
@@ -271,7 +280,7 @@ class SanitizerRun:
         return {"tool": self.tool, "status": self.status, "exit_code": self.exit_code, "summary": self.summary,
                 "reason": self.reason, "command": self.command, "returncode": self.returncode,
                 "elapsed_s": round(self.elapsed_s, 3), "stalled": self.stalled, "clean": self.clean,
-                "errors": self.errors, "version": self.version, "stall": self.stall,
+                "errors": self.errors, "hazards": self.hazards, "version": self.version, "stall": self.stall,
                 "counts": {"errors": s.errors, "hazards_displayed": s.hazards_displayed,
                            "hazard_errors": s.hazard_errors, "hazard_warnings": s.hazard_warnings,
                            "not_printed": s.not_printed, "program_error": s.program_error},
@@ -294,7 +303,7 @@ def headline(findings: Sequence[Finding]) -> Optional[Finding]:
 
 
 def _first(run: SanitizerRun) -> str:
-    """The headline finding in words: "Race Write/Read in reduce_race (triage_kernels.cu:19)"."""
+    """The headline finding in words: "Race Read/Write in reduce_race (triage_kernels.cu:67)"."""
     f = headline(run.findings_list)
     kernel = (f.kernel or "").split("(")[0]
     return f.kind + (f" in {kernel}" if kernel else "") + (f" ({f.where})" if f.where else "")
@@ -327,7 +336,7 @@ def _status(outcome: RunOutcome, summary: Summary, findings: list[Finding]) -> t
     if outcome.interrupted:
         return INTERRUPTED, "interrupted (Ctrl-C or a termination signal); the tree was stopped"
     if outcome.exception is not None:
-        return ERROR, f"nsightwrap failed while watching compute-sanitizer: {outcome.exception!r}"
+        return ERROR, f"compute-sanitizer could not be started: {outcome.exception}"
     code = outcome.returncode
     if code is not None and code < 0:
         return CRASHED, f"compute-sanitizer was killed by signal {-code}"
@@ -356,13 +365,15 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
                   options: SanitizerOptions = SanitizerOptions(), env: Optional[Mapping[str, str]] = None,
                   cwd: Optional[str] = None, policy: SlowdownPolicy = DEFAULT_SLOWDOWN_POLICY,
                   stop: StopPolicy = StopPolicy(), clock: Callable[[], float] = time.monotonic,
-                  on_output: Optional[Callable[[str], None]] = None, version: Optional[str] = None) -> SanitizerRun:
+                  on_output: Optional[Callable[[str], None]] = None, version: Optional[str] = None,
+                  also: Optional[WatchRule] = None) -> SanitizerRun:
     """Run `command` under compute-sanitizer's `tool`, watched; see the module's docstring.
 
     kernel_filter: KernelFilter or its text ("exact:NAME", "regex:^NAME"); calibration: the program's
     kernel times without a tool (nsightwrap.calibrate), which the stall allowance scales; limit_s: a total
     time limit (None: only the stall rule); sanitizer: its path (else find_sanitizer); version: its
-    version when already known (else asked once). Raises OptionsError / ToolNotFound before launching.
+    version when already known (else asked once); also: another rule that may stop the run (e.g.
+    watch.rules.Cancelled, for a run in a worker thread). Raises OptionsError / ToolNotFound before launching.
     """
     if isinstance(kernel_filter, str):
         kernel_filter = KernelFilter.from_user(kernel_filter, exact=not kernel_filter.startswith(REGEX_PREFIX))
@@ -371,10 +382,13 @@ def run_sanitizer(command: Sequence[str], tool: str = "memcheck", *, kernel_filt
     version = version or sanitizer_version(path)
     listener = listener or SanitizerListener()
     rules = _rules(tool, calibration, kernel_filter, options, policy, limit_s, clock())
+    rules = rules | also if also is not None else rules
     listener.started(argv, rules)
     outcome = watch(argv, rules, policy=stop, env=env, cwd=cwd, clock=clock, on_output=on_output,
                     on_event=listener.finding, frontend_names=FRONTEND_NAMES,
                     observer=lambda now: SanitizerObserver(tool, now))
+    if outcome.exception is not None and not isinstance(outcome.exception, OSError):
+        raise outcome.exception  # ours (a listener's, say), not the run's: the tree is already stopped
     return _result(tool, argv, outcome, rules, version, listener)
 
 

@@ -17,9 +17,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from nsightwrap.diagnose.plain import FAILED, HUNG, PlainRun
 from nsightwrap.ncu.names import function_core
 from nsightwrap.status import OK, PROFILER_INDUCED, PROGRAM_FAULT
-from nsightwrap.triage.plain import FAILED, HUNG, PlainRun
 
 __all__ = ["SanitizerView", "WalkView", "judge", "short", "plain_phrase", "sanitizer_outcome", "sanitizer_phrase"]
 

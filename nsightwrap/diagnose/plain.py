@@ -21,9 +21,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.trace import TRACE_DIR_VAR, InFlight, TraceFollower
 from nsightwrap.calibrate.traced import INJECTION_VAR
+from nsightwrap.diagnose.cudaerrors import CudaError, find_cuda_error
 from nsightwrap.paths import work_dir
 from nsightwrap.status import HANG, TIMEOUT
-from nsightwrap.triage.cudaerrors import CudaError, find_cuda_error
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 from nsightwrap.watch.run import watch
 from nsightwrap.watch.tree import StopPolicy

@@ -45,7 +45,10 @@ class ToolPrior:
 #: Conservative priors (FACTS.md, compute-sanitizer 2025.3.1 on an H200): initcheck took 10.2 s for one
 #: kernel reading 65,536 floats once (well under 1 s alone) and racecheck 1.2 s for one 64-block kernel
 #: (7.1 s with --racecheck-report hazard, RACECHECK_HAZARD_FACTOR times more). The floors cover such fixed
-#: costs with room; the factors are the tools' documented order of slowdown (10-100x) at its top.
+#: costs with room; the factors are the tools' documented order of slowdown (10-100x) at its top. On the
+#: planted-bug kernels (H200, FACTS.md) each whole tool run of those sub-second programs took 0.8-1.4 s (the
+#: hazard report 4.2 s): the floors are kept well above that for programs that load many kernels, each
+#: instrumented at its first launch while nothing is printed.
 DEFAULT_PRIORS: Mapping[str, ToolPrior] = {
     "memcheck": ToolPrior(factor=100.0, floor_s=10.0),
     "racecheck": ToolPrior(factor=200.0, floor_s=10.0),

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
+from nsightwrap.diagnose import records
+from nsightwrap.diagnose.plain import FAILED, FINISHED, PlainRun, run_plain
+from nsightwrap.diagnose.result import TriageResult
+from nsightwrap.diagnose.verdict import SanitizerView, WalkView, judge, sanitizer_outcome, short
 from nsightwrap.errors import OptionsError, StoreError
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
-from nsightwrap.triage import records
-from nsightwrap.triage.plain import FAILED, FINISHED, PlainRun, run_plain
-from nsightwrap.triage.result import TriageResult
-from nsightwrap.triage.verdict import SanitizerView, WalkView, judge, sanitizer_outcome, short
 from nsightwrap.watch.locate import check_program
 
 __all__ = ["SANITIZER_TOOLS", "TriageOptions", "triage_command"]
@@ -105,7 +105,7 @@ class _Calibrated:
 
 
 def _default_sanitize(*args: Any, **kwargs: Any) -> Any:
-    from nsightwrap.triage.sanitizer import run_sanitizer  # helper SAN's module, beside this one
+    from nsightwrap.diagnose.sanitizer import run_sanitizer  # helper SAN's module, beside this one
 
     return run_sanitizer(*args, **kwargs)
 
@@ -203,7 +203,7 @@ def _walk(t: _Triage, walker: Callable[..., Any]) -> None:
 
 
 def _default_walker(*args: Any, **kwargs: Any) -> Any:
-    from nsightwrap.triage.walk import run_walk  # pandas and the report readers: only for --walk
+    from nsightwrap.diagnose.walk import run_walk  # pandas and the report readers: only for --walk
 
     return run_walk(*args, **kwargs)
 

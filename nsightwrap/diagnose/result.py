@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from nsightwrap.diagnose.plain import FAILED, HUNG, PlainRun
 from nsightwrap.secrets import mask_argv, mask_doc
 from nsightwrap.status import EXIT_CODES
-from nsightwrap.triage.plain import FAILED, HUNG, PlainRun
 
 __all__ = ["TriageResult"]
 

@@ -5,7 +5,8 @@ finding is a header line right after the prefix (``Invalid __global__ read of si
 reported between Write access at ...``, ``Uninitialized __global__ memory read of size 4 bytes``, ``Barrier
 error detected. ...``) followed by indented lines (``at KERNEL(ARGS)+0x60 in FILE.cu:14``, ``by thread
 (0,0,0) in block (0,0,0)``, ``Access to 0x... is ...``, ``Host Frame: ...``) and ends at a bare
-``=========`` line or the next header. Lines without the prefix are the program's own output.
+``========= `` line or the next header. Lines without the prefix are the program's own output (a program's
+line cut by one of compute-sanitizer's is split off).
 
 FindingsParser is fed text in any pieces (a line cut in two is joined) and yields each finding as soon as it
 is complete, so a run stopped mid-way keeps every finding printed before the stop (`close` ends the last one).
@@ -21,13 +22,15 @@ from typing import Any, Iterable, Optional
 __all__ = ["COLUMNS", "Finding", "FindingsParser", "Summary", "findings_frame", "parse_text"]
 
 PREFIX = "========="
+#: compute-sanitizer's prefix after a program's unfinished line (not inside a longer row of "=").
+_MID_LINE = re.compile(r"(?<!=)========= ")
 #: A finding's body lines are indented by at least this many spaces after the prefix.
 _BODY_INDENT = 2
 
 #: The DataFrame's columns, one row per finding (STYLE 11):
 #:  tool: memcheck | racecheck | synccheck | initcheck
 #:  severity: "error" or "warning" (racecheck's Error:/Warning:; every other finding is an error)
-#:  kind: what was found, without its size: "Invalid __global__ read", "Race Write/Read", "WAR hazard",
+#:  kind: what was found, without its size: "Invalid __global__ read", "Race Read/Write", "RAW hazard",
 #:        "Uninitialized __global__ memory read", "Barrier error detected. Divergent thread(s) in warp",
 #:        "CUDA error cudaErrorLaunchFailure on cudaDeviceSynchronize"
 #:  kernel: the kernel as compute-sanitizer prints it (demangled, with its parameters), or None
@@ -64,7 +67,10 @@ _RACE_SUMMARY = re.compile(r"^RACECHECK SUMMARY: (?P<shown>[\d,]+) hazards? disp
                            r"\((?P<errors>[\d,]+) errors?, (?P<warnings>[\d,]+) warnings?\)")
 #: Lines of compute-sanitizer's that are neither findings nor summaries.
 _NOTES = ("COMPUTE-SANITIZER", "Target application returned an error", "LEAK SUMMARY", "Internal Sanitizer Error",
-          "Error: No attachable process", "Error: Target application terminated")
+          "Error: No attachable process", "Error: Target application terminated",
+          "Error: process didn't terminate successfully")
+#: Notes that say the program failed (its exit status, a signal).
+_PROGRAM_FAILED = ("Target application returned an error", "Error: process didn't terminate successfully")
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -153,7 +159,7 @@ class Summary:
             self.hazards_displayed = _int(m["shown"])
             self.hazard_errors, self.hazard_warnings = _int(m["errors"]), _int(m["warnings"])
         elif body.startswith(_NOTES):
-            self.program_error = self.program_error or body.startswith("Target application returned an error")
+            self.program_error = self.program_error or body.startswith(_PROGRAM_FAILED)
         else:
             return False
         self.lines.append(body)
@@ -193,11 +199,11 @@ class FindingsParser:
     # -- one line ----------------------------------------------------------
 
     def _line(self, raw: str, done: list[Finding]) -> None:
-        cut = raw.find(PREFIX)
-        if cut > 0:  # the program's unfinished line, then compute-sanitizer's (two writers on one pipe)
-            self._line(raw[:cut], done)
-            raw = raw[cut:]
-        if not raw.startswith(PREFIX):
+        m = _MID_LINE.search(raw, 1)
+        if m:  # the program's unfinished line, then compute-sanitizer's (two writers on one pipe)
+            self._line(raw[:m.start()], done)
+            raw = raw[m.start():]
+        if raw != PREFIX and not raw.startswith(PREFIX + " "):  # "==========" of a program's banner is its own
             if raw.strip():
                 self.program_lines += 1
             return
@@ -207,8 +213,11 @@ class FindingsParser:
             self._end(done)  # the blank `=========` line ends a finding
             return
         indent = len(rest) - len(rest.lstrip(" "))
-        if self._open is not None and indent > _BODY_INDENT:
-            self._body(self._open, body)
+        if indent > _BODY_INDENT:
+            if self._open is not None:
+                self._body(self._open, body)
+            else:  # a note's own lines, or a finding whose header was cut off: no finding of their own
+                self.summary.lines.append(body)
             return
         self._end(done)
         if self.summary.take(body):
