@@ -382,7 +382,7 @@ class Bench:
                                timeout=max(1.0, min(120.0, self.left())))
             with HangStore(store) as hangs:
                 a = Calibrator(self.app("ok"), store=hangs).run(
-                    lambda ctx: profile_command(self.app("ok"), options, context=ctx), RunContext.create(config),
+                    lambda ctx: profile_command(self.app("ok"), options, ctx), RunContext.create(config),
                     options)
             took = time.monotonic() - t
             if a.status != "ok":

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nsightwrap import HangStore, RunConfig, sweep_sections  # noqa: E402
+from nsightwrap import HangStore, RunConfig, Session, sweep_sections  # noqa: E402
 from nsightwrap.fallback.executor import ExecutorSpec  # noqa: E402
 
 GOAL = 0.6
@@ -54,7 +54,7 @@ def one(command: list[str], sections: list[str], section_set: str, gpus: int, wo
                        stall_timeout=stall_timeout, timeout=120.0)
     with HangStore(work / f"gpus{gpus}-{n}.db") as store:  # apart: no sweep answers from another's probes
         t = time.monotonic()
-        r = sweep_sections(command, set=section_set, sections=sections, config=config, store=store, jobs=gpus,
+        r = sweep_sections(Session.open(command, config, store=store), sections=sections or section_set, jobs=gpus,
                            executor=ExecutorSpec("local"))
         took = time.monotonic() - t
     return took, culprits(r), r.table()

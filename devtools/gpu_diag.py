@@ -74,6 +74,7 @@ gpu("raw")
 sys.path.insert(0, str(ROOT))
 from nsightwrap import HangStore, ProfileOptions, RunConfig, walk_ladder  # noqa: E402
 from nsightwrap.fallback.ladder import ladder_from_dict  # noqa: E402
+from nsightwrap.fallback.session import Session  # noqa: E402
 from nsightwrap.ncu.engine import profile_command  # noqa: E402
 from nsightwrap.ncu.options import KernelFilter  # noqa: E402
 
@@ -92,7 +93,8 @@ ladder = ladder_from_dict({"name": "gpu-test", "rungs": [
 store = HangStore(OUT / "hangs.db")
 for i in range(2):
     t = time.monotonic()
-    r = walk_ladder([APP, "third", "30"], ProfileOptions(set="basic"), ladder, cfg.replace(timeout=60.0), store=store)
+    r = walk_ladder(Session.open([APP, "third", "30"], cfg.replace(timeout=60.0), store=store),
+                    ProfileOptions(set="basic"), ladder)
     say(f"walk {i + 1}: {time.monotonic() - t:.1f} s\n{r.summary()}")
     for j, at in enumerate(r.attempts):
         (OUT / f"walk{i + 1}-attempt{j}.json").write_text(at.to_json(indent=1))

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.diagnose.run import TriageOptions
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
+    from nsightwrap.fallback.session import Session
     from nsightwrap.fallback.sweep import SweepResult, sweep_sections
     from nsightwrap.fallback.walk import walk_ladder
     from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
@@ -102,7 +103,7 @@ _LAZY = {
     "ProfileResult": "call.result", "Profiler": "call.profiler", "profile": "call.api", "profiled": "call.api",
     "load_report": "reports.ncu", "parse_raw_csv": "reports.ncu",
     "debug_log": "store.debuglog",
-    "LadderResult": "fallback.result", "walk_ladder": "fallback.walk",
+    "LadderResult": "fallback.result", "walk_ladder": "fallback.walk", "Session": "fallback.session",
     "NsysOptions": "nsys.options", "profile_nsys": "nsys.run", "kernel_rows": "reports.nsys.sqlite",
     "nsys_stats": "reports.nsys.stats",
     "Bundle": "cli.bundle", "hang_bundle": "cli.bundle", "StallEvidence": "watch.evidence",
@@ -162,6 +163,7 @@ __all__ = [
     "RunContext",
     "Rung",
     "STATUSES",
+    "Session",
     "Stall",
     "StallEvidence",
     "StallRule",

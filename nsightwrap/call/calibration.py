@@ -30,7 +30,7 @@ from nsightwrap.store.keys import Environment
 from nsightwrap.watch.rules import TotalTimeout
 from nsightwrap.watch.run import watch
 
-__all__ = ["EARLIER", "PLAIN", "STORED", "WARMUP", "Calibrations", "CallTime", "plain_run"]
+__all__ = ["EARLIER", "PLAIN", "STORED", "WARMUP", "CallTime", "CallTimes", "plain_run"]
 
 #: Where a call time came from (ProfileResult.calibration_source, the store's `source`).
 WARMUP, PLAIN, STORED, EARLIER = "warm-up", "plain run", "hang store", "earlier call"
@@ -44,7 +44,7 @@ class CallTime:
     source: str
 
 
-class Calibrations:
+class CallTimes:
     """The call times known to one Profiler: in memory, and in its hang store when it has one."""
 
     def __init__(self, store: Optional[HangStore], environment: Callable[[], Environment]) -> None:

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from nsightwrap.call.calibration import PLAIN, WARMUP, Calibrations, CallTime, plain_run
+from nsightwrap.call.calibration import PLAIN, WARMUP, CallTime, CallTimes, plain_run
 from nsightwrap.call.child import CallResult, CallSpec
 from nsightwrap.call.result import ProfileResult
 from nsightwrap.call.spec import CallFiles, make_spec, read_result, subject
@@ -26,6 +26,7 @@ from nsightwrap.diagnose.run import TriageOptions
 from nsightwrap.errors import AttemptFailed, ChildError, NsightwrapError
 from nsightwrap.fallback.ladder import Ladder
 from nsightwrap.fallback.result import LadderResult
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import Calibration, KernelAllowances
 from nsightwrap.ncu.calltime import read_call_time
@@ -61,25 +62,23 @@ def _call_calibration(time: CallTime) -> Calibration:
 class Profiler:
     """ncu (found and probed once), a hang store, this GPU, and the call times measured so far.
 
-    config: how to run ncu (RunConfig; its environment, or os.environ now,
-    is what every child gets), or context: a RunContext already made (ncu
-    found, maybe probed). store: a HangStore or a path (opened once, closed
-    by close()), or None: no hang records and no stored calibrations.
+    run: how to run ncu, a RunConfig (its environment, or os.environ now, is
+    what every child gets), or a RunContext already made (ncu found, maybe
+    probed). store: a HangStore or a path (opened once, closed by close()),
+    or None: no hang records and no stored calibrations.
     """
 
-    def __init__(self, config: Optional[RunConfig] = None, *, store: StoreArg = None,
-                 context: Optional[RunContext] = None) -> None:
-        if context is not None and config is not None:
-            raise NsightwrapError("give Profiler a config or a context (whose config it uses), not both")
+    def __init__(self, run: "RunConfig | RunContext | None" = None, *, store: StoreArg = None) -> None:
+        context = run if isinstance(run, RunContext) else None
         if context is None:
-            config = config or RunConfig()
+            config = run or RunConfig()
             context = RunContext.create(config.replace(env=dict(os.environ if config.env is None else config.env)))
         self.context = context  # ncu located now: ToolNotFound before anything runs
         self._owns_store = isinstance(store, (str, os.PathLike))
         # A team's database that is down: the local file instead (self.store.notes says so).
         self.store: Optional[HangStore] = open_store(store) if self._owns_store else store  # type: ignore[arg-type]
         self._environment: Optional[Environment] = None
-        self.calibrations = Calibrations(self.store, lambda: self.environment)
+        self.call_times = CallTimes(self.store, lambda: self.environment)
 
     @property
     def environment(self) -> Environment:
@@ -100,7 +99,7 @@ class Profiler:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.calibrations)}>"
+        return f"<Profiler ncu={self.context.ncu!r} store={self.store!r} calls timed={len(self.call_times)}>"
 
     # The one definition of a call's options: nsightwrap.profile() takes this signature (call/api.py), so a
     # parameter added here is profile()'s too.
@@ -133,10 +132,10 @@ class Profiler:
         files = CallFiles.create()
         try:
             plan = self._plan(spec, files, calibrate and stall_timeout is None, timeout)
-            walk, child = _walk(files, lambda: walk_ladder(
-                files.command(files.walk_result), options, profile, context=plan.context, store=self.store,
-                environment=self.environment if self.store is not None else None, on_output=on_output,
-                stall_timeout=stall_timeout))
+            session = Session.open(files.command(files.walk_result), plan.context, stall_timeout=stall_timeout,
+                                   store=self.store, on_output=on_output,
+                                   environment=self.environment if self.store is not None else None)
+            walk, child = _walk(files, lambda: walk_ladder(session, options, profile))
             result = self._result(walk, plan, child, read_call_time(files.call_time), stall_timeout, options)
         finally:
             files.remove()
@@ -148,12 +147,12 @@ class Profiler:
         # The child reports its warm-up times, and the stall rule reads them (nsightwrap.ncu.calltime).
         spec.call_time_path = str(files.call_time) if timed and spec.warmup else None
         files.write_spec(spec)
-        known = self.calibrations.known(name) if timed else None
+        known = self.call_times.known(name) if timed else None
         plain = None
         if timed and known is None and not spec.warmup:
             plain = plain_run(files, self.context.env, timeout)
             known = CallTime(max(plain.call_s), PLAIN)
-            self.calibrations.remember(name, known)
+            self.call_times.remember(name, known)
         # A known time calibrates the walk from its first attempt; the child's reported one raises it (calltime).
         calibration = _call_calibration(known) if known else self.context.config.calibration
         context = self.context.replace(timeout=timeout, call_time_file=spec.call_time_path, calibration=calibration)
@@ -176,7 +175,7 @@ class Profiler:
         """The result; a call time measured by the warm-up calls is remembered for the next calls."""
         measured = CallTime(warmup_s, WARMUP) if plan.timed and warmup_s is not None else None
         if measured is not None and plan.known is None:
-            self.calibrations.remember(plan.subject, measured)
+            self.call_times.remember(plan.subject, measured)
         used = measured or plan.known
         allowance = stall_timeout if stall_timeout is not None else self._allowance(options, plan.known, measured)
         result = ProfileResult(walk, used.seconds if used else None, allowance,

@@ -89,7 +89,7 @@ class Facts:
         env = dict(context.env) if context else dict(os.environ)
         location = resolve_store(store, env)
         path = location.path or location
-        return cls(context, problem, gpu.gpus(), path, env)
+        return cls(context, problem, context.gpus if context else gpu.gpus(), path, env)
 
 
 def check_ncu(f: Facts) -> Check:
@@ -178,7 +178,7 @@ class CounterProbe:
             context = f.context.replace(stall_timeout=30.0, timeout=120.0, check_gpu=False, report_dir=str(tmp))
             context = context.with_listener(SILENT)  # not one of the run's attempts
             attempt = profile_command(self.program, ProfileOptions(metrics=("gpu__time_duration.sum",),
-                                                                   launch_count=1), context=context)
+                                                                   launch_count=1), context)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         if any("ERR_NVGPUCTRPERM" in e for e in attempt.errors):
@@ -211,6 +211,8 @@ class CounterProbe:
 
 def check_gpu_processes(f: Facts) -> Check:
     held = gpu.compute_processes()
+    if f.context is not None:  # the first attempt's look for foreign processes, when it starts soon
+        f.context.gpu_listing.put(held)
     if held is None:
         return Check("gpu procs", SKIP, "nvidia-smi cannot list compute processes here")
     if held:

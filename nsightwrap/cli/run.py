@@ -27,8 +27,8 @@ from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import PlainScreen, open_screen
 from nsightwrap.errors import AttemptFailed, ProfileInterrupted
 from nsightwrap.fallback.collectives import one_rank_hint, without_collectives
+from nsightwrap.fallback.session import Session
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.secrets import mask_text
@@ -135,9 +135,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if not calibration.ok:  # the program hangs or fails by itself: nothing to profile
                     screen.close()
                     return _program_fault(args, calibration)
+            # The one session of this program: a walk records in the store; a single run records nothing.
+            session = Session(command, context, store=store() if args.profile else None, calibrator=calibrator,
+                              on_output=screen.on_output, rank=args.rank or 0)
             if args.profile:
-                return _run_ladder(args, command, options, context, screen, log, calibrator, store)
-            return _run_once(args, command, options, context, screen, log, calibrator, store)
+                return _run_ladder(args, session, options, screen, log, store)
+            return _run_once(args, session, options, screen, log, store)
     except KeyboardInterrupt:
         # Between attempts (back-off, GPU settle wait, probing ncu): nothing of ours is running.
         return report_interrupt(args, screen, None)
@@ -185,15 +188,14 @@ def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
     return EXIT_CODES[calibration.status]
 
 
-def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-              screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator,
-              store: Callable[[], HangStore]) -> int:
+def _run_once(args: argparse.Namespace, session: Session, options: ProfileOptions, screen: PlainScreen,
+              log: Optional[LineLog], store: Callable[[], HangStore]) -> int:
+    command = session.command
     options, left_out = without_collectives(command, options)  # they would hang with every rank profiled
     if left_out and not args.quiet:
         screen.say(f"[nsightwrap] {left_out}\n")
     try:
-        attempt = calibrator.run(lambda ctx: profile_command(command, options, context=ctx,
-                                                             on_output=screen.on_output), context, options)
+        attempt = session.run(options, tries=1)  # one run, as asked: no retry
     except ProfileInterrupted as e:
         attempt = e.attempt
     hint = one_rank_hint(command, attempt.connected, attempt.stalled_kernel) if attempt.status == HANG else None
@@ -211,16 +213,13 @@ def _run_once(args: argparse.Namespace, command: list[str], options: ProfileOpti
     return attempt.exit_code
 
 
-def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOptions, context: RunContext,
-                screen: PlainScreen, log: Optional[LineLog], calibrator: Calibrator,
-                store: Callable[[], HangStore]) -> int:
+def _run_ladder(args: argparse.Namespace, session: Session, options: ProfileOptions, screen: PlainScreen,
+                log: Optional[LineLog], store: Callable[[], HangStore]) -> int:
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
     try:
-        result = walk_ladder(command, options, args.profile, context=context, store=store(),
-                             on_output=screen.on_output, retry_known_hangs=args.retry_known_hangs,
-                             calibrator=calibrator, rank=args.rank or 0)
+        result = walk_ladder(session, options, args.profile, retry_known_hangs=args.retry_known_hangs)
     except ProfileInterrupted as e:
         return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
                                                                attempt=e.attempt.to_dict()))
@@ -232,13 +231,13 @@ def _run_ladder(args: argparse.Namespace, command: list[str], options: ProfileOp
                         "reason": str(e), "attempt": e.attempt.to_dict()})
         return e.attempt.exit_code
     screen.close()
-    status = result.status
     if args.json:
-        print_json({**_walk_doc(result, status), "notes": list(_store_notes(store))})
+        doc = result.to_dict()
+        print_json({**doc, "notes": [*doc.get("notes", []), *_store_notes(store)]})
     else:
         print("\n" + result.summary(), file=sys.stderr)
     _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created
-    return EXIT_CODES[status]
+    return result.exit_code
 
 
 def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
@@ -247,16 +246,3 @@ def _say_notes(attempts: list[Any], log: Optional[LineLog]) -> None:
     text = without_logged("\n".join(f"note: {n}" for n in notes), log)
     if text:
         print(mask_text(text), file=sys.stderr)
-
-
-def _walk_doc(result: Any, status: str) -> dict[str, Any]:
-    df = result.df
-    return {
-        "status": status, "exit_code": EXIT_CODES[status], "ladder": result.ladder.name,
-        "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
-                   "attempt": s.attempt.to_dict() if s.attempt else None} for s in result.steps],
-        "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get("rung", []))],
-        "hangs": [list(h) for h in result.hangs], "unprofiled": result.unprofiled, "stopped": result.stopped,
-        "why_unprofiled": result.why_unprofiled, "processes": result.processes, "gpus": result.gpus,
-        "program_fault": result.program_fault.program_fault if result.program_fault else None,
-        "reports": result.report_paths}

@@ -24,10 +24,10 @@ from nsightwrap.cli.screen import open_screen
 from nsightwrap.errors import OptionsError, ProfileInterrupted
 from nsightwrap.fallback.executor import EXECUTORS, ExecutorSpec
 from nsightwrap.fallback.ladder import load_ladder
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
-from nsightwrap.status import EXIT_CODES, HANG, OK
 from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.location import resolve_store
 from nsightwrap.store.opening import open_store
@@ -158,9 +158,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             for note in store.notes:  # the team's database is down: recording in the local file instead
                 print(f"nsightwrap: {note}", file=sys.stderr)
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
-            result = sweep_sections(command, kernel=args.kernel, set=args.section_set, sections=args.section,
-                                    context=context, store=store, jobs=_jobs(args), on_probe=said,
-                                    calibrator=calibrator, rank=args.rank, executor=executor)
+            session = Session(command, context, store=store, calibrator=calibrator, rank=args.rank)
+            result = sweep_sections(session, kernel=args.kernel, sections=args.section or args.section_set,
+                                    jobs=_jobs(args), on_probe=said, executor=executor)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         return report_interrupt(args, screen, interrupted_doc(
@@ -169,8 +169,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         configure_logging(False, screen.line)
     # Hangs found: the sweep did its job (0); a program fault or nothing profiled: its own code.
-    code = EXIT_CODES[result.status] if result.status not in (OK, HANG) else 0
-    doc = {"exit_code": code, **result.to_dict()}
+    code = result.exit_code
+    doc = result.to_dict()
     if store.notes:
         doc["notes"] = [*doc.get("notes", []), *store.notes]
     print_json(doc) if args.json else print(result.table())

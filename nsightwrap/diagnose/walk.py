@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.diagnose.verdict import WalkView
 from nsightwrap.fallback.ladder import Ladder
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
@@ -47,5 +48,5 @@ def run_walk(command: Sequence[str], kernel: Optional[str], *, set_name: str, la
              on_output: Optional[Callable[[str], None]] = None) -> tuple[WalkView, Any]:
     """Walk `ladder` over `command` (only `kernel`'s launches when named); (its view, the LadderResult)."""
     options = ProfileOptions(set=set_name, kernel=KernelFilter.from_user(kernel) if kernel else None)
-    result = walk_ladder(command, options, ladder, config, store=store, on_output=on_output)
+    result = walk_ladder(Session.open(command, config, store=store, on_output=on_output), options, ladder)
     return walk_view(result, options), result

@@ -127,7 +127,7 @@ class JobShape:
             return caller
         return Environment.detect(ncu_version=context.info.version, processes=self.processes,
                                   local_processes=self.local_processes,
-                                  cuda_visible=context.env.get("CUDA_VISIBLE_DEVICES"))
+                                  cuda_visible=context.env.get("CUDA_VISIBLE_DEVICES"), gpus=lambda: context.gpus)
 
     def describe(self) -> str:
         what = self.launch.kind + " job" if self.launch else "program"

@@ -38,17 +38,16 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.errors import NsightwrapError, OptionsError
+from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
 from nsightwrap.fallback.collectives import JobShape
+from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import SWEEP_VAR, profile_command
-from nsightwrap.ncu.known import run_rules
+from nsightwrap.ncu.engine import SWEEP_VAR
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import ProfileKey
 from nsightwrap.watch import gpu
 
 LOCAL, SLURM = "local", "slurm"
@@ -130,7 +129,7 @@ class ProbeTask:
     shape: JobShape
     nsys: Optional[str] = None
     gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe (local jobs); None: the node's own
-    ladder: str = "sweep-sections"
+    ladder: str = SWEEP
     sweep: str = ""  # the sweep's token (SWEEP_VAR): its other probes on the node's GPUs are not foreign
 
 
@@ -146,18 +145,17 @@ def run_probe(task: ProbeTask) -> dict:
         own["CUDA_VISIBLE_DEVICES"] = task.gpu
     context = context.replace(env={**context.env, **own})
     store = HangStore(task.store.setting()) if task.store is not None else None
-    env_info = task.shape.environment(context) if store is not None else None
-    calibrator = Calibrator(list(task.command), store=store, nsys=task.nsys)
-    if env_info is not None:
-        calibrator.use_environment(env_info)
     command = list(task.command)
-    attempt = calibrator.run(
-        lambda ctx: profile_command(command, task.options, context=ctx,
-                                    rules=run_rules(command, task.options, ctx.config)), context, task.options)
+    session = Session(command, context, store=store, calibrator=Calibrator(command, store=store, nsys=task.nsys))
+    session.shape = task.shape  # as the sweep has learnt it
+    try:
+        attempt = session.run(task.options, what="the probe")
+    except ProfileInterrupted as e:
+        attempt = e.attempt
     recorded = (store is not None and attempt.status != INTERRUPTED and not attempt.program_fault
                 and not attempt.gpu_left_after)
     if recorded:
-        store.record_attempt(attempt, ProfileKey.from_options(task.options), env_info, ladder=task.ladder)
+        session.record(attempt, task.options, Tag(ladder=task.ladder))
     return {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES"),
             "status": attempt.status, "recorded": recorded, "attempt": attempt}
 

@@ -9,8 +9,8 @@ import pandas as pd
 
 from nsightwrap.fallback.ladder import Ladder, Rung
 from nsightwrap.ncu.attempt import Attempt
-from nsightwrap.secrets import mask_text
-from nsightwrap.status import ERROR, HANG, OK
+from nsightwrap.secrets import mask_doc, mask_text
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK
 
 __all__ = ["ATTEMPT_COLUMN", "JOB_COLUMN", "KNOWN_EMPTY", "KNOWN_HANG", "LadderResult", "RUNG_COLUMN", "Step",
            "merged_attrs"]
@@ -80,6 +80,24 @@ class LadderResult:
         if fault is not None:
             return fault.status
         return ERROR if self.stopped else HANG if self.unprofiled else OK
+
+    @property
+    def exit_code(self) -> int:
+        """The exit code of `status`, as `run --profile` exits with it."""
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict:
+        """Plain types for JSON (what `run --profile --json` prints), secret values masked."""
+        df = self.df
+        fault = self.program_fault
+        return mask_doc({
+            "status": self.status, "exit_code": self.exit_code, "ladder": self.ladder.name,
+            "steps": [{"job": s.job, "rung": s.rung.name, "skipped": s.skipped, "notes": list(s.notes),
+                       "attempt": s.attempt.to_dict() if s.attempt else None} for s in self.steps],
+            "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get(RUNG_COLUMN, []))],
+            "hangs": [list(h) for h in self.hangs], "unprofiled": self.unprofiled, "stopped": self.stopped,
+            "why_unprofiled": self.why_unprofiled, "processes": self.processes, "gpus": self.gpus,
+            "program_fault": fault.program_fault if fault else None, "reports": self.report_paths})
 
     @property
     def report_paths(self) -> list[str]:

@@ -25,7 +25,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.executor import (
@@ -37,18 +36,13 @@ from nsightwrap.fallback.executor import (
     store_setting_of,
 )
 from nsightwrap.fallback.ladder import exclude_kernels
+from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
-from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import profile_command
-from nsightwrap.ncu.known import collective_family, run_rules
+from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.secrets import mask_doc, mask_text
-from nsightwrap.status import ERROR, HANG, INTERRUPTED, NO_KERNELS, OK
-from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import ProfileKey
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, INTERRUPTED, NO_KERNELS, OK
 from nsightwrap.watch import gpu
-from nsightwrap.watch.locate import check_program
-from nsightwrap.watch.rules import Cancelled
 
 #: A probe's outcomes, in the one vocabulary of statuses.
 HUNG, WORKS, FAILED = HANG, OK, ERROR
@@ -123,6 +117,12 @@ class SweepResult:
             return NO_KERNELS
         return HANG if self.kernels else OK
 
+    @property
+    def exit_code(self) -> int:
+        """The exit code of sweep-sections: 0 when it did its job (hangs found or none), else the status's
+        own (a program fault, nothing profiled)."""
+        return EXIT_CODES[self.status] if self.status not in (OK, HANG) else 0
+
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
         for a in self.whole_runs:
@@ -160,7 +160,7 @@ class SweepResult:
         """Plain types for JSON, secret values masked."""
         fault = self.program_fault
         return mask_doc({
-            "status": self.status, "clean": self.clean,
+            "exit_code": self.exit_code, "status": self.status, "clean": self.clean,
             "program_fault": fault.program_fault if fault else None, "reason": fault.reason if fault else None,
             "kernels": [{
             "kernel": k.kernel, "sections": list(k.universe), "hang_alone": k.singles,
@@ -341,39 +341,33 @@ def sections_of_set(info: Any, name: str) -> list[str]:
 
 
 def sweep_sections(
-    command: Sequence[str],
+    session: Session,
     *,
     kernel: Optional[str] = None,
-    set: str = "full",  # noqa: A002
-    sections: Sequence[str] = (),
-    config: Optional[RunConfig] = None,
-    context: Optional[RunContext] = None,
-    store: Optional[HangStore] = None,
+    sections: "str | Sequence[str]" = "full",
     jobs: int = 1,
-    gpus: Optional[Sequence[str]] = None,
     on_probe: Optional[Callable[[Probe], None]] = None,
-    rank: int = 0,
-    calibrator: Optional[Calibrator] = None,
     executor: Optional[ExecutorSpec] = None,
 ) -> SweepResult:
-    """Find which sections hang on which kernels of `command`.
+    """Find which sections hang on which kernels of the session's program.
 
     kernel: the user's kernel text (a regex; see KernelFilter.from_user).
-    ncu is located and probed once (`context`, else one made from `config`).
-    rank: the rank whose kernels are probed, in a multi-process job.
-    Kernels get calibrated allowances (stored, else measured at the first
-    stall; see nsightwrap.calibrate), for every later probe too.
-    executor: run the probes as jobs of a cluster engine (nsightwrap.fallback.executor) instead of
-    threads here: local (one per local GPU) or slurm.
+    sections: the name of a section set of this ncu (default full), or the
+    sections themselves. The session (nsightwrap.fallback.session) holds ncu,
+    found and probed once, the store, the calibrator and the rank whose
+    kernels are probed in a multi-process job (session.rank). Kernels get
+    calibrated allowances (stored, else measured at the first stall; see
+    nsightwrap.calibrate), for every later probe too. The verdict is the
+    result's: status, exit_code, to_dict().
+    jobs: probes at once, one per GPU. executor: run the probes as jobs of a
+    cluster engine (nsightwrap.fallback.executor) instead of threads here:
+    local (one per local GPU) or slurm.
     """
-    context = RunContext.resolve(config, context)
-    check_program(command, context.env, context.config.cwd)  # before the probe of ncu and the first launch
-    universe = list(sections) if sections else sections_of_set(context.info, set)
+    universe = sections_of_set(session.context.info, sections) if isinstance(sections, str) else list(sections)
     user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
     if executor is not None:
-        return _on_engine(command, context, store, on_probe, calibrator, rank, executor, jobs, universe, user_filter)
-    runner = _ProbeRunner(list(command), context, store, gpus if gpus is not None else _gpu_ids(jobs), on_probe,
-                          calibrator, rank)
+        return _on_engine(session, on_probe, executor, jobs, universe, user_filter)
+    runner = _ProbeRunner(session, _gpu_ids(jobs), on_probe)
     result = SweepResult(tuple(universe))
     try:
         _sweep(runner, universe, user_filter, result, jobs)
@@ -385,13 +379,11 @@ def sweep_sections(
 # --- the hook of the cluster engine (nsightwrap.fallback.executor): probes dispatched as jobs ----------
 
 
-def _on_engine(command: Sequence[str], context: RunContext, store: Optional[HangStore],
-               on_probe: Optional[Callable[[Probe], None]], calibrator: Optional[Calibrator], rank: int,
-               executor: ExecutorSpec, jobs: int, universe: list[str],
-               user_filter: Optional[KernelFilter]) -> SweepResult:
+def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], executor: ExecutorSpec, jobs: int,
+               universe: list[str], user_filter: Optional[KernelFilter]) -> SweepResult:
     """The sweep with every probe a job of the engine; the engine's jobs cancelled on Ctrl-C."""
-    with open_engine(executor, jobs, on_counts=context.listener.stage) as engine:
-        runner = _ProbeRunner(list(command), context, store, [None], on_probe, calibrator, rank, engine=engine)
+    with open_engine(executor, jobs, on_counts=session.context.listener.stage) as engine:
+        runner = _ProbeRunner(session, [None], on_probe, engine=engine)
         result = SweepResult(tuple(universe))
         try:
             _pipelined(runner, universe, user_filter, result, engine)
@@ -470,82 +462,43 @@ def _options(sections: frozenset, kernel: Optional[KernelFilter], **kw: Any) -> 
 
 
 class _ProbeRunner:
-    """Runs watched probes, one per GPU at a time, and answers from the store where it can.
+    """Runs the session's attempts as probes, one per GPU at a time, and answers from the store where it can."""
 
-    SQLite connections stay in their thread: worker threads open their own store.
-    """
-
-    def __init__(self, command: list[str], context: RunContext, store: Optional[HangStore],
-                 gpus: Sequence[Optional[str]], on_probe: Optional[Callable[[Probe], None]],
-                 calibrator: Optional[Calibrator] = None, rank: int = 0,
-                 engine: Optional[ProbeEngine] = None) -> None:
-        self.command, self.context, self.store, self.on_probe = command, context, store, on_probe
+    def __init__(self, session: Session, gpus: Sequence[Optional[str]],
+                 on_probe: Optional[Callable[[Probe], None]], engine: Optional[ProbeEngine] = None) -> None:
+        self.session, self.on_probe = session, on_probe
+        self.context = session.context
         self.engine = engine
-        self.store_setting = (StoreSetting.keep(store_setting_of(store), engine.folder)
-                              if engine is not None and store is not None else None)
-        self.shape, self.rank = JobShape.of(command), rank
-        self.env_info = self.shape.environment(context) if store is not None else None
-        self.calibrator = calibrator or Calibrator(command, store=self._store if store is not None else None)
-        self.calibrator.use_environment(self.env_info)  # a caller's calibrator need not ask nvidia-smi again
+        self.store_setting = (StoreSetting.keep(store_setting_of(session.store), engine.folder)
+                              if engine is not None and session.store is not None else None)
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
-        self.lock = threading.Lock()
         self.cancel = threading.Event()
-        self.local = threading.local()
-        self.owner = threading.get_ident()
 
-    def _learn(self, attempt: Attempt) -> None:
-        """ncu connected to several processes at once: a multi-process program, recorded as such."""
-        with self.lock:
-            shape = self.shape.seen(attempt.connected)
-            if shape != self.shape:
-                self.shape = shape
-                self.env_info = shape.environment(self.context) if self.store is not None else None
+    @property
+    def shape(self) -> JobShape:
+        return self.session.shape
 
     @property
     def probe_rank(self) -> Optional[int]:
         """The rank probes profile alone, or None to profile the whole program."""
-        return self.rank if self.shape.multi and self.shape.one_rank_possible else None
-
-    def _store(self) -> HangStore:
-        assert self.store is not None
-        if threading.get_ident() == self.owner:
-            return self.store
-        if not hasattr(self.local, "store"):
-            self.local.store = HangStore(self.store.path)
-        return self.local.store
+        return self.session.rank if self.shape.multi and self.shape.one_rank_possible else None
 
     def watched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
-        """One watched run on a free GPU, recorded in the store; (attempt, the GPU it ran on)."""
+        """One attempt of the session on a free GPU, recorded in the store; (attempt, the GPU it ran on)."""
         if self.engine is not None:
             return self._dispatched(opts)
         gpu_id = self.gpus.get()
         try:
-            context = self.context
-            if gpu_id is not None:
-                # One probe per GPU, never two on one.
-                context = context.replace(env={**context.env, "CUDA_VISIBLE_DEVICES": gpu_id})
             if self.cancel.is_set():
                 raise KeyboardInterrupt("the sweep was interrupted")
-            attempt = self.calibrator.run(
-                lambda ctx: profile_command(self.command, opts, context=ctx,
-                                            rules=run_rules(self.command, opts, ctx.config)
-                                            | Cancelled(self.cancel)), context, opts)
+            attempt = self.session.attempt(opts, Tag(ladder=SWEEP), self.session.context_for(gpu=gpu_id),
+                                           cancel=self.cancel)
         finally:
             self.gpus.put(gpu_id)
-        if attempt.status == INTERRUPTED:
-            raise ProfileInterrupted(attempt)
         if attempt.program_fault:  # never recorded: it says nothing about ncu's settings
             raise _ProgramFault(attempt)
-        self._learn(attempt)
-        if attempt.gpu_left_after:
-            raise NsightwrapError("the GPU still runs processes of the last probe (" + ", ".join(attempt.gpu_left_after)
-                                  + "): the sweep stops so as not to record false hangs; free the GPU and run again")
-        if self.store is not None:
-            with self.lock:
-                self._store().record_attempt(attempt, ProfileKey.from_options(opts), self.env_info,
-                                             ladder="sweep-sections")
         return attempt, gpu_id
 
     def _dispatched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
@@ -553,23 +506,22 @@ class _ProbeRunner:
         if self.cancel.is_set():
             raise KeyboardInterrupt("the sweep was interrupted")
         assert self.engine is not None
-        config = self.calibrator.apply(self.context).config  # the calibration known here travels with the probe
-        reply = self.engine.run(ProbeTask(tuple(self.command), opts, config, self.store_setting, self.shape,
-                                          nsys=self.calibrator.nsys, sweep=self.engine.token))
+        calibrator = self.session.calibrator
+        config = calibrator.apply(self.context).config  # the calibration known here travels with the probe
+        reply = self.engine.run(ProbeTask(tuple(self.session.command), opts, config, self.store_setting, self.shape,
+                                          nsys=calibrator.nsys, sweep=self.engine.token))
         attempt = reply["attempt"]
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
         if attempt.program_fault:
             raise _ProgramFault(attempt)
-        self._learn(attempt)
+        self.session.learn(attempt)
         where = reply["gpu"] if self.engine.spec.kind == "local" else f"{reply['host']}:{reply['gpu'] or '-'}"
         return attempt, where
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
         """The outcome the store already knows for this kernel with these options here, if any."""
-        if self.store is None:
-            return None
-        r = self._store().newest_verdict(kernel, ProfileKey.from_options(opts), self.env_info)
+        r = self.session.verdict(kernel, opts)
         if r is None:
             return None
         return HUNG if r.hung else WORKS if r.outcome == OK else None

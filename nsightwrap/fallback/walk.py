@@ -24,15 +24,12 @@ records the job's size, so its hangs are not applied to single-process runs.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import pandas as pd
-from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
@@ -53,36 +50,21 @@ from nsightwrap.fallback.result import (
     LadderResult,
     Step,
 )
+from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
-from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
-from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment, ProfileKey
-from nsightwrap.watch.locate import check_program
 
 log = logging.getLogger("nsightwrap")
 
-#: ncu errors worth another try after a pause: someone else held the GPU's
-#: performance monitor (DCGM, another profiler) or its lock for a moment.
-TRANSIENT_ERRORS = (
-    re.compile(r"Failed to prepare kernel for profiling", re.I),
-    re.compile(r"nsight-compute-lock|profiling lock|lock is held", re.I),
-    re.compile(r"resource (is )?(temporarily )?unavailable|device or resource busy", re.I),
-)
 #: Why a range-replay rung is skipped for a kernel of a program that marks no range (FACTS.md: range replay
 #: then profiles nothing, "No ranges were profiled").
 NO_RANGES = ("the program marks no range to replay: calibrating it, nsys saw no cudaProfilerStart call, "
              "so range replay would profile nothing")
 #: A rung index past the last rung: the job has no rung left.
 END = sys.maxsize
-
-
-def is_transient(attempt: Attempt) -> bool:
-    return attempt.status == ERROR and any(p.search(e) for e in attempt.errors for p in TRANSIENT_ERRORS)
 
 
 def report_rows(attempt: Attempt) -> pd.DataFrame:
@@ -137,80 +119,59 @@ class _Job:
 
 @dataclass(frozen=True)
 class _Settings:
-    """How walk_ladder was asked to walk (its keyword arguments)."""
+    """How walk_ladder was asked to walk (its policy; what attempts share is the session's)."""
 
-    store: Optional[HangStore]
     retry_known_hangs: bool
-    on_output: Optional[Callable[[str], None]]
     max_attempts: int
-    retry_wait: tuple[float, float]
     reader: Callable[[Attempt], pd.DataFrame]
-    stall_timeout: Optional[float]
-    rank: int = 0
-    calibrator: Optional[Calibrator] = None
-    environment: Optional[Environment] = None
 
 
 def walk_ladder(
-    command: Sequence[str],
+    session: Session,
     options: Optional[ProfileOptions] = None,
     ladder: "Ladder | str" = "default",
-    config: Optional[RunConfig] = None,
     *,
-    context: Optional[RunContext] = None,
-    store: Optional[HangStore] = None,
     retry_known_hangs: bool = False,
-    on_output: Optional[Callable[[str], None]] = None,
     max_attempts: int = 64,
-    retry_wait: tuple[float, float] = (1.0, 8.0),
     reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
-    stall_timeout: Optional[float] = None,
-    environment: Optional[Environment] = None,
-    rank: int = 0,
-    calibrator: Optional[Calibrator] = None,
 ) -> LadderResult:
-    """Profile `command`, stepping down `ladder` for each kernel that hangs.
+    """Profile the session's program, stepping down `ladder` for each kernel that hangs.
 
-    ncu is located and probed once (`context`, else one made from `config`)
-    and used by every attempt. reader turns an attempt into rows (default:
-    its report, through load_report). An explicit stall timeout (stall_timeout, or
-    config.stall_timeout_given) is used at every rung, over the rungs' own.
-    Otherwise kernels get calibrated allowances: the calibration is taken
-    from the store, else measured at the first stall (calibrator: the
-    Calibrator to use, e.g. one that already calibrated; default: one for
-    this command and store), and a stall is a hang only once calibrated.
-    environment: this machine as the store knows it, when the caller
-    already detected it (else detected here, when there is a store).
-    rank is the rank that one-rank rungs profile in a multi-process job
-    (unless options.rank chooses one for every rung).
+    The session (nsightwrap.fallback.session) holds what every attempt
+    shares: ncu found and probed once, the store, the environment, the
+    calibrator, the job's shape, and the stall-timeout choice: an explicit
+    one is used at every rung, over the rungs' own. Otherwise kernels get
+    calibrated allowances: the calibration is taken from the store, else
+    measured at the first stall, and a stall is a hang only once calibrated.
+    reader turns an attempt into rows (default: its report, through
+    load_report). One-rank rungs profile session.rank in a multi-process job
+    (unless options.rank chooses one for every rung). The verdict is the
+    result's: status, exit_code, to_dict().
     """
     options = options or ProfileOptions()
-    context = RunContext.resolve(config, context)
-    check_program(command, context.env, context.config.cwd)  # before the ladder's probe of ncu
+    context = session.context
     ladder = load_ladder(ladder) if isinstance(ladder, str) else ladder
     ladder.validate(context.info)
-    settings = _Settings(store, retry_known_hangs, on_output, max_attempts, retry_wait, reader or report_rows,
-                         stall_timeout, rank, calibrator, environment)
-    shape = JobShape.of(command)
-    ladder = ladder.for_request(options, context.info).for_processes(shape.one_rank_possible)
-    return _Walk(list(command), options, ladder, context, settings, shape).run()
+    settings = _Settings(retry_known_hangs, max_attempts, reader or report_rows)
+    ladder = ladder.for_request(options, context.info).for_processes(session.shape.one_rank_possible)
+    return _Walk(session, options, ladder, settings).run()
 
 
 class _Walk:
     """One walk: a queue of jobs, and a method per decision about them."""
 
-    def __init__(self, command: list[str], options: ProfileOptions, ladder: Ladder, context: RunContext,
-                 settings: _Settings, shape: JobShape) -> None:
-        self.command, self.options, self.ladder = command, options, ladder
-        self.context, self.s, self.shape = context, settings, shape
-        self.env = shape.environment(context, settings.environment) if settings.store is not None else None
+    def __init__(self, session: Session, options: ProfileOptions, ladder: Ladder, settings: _Settings) -> None:
+        self.session, self.options, self.ladder, self.s = session, options, ladder, settings
+        self.command = session.command
         self.result = LadderResult(ladder)
         self._note_shape()
-        self.calibrator = settings.calibrator or Calibrator(command, store=settings.store)
-        self.calibrator.use_environment(self.env)  # a caller's calibrator need not ask nvidia-smi again
         self.floor = floor_index(ladder, options)
         self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
         self.jobs = self._first_jobs()
+
+    @property
+    def shape(self) -> JobShape:
+        return self.session.shape
 
     def run(self) -> LadderResult:
         while self.jobs:
@@ -222,8 +183,9 @@ class _Walk:
         return self.result
 
     def _note_shape(self) -> None:
+        env = self.session.environment
         self.result.processes = self.shape.processes
-        self.result.gpus = self.env.gpus if self.env is not None else None
+        self.result.gpus = env.gpus if env is not None else None
 
     def _first_jobs(self) -> list[_Job]:
         """The main program; kernels of it known to hang at the first rung start lower down.
@@ -239,10 +201,10 @@ class _Walk:
             jobs.append(_Job(COLLECTIVES_JOB, 0, family=COLLECTIVE_PREFIXES, upfront=True))
             log.info(f"a {self.shape.describe()}: its collectives ({', '.join(COLLECTIVE_PREFIXES)}) are left out of "
                      "the runs of every rank and profiled on one rank, as they would hang with every rank profiled")
-        if self.s.store is None or self.s.retry_known_hangs:
+        if self.s.retry_known_hangs:
             return jobs
-        first_opts, _ = self.ladder[0].apply(self.options, self.s.rank)
-        known = self.s.store.hanging_kernels(ProfileKey.from_options(first_opts), self.env, self.command)
+        first_opts, _ = self.ladder[0].apply(self.options, self.session.rank)
+        known = self.session.hanging_kernels(first_opts)
         main.excluded = tuple(known)
         for k in known:
             family = collective_family(k) if self.shape.multi or plan is not None else None
@@ -276,15 +238,17 @@ class _Walk:
                 self.jobs.insert(0, job.lower())
             return True
         why = ", the floor first: it hung before its first pass finished" if job.floor_first else ""
-        self.context.listener.stage(f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
-        attempt = self._attempt(opts, rung)
-        self._record(job, rung, opts, notes, attempt)
-        if attempt.gpu_left_after:
-            # FACTS: a target left spinning makes every later run on that GPU hang; what follows would be false.
-            self.result.stopped = ("the GPU still runs processes of the last attempt ("
-                                   + ", ".join(attempt.gpu_left_after)
-                                   + "): stopped so as not to record false hangs; free the GPU and run again")
+        self.session.context.listener.stage(
+            f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
+        shape = self.shape
+        try:
+            attempt = self.session.attempt(opts, Tag(job.kernel, rung.name, self.ladder.name),
+                                           self.session.context_for(rung.stall_timeout))
+        except GpuKept as e:  # recorded; what would follow on that GPU would be false
+            self._record(job, rung, notes, e.attempt, shape)
+            self.result.stopped = str(e)
             return False
+        self._record(job, rung, notes, attempt, shape)
         return self._follow(job, rung, attempt, one_rank=opts.rank is not None)
 
     def _options(self, job: _Job, rung: Rung) -> Optional[tuple[ProfileOptions, list[str]]]:
@@ -293,7 +257,8 @@ class _Walk:
         if job.kernel is not None:
             base = o.kernel.base if o.kernel else "function"
             alone = family_filter(job.family, o.kernel) if job.family else KernelFilter(job.kernel, False, base)
-            return rung.apply(o.replace(kernel=alone, launch_skip=job.skip or None, launch_count=None), self.s.rank)
+            return rung.apply(o.replace(kernel=alone, launch_skip=job.skip or None, launch_count=None),
+                              self.session.rank)
         skip = (o.launch_skip or 0) + job.skip
         count = None if o.launch_count is None else o.launch_count - job.skip
         if count is not None and count <= 0:
@@ -301,18 +266,16 @@ class _Walk:
         families = {collective_family(k) for k in job.excluded} - {None} if self.shape.multi else set()
         families |= set(COLLECTIVE_PREFIXES) if job.collectives_out else set()
         return rung.apply(o.replace(kernel=exclude_kernels(o.kernel, job.excluded, sorted(families)),
-                                    launch_skip=skip or None, launch_count=count), self.s.rank)
+                                    launch_skip=skip or None, launch_count=count), self.session.rank)
 
     def _skip_reason(self, job: _Job, opts: ProfileOptions) -> Optional[str]:
         """Why this kernel's job need not run these options, if it need not."""
         if job.kernel is None:
             return None
-        store = self.s.store
-        if store is not None and not self.s.retry_known_hangs:
-            key = ProfileKey.from_options(opts)
-            if store.hangs_for(job.kernel, key, self.env):
+        if not self.s.retry_known_hangs:
+            if self.session.hangs_for(job.kernel, opts):
                 return KNOWN_HANG
-            if store.profiled_nothing(job.kernel, key, self.env, self._program(job)):
+            if self.session.profiled_nothing(job.kernel, opts, self._program(job)):
                 return KNOWN_EMPTY
         if self._implied(job):
             return IMPLIED_HANG.format(floor=self.ladder[self.floor].name)
@@ -330,7 +293,7 @@ class _Walk:
 
     def _no_ranges(self) -> bool:
         """The calibration at hand saw the program call no cu(da)ProfilerStart."""
-        known = self.calibrator.known()
+        known = self.session.calibrator.known()
         return known is not None and known.marks_ranges is False
 
     # --- the floor (nsightwrap.fallback.floor) --------------------------------------
@@ -343,11 +306,10 @@ class _Walk:
         """Seen in this walk, or known to the store (unless known hangs are retried)."""
         if job.kernel in self.floor_hung:
             return True
-        if self.s.store is None or self.s.retry_known_hangs or self.floor is None:
+        if self.s.retry_known_hangs or self.floor is None:
             return False
         planned = self._options(job, self.ladder[self.floor])
-        return planned is not None and self.s.store.hangs_for(job.kernel, ProfileKey.from_options(planned[0]),
-                                                              self.env)
+        return planned is not None and self.session.hangs_for(job.kernel, planned[0])
 
     def _floor_first(self, job: _Job, attempt: Attempt) -> _Job:
         """The next job of a kernel that hung: at the floor first when that may spare rungs, else `job`."""
@@ -377,51 +339,15 @@ class _Walk:
         self.result.steps[i] = replace(step, notes=step.notes + (
             f"its rows give way to rung {rung.name!r}, above it, which worked too",))
 
-    def _attempt(self, opts: ProfileOptions, rung: Rung) -> Attempt:
-        """One watched run, retried after a pause when ncu's error is transient, confirmed by calibration."""
-        s = self.s
-        listener = self.context.listener
-        retrying = Retrying(retry=retry_if_result(is_transient), stop=stop_after_attempt(3),
-                            wait=wait_exponential(min=s.retry_wait[0], max=s.retry_wait[1]), reraise=True,
-                            retry_error_callback=lambda state: state.outcome.result(),
-                            before_sleep=lambda state: listener.stage(
-                                f"ncu's error looks transient: retrying rung {rung.name!r} in "
-                                f"{state.next_action.sleep:.0f} s"))
-
-        def attempt(context: RunContext) -> Attempt:
-            return retrying(profile_command, self.command, opts, context=context, on_output=s.on_output)
-
-        return self.calibrator.run(attempt, self._context(rung), opts)
-
-    def _context(self, rung: Rung) -> RunContext:
-        """The run context of one rung: an explicit stall timeout wins over the rung's own, everywhere."""
-        s, config = self.s, self.context.config
-        if s.stall_timeout is not None or config.stall_timeout_given:
-            return self.context.replace(stall_timeout=s.stall_timeout or config.stall_timeout,
-                                        stall_timeout_given=True)
-        # A rung's own stall timeout applies to kernels not calibrated.
-        return self.context.replace(stall_timeout=rung.stall_timeout or config.stall_timeout)
-
-    def _record(self, job: _Job, rung: Rung, opts: ProfileOptions, notes: list[str], attempt: Attempt) -> None:
-        self._learn_shape(attempt)
+    def _record(self, job: _Job, rung: Rung, notes: list[str], attempt: Attempt, shape: JobShape) -> None:
+        """The attempt as a step of the walk (the session recorded it in the store)."""
+        if self.shape != shape:  # a program that no launcher announced may still run several processes
+            self._note_shape()
+            log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
         index = len(self.result.steps)
         self.result.steps.append(Step(job.name, rung, job.rung_index, attempt, notes=tuple(notes)))
         self.result.frames.append(_frame(attempt, rung, index, job.name, self.s.reader))
-        if self.s.store is not None:
-            self.s.store.record_attempt(attempt, ProfileKey.from_options(opts), self.env, kernel=job.kernel,
-                                        rung=rung.name, ladder=self.ladder.name)
         log.info(self.result.steps[-1].describe())
-
-    def _learn_shape(self, attempt: Attempt) -> None:
-        """A program that no launcher announced may still run several processes: ncu's output says so."""
-        shape = self.shape.seen(attempt.connected)
-        if shape == self.shape:
-            return
-        self.shape = shape
-        if self.env is not None:
-            self.env = shape.environment(self.context, self.s.environment)
-        self._note_shape()
-        log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
 
     def _follow(self, job: _Job, rung: Rung, attempt: Attempt, one_rank: bool) -> bool:
         """What the attempt's outcome means for the jobs left; False when the walk must stop."""

@@ -22,6 +22,8 @@ from nsightwrap.ncu.locate import find_ncu
 from nsightwrap.ncu.progress import DEFAULT_GROWTH, DEFAULT_STALL_TIMEOUT, StallRule
 from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.files import DEFAULT_REPORT_DIR
+from nsightwrap.watch.gpu import GpuInfo, LastListing, gpus
+from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, ToolStuck, TotalTimeout, WatchRule
 from nsightwrap.watch.tree import StopPolicy
 
@@ -155,6 +157,13 @@ class RunContext:
     _probe: ProbeNcu = field(repr=False, compare=False)
     #: Hears what each attempt does as it runs (the CLI's live progress); silent by default.
     listener: RunListener = field(default=SILENT, repr=False, compare=False)
+    #: The GPU's listing after the last attempt, which the next attempt's foreign-process look reuses.
+    gpu_listing: LastListing = field(default_factory=LastListing, repr=False, compare=False)
+    #: Processes of an earlier, killed nsightwrap still alive (a scan of /proc): looked for once per context
+    #: family, by its first attempt, and said by every attempt.
+    _orphans: _Once[Optional[str]] = field(default_factory=lambda: _Once(orphans_note), repr=False, compare=False)
+    #: This machine's GPUs (names, driver), asked of nvidia-smi once per context family.
+    _gpus: _Once[Optional[list[GpuInfo]]] = field(default_factory=lambda: _Once(gpus), repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Optional[RunConfig] = None, *, locate: Optional[FindNcu] = None,
@@ -172,13 +181,15 @@ class RunContext:
         cache = Path(config.cache_dir) if config.cache_dir else None
         return cls(config, ncu, env, _Once(lambda: probe(ncu, cache, env=env)), locate, probe)
 
-    @classmethod
-    def resolve(cls, config: Optional[RunConfig], context: Optional["RunContext"]) -> "RunContext":
-        """The context to use when a caller may give either: the context (with
-        ``config`` as its config, if given too), else a new one."""
-        if context is None:
-            return cls.create(config)
-        return context if config is None or config is context.config else context.with_config(config)
+    @property
+    def gpus(self) -> Optional[list[GpuInfo]]:
+        """This machine's GPUs as nvidia-smi lists them (None: it cannot), asked once and then shared."""
+        return self._gpus.get()
+
+    @property
+    def orphans(self) -> Optional[str]:
+        """The note on processes of an earlier, killed nsightwrap still alive (None: none), looked for once."""
+        return self._orphans.get()
 
     @property
     def info(self) -> NcuInfo:

@@ -32,7 +32,6 @@ from nsightwrap.watch.evidence import TRANSCRIPT, Transcript
 from nsightwrap.watch.files import folder_problem, wanted_report
 from nsightwrap.watch.launchers import one_rank_argv, one_rank_launch
 from nsightwrap.watch.locate import check_program
-from nsightwrap.watch.notes import orphans_note
 from nsightwrap.watch.rules import WatchRule
 from nsightwrap.watch.run import watch
 from nsightwrap.watch.tree import OWNER_VAR, processes_with
@@ -93,14 +92,19 @@ def _refuse_report_path(path: Path) -> None:
                            "name with -o/--export (export= in Python)")
 
 
-def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]:
-    """Processes of this run that the GPU still lists; a killed process may take a moment to leave."""
+def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0, *,
+                 listing: Optional[gpu.LastListing] = None) -> list[str]:
+    """Processes of this run that the GPU still lists; a killed process may take a moment to leave.
+    The last listing is kept in `listing`, for the next attempt's look for foreign processes."""
     ours = set(pids)
     deadline = time.monotonic() + settle_s
     while True:
-        after = gpu.compute_processes() or []
+        listed = gpu.compute_processes()
+        after = listed or []
         left = [f"{p.pid} ({p.name})" for p in after if p.pid in ours]
         if not left or time.monotonic() >= deadline:
+            if listing is not None:
+                listing.put(listed)
             return left
         time.sleep(0.5)
 
@@ -110,11 +114,14 @@ def _left_on_gpu(pids, config: "RunConfig", settle_s: float = 10.0) -> list[str]
 SWEEP_VAR = "NSIGHTWRAP_SWEEP"
 
 
-def _foreign_on_gpu(sweep: Optional[str] = None) -> list[gpu.GpuProcess]:
+def _foreign_on_gpu(sweep: Optional[str] = None, held: Optional[list[gpu.GpuProcess]] = None) -> list[gpu.GpuProcess]:
     """GPU processes that are neither this run's nor our parallel siblings' (sweep --jobs; with `sweep`, the
     probes of that sweep's jobs), as far as can be told while the run starts (_ForeignCheck.result also leaves
-    out every process the run's tree had)."""
-    held = gpu.compute_processes()
+    out every process the run's tree had). held: a listing just taken (after the previous attempt), else
+    nvidia-smi is asked now."""
+    held = gpu.compute_processes() if held is None else held
+    if not held:  # nothing listed (or nothing known): no scan of /proc for whose they are
+        return []
     # Asked after nvidia-smi answered: the run started meanwhile carries OWNER_VAR too, and a member that
     # dropped its environment descends from one that carries it.
     owners = {p.pid for p, e in processes_with(OWNER_VAR, str(os.getpid()))}
@@ -140,15 +147,17 @@ class _ForeignCheck:
     is in long before it could matter, and a short run pays nothing for it.
     """
 
-    def __init__(self, enabled: bool, sweep: Optional[str] = None) -> None:
+    def __init__(self, enabled: bool, sweep: Optional[str] = None,
+                 held: Optional[list[gpu.GpuProcess]] = None) -> None:
         self.found: list[gpu.GpuProcess] = []
         self.sweep = sweep
+        self.held = held  # a listing taken after the previous attempt, if fresh
         self.thread = threading.Thread(target=self._run, name="nsightwrap-gpu-check", daemon=True) if enabled else None
         if self.thread:
             self.thread.start()
 
     def _run(self) -> None:
-        self.found = _foreign_on_gpu(self.sweep)
+        self.found = _foreign_on_gpu(self.sweep, self.held)
 
     def result(self, notes: list[str], run_pids: Iterable[int] = ()) -> list[str]:
         """The foreign processes found, less any the run's own tree had (run_pids: every member the watch saw,
@@ -184,9 +193,8 @@ def _note(notes: list[str], msg: str) -> None:
 def profile_command(
     command: Sequence[str],
     options: Optional[ProfileOptions] = None,
-    config: Optional[RunConfig] = None,
+    run: "RunConfig | RunContext | None" = None,
     *,
-    context: Optional[RunContext] = None,
     on_output: Optional[Callable[[str], None]] = None,
     on_event: Optional[Callable[[Event], None]] = None,
     rules: Optional[WatchRule] = None,
@@ -194,8 +202,9 @@ def profile_command(
 ) -> Attempt:
     """Profile `command` under ncu, watched; return what happened.
 
-    `context` carries the ncu found (and probed) once by a caller that runs
-    many attempts; without one, one is created from `config` here.
+    `run` is a RunContext, which carries the ncu found (and probed) once by a
+    caller that runs many attempts, or a RunConfig to make one from here
+    (default: RunConfig()).
     A hang, a timeout or a failure of the program is an Attempt status, not
     an exception (call `attempt.raise_for_status()` to turn it into one).
     Problems found before launching (ncu missing, bad options) raise an
@@ -206,7 +215,7 @@ def profile_command(
     command = list(command)
     if not command:
         raise NsightwrapError("nothing to profile: give a command, e.g. `-- ./my_app --size 1024`")
-    context = RunContext.resolve(config, context)
+    context = run if isinstance(run, RunContext) else RunContext.create(run)
     config, env = context.config, dict(context.env)
     check_program(command, env, config.cwd)  # missing or not executable: said now, not as a crash of the program
     if config.validate:
@@ -221,8 +230,9 @@ def profile_command(
     if options.rank is not None:  # ncu around one rank of a multi-process launch
         argv = one_rank_argv(command, argv, options.rank, sys.executable)
 
-    foreign_check = _ForeignCheck(config.check_gpu, env.get(SWEEP_VAR))
-    orphans = orphans_note()
+    foreign_check = _ForeignCheck(config.check_gpu, env.get(SWEEP_VAR),
+                                  context.gpu_listing.take() if config.check_gpu else None)
+    orphans = context.orphans
     if orphans:
         _note(notes, orphans)
 
@@ -247,7 +257,8 @@ def profile_command(
     foreign_before = foreign_check.result(notes, pids)
     # A tree that ended by itself, fully, holds no GPU context; only a stopped one needs the (slow) look.
     stopped = outcome.stop is not None
-    left_after = _left_on_gpu(pids, config) if config.check_gpu and stopped and pids else []
+    left_after = (_left_on_gpu(pids, config, listing=context.gpu_listing) if config.check_gpu and stopped and pids
+                  else [])
     if left_after:
         _note(notes, "the GPU still lists processes of this run after it was stopped: " + ", ".join(left_after)
               + "; a kernel may still spin there, and later profiles on this GPU would hang or fail")

@@ -36,7 +36,7 @@ from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.names import normalize_kernel
 from nsightwrap.secrets import mask_argv, mask_text
 from nsightwrap.status import HANG_OUTCOMES, NO_KERNELS, OK
-from nsightwrap.store.calibrations import calibration_from_rows, calibration_rows, insert_row
+from nsightwrap.store.calibration_sql import calibration_from_rows, calibration_rows, insert_row
 from nsightwrap.store.export import write_csv, write_jsonl, write_yaml
 from nsightwrap.store.keys import Environment, ProfileKey, as_key
 from nsightwrap.store.location import StoreArg, StoreLocation, resolve_store

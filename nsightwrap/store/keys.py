@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from nsightwrap.status import ALL_RANKS, ONE_RANK, RANK_MODES, REPLAY_MODES, ReplayMode
 from nsightwrap.watch.gpu import gpus as list_gpus
@@ -136,17 +136,19 @@ class Environment:
     @classmethod
     def detect(cls, ncu_version: Optional[str] = None, *, processes: int = 1, local_processes: Optional[int] = None,
                cuda_visible: Optional[str] = None, nvidia_smi: Optional[str] = None,
-               timeout: float = 15.0) -> "Environment":
+               timeout: float = 15.0, gpus: Optional[Callable[[], Any]] = None) -> "Environment":
         """This machine: host name, and the first GPU's name and driver from
         nvidia-smi (None when nvidia-smi is missing or fails); and the job:
         `processes` in all, `local_processes` of them here (default: all),
-        on the GPUs CUDA_VISIBLE_DEVICES (`cuda_visible`) leaves. Never raises."""
+        on the GPUs CUDA_VISIBLE_DEVICES (`cuda_visible`) leaves. gpus: the GPU
+        listing already asked (watch.gpu.gpus' answer), else nvidia-smi is
+        asked now. Never raises."""
         try:
             host: Optional[str] = socket.gethostname() or None
         except OSError:  # pragma: no cover - gethostname does not fail in practice
             host = None
         gpu = driver = None
-        listed = list_gpus(nvidia_smi, timeout)
+        listed = gpus() if gpus is not None else list_gpus(nvidia_smi, timeout)
         known = [g for g in listed or () if g.name]
         if known:
             gpu, driver = known[0].name, known[0].driver or None

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import psutil
 
@@ -40,6 +42,29 @@ def compute_processes(nvidia_smi: Optional[str] = None, timeout: float = 15.0) -
     """Compute processes on the GPUs, or None when that cannot be known."""
     text = _smi(["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"], nvidia_smi, timeout)
     return None if text is None else parse_compute_apps(text)
+
+
+class LastListing:
+    """The compute-process listing taken after one attempt (the check for processes it left), handed to the
+    next attempt's look for foreign processes when that starts within `fresh_s`: the GPU is asked once
+    between two attempts, not twice. Used once; a later look asks nvidia-smi again."""
+
+    def __init__(self, fresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.fresh_s, self._clock = fresh_s, clock
+        self._lock = threading.Lock()
+        self._taken: Optional[tuple[float, list[GpuProcess]]] = None
+
+    def put(self, processes: Optional[list[GpuProcess]]) -> None:
+        with self._lock:
+            self._taken = None if processes is None else (self._clock(), list(processes))
+
+    def take(self) -> Optional[list[GpuProcess]]:
+        """The listing, when taken less than fresh_s ago (and not yet used), else None."""
+        with self._lock:
+            taken, self._taken = self._taken, None
+        if taken is None or self._clock() - taken[0] > self.fresh_s:
+            return None
+        return taken[1]
 
 
 def parse_compute_apps(text: str) -> list[GpuProcess]:

@@ -12,6 +12,7 @@ from conftest import app
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.fallback.ladder import ladder_from_dict
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import AllowancePolicy
@@ -56,7 +57,7 @@ def test_a_single_pass_longer_than_the_allowance_is_run_again_not_called_hung(cf
     store = HangStore(tmp_path / "h.db")
     calibrator = Calibrator(command, store=store, lazy=True)
     context = RunContext.create(cfg)
-    a = calibrator.run(lambda ctx: profile_command(command, ONE_METRIC, context=ctx), context, ONE_METRIC)
+    a = calibrator.run(lambda ctx: profile_command(command, ONE_METRIC, ctx), context, ONE_METRIC)
     assert a.status == OK and [k.name for k in a.kernels] == ["vec_add", "k", "vec_add"]
     assert a.calibration.source == "nsys" and 0.8 <= dict(a.calibration.kernels)["k"] < 1.5
     assert 'a first run stalled on "k"' in a.notes[-1] and "ran again" in a.notes[-1]
@@ -66,7 +67,7 @@ def test_a_single_pass_longer_than_the_allowance_is_run_again_not_called_hung(cf
 def test_a_real_hang_is_confirmed_and_the_next_attempts_are_calibrated(cfg, tmp_path):
     program = app("vec_add", "k@hang", "vec_add")
     store = HangStore(tmp_path / "h.db")
-    first = walk_ladder(program, ProfileOptions(set="basic"), QUICK, cfg, store=store, reader=reader)
+    first = walk_ladder(Session.open(program, cfg, store=store), ProfileOptions(set="basic"), QUICK, reader=reader)
     assert first.unprofiled == ["k"]
     hangs = [a for a in first.attempts if a.status == "hang"]
     assert hangs and all(a.stall.calibrated for a in hangs)
@@ -77,8 +78,8 @@ def test_a_real_hang_is_confirmed_and_the_next_attempts_are_calibrated(cfg, tmp_
     assert records and all(r.calibrated for r in records) and store.uncalibrated_hangs() == {}
     # The second walk finds the calibration and the hangs in the store: nothing measured, rungs skipped.
     calibrator = Calibrator(program, store=store)
-    second = walk_ladder(program, ProfileOptions(set="basic"), QUICK, cfg, store=store, reader=reader,
-                         calibrator=calibrator)
+    second = walk_ladder(Session.open(program, cfg, store=store, calibrator=calibrator),
+                         ProfileOptions(set="basic"), QUICK, reader=reader)
     assert calibrator.measured == 0 and len(second.attempts) == 1 and second.attempts[0].calibration is not None
 
 
@@ -92,20 +93,22 @@ def test_range_replay_is_skipped_for_a_program_that_marks_no_range(cfg, tmp_path
     """nsys saw the program's API calls while calibrating: no cudaProfilerStart, so range replay would
     profile nothing (FACTS: "No ranges were profiled"), and that rung is not run, now or next time."""
     program, store = app("vec_add", "k@hang", "vec_add"), HangStore(tmp_path / "h.db")
-    r = walk_ladder(program, ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg, store=store, reader=reader)
+    r = walk_ladder(Session.open(program, cfg, store=store),
+                    ProfileOptions(set="basic"), RANGE_THEN_DURATION, reader=reader)
     assert [(s.job, s.rung.name, s.attempt.status if s.attempt else "skipped") for s in r.steps] == [
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "range-replay", "skipped"),
         ("k", "duration", "hang")]
     assert "nsys saw no cudaProfilerStart call" in r.steps[2].skipped
     assert r.attempts[0].calibration.marks_ranges is False and r.unprofiled == ["k"]
-    second = walk_ladder(program, ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg, store=store, reader=reader)
+    second = walk_ladder(Session.open(program, cfg, store=store),
+                         ProfileOptions(set="basic"), RANGE_THEN_DURATION, reader=reader)
     assert [s.job for s in second.steps if s.attempt] == ["main"]  # the stored calibration knows it too
     assert "nsys saw no cudaProfilerStart call" in second.steps[2].skipped
 
 
 def test_range_replay_runs_for_a_program_that_marks_ranges(cfg):
-    r = walk_ladder(app("vec_add", "start", "k@hang", "stop"), ProfileOptions(set="basic"), RANGE_THEN_DURATION, cfg,
-                    reader=reader)
+    r = walk_ladder(Session.open(app("vec_add", "start", "k@hang", "stop"), cfg),
+                    ProfileOptions(set="basic"), RANGE_THEN_DURATION, reader=reader)
     assert r.attempts[0].calibration.marks_ranges is True
     assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps][2:] == [("k", "range-replay", "ok")]
 
@@ -114,7 +117,8 @@ def test_an_explicit_stall_timeout_wins_over_every_rung(cfg):
     ladder = ladder_from_dict({"name": "slow-rungs", "rungs": [
         {"name": "requested", "requested": True, "stall_timeout": 30},
         {"name": "duration", "metrics": ["gpu__time_duration.sum"], "stall_timeout": 30}]})
-    r = walk_ladder(app("k@hang"), ProfileOptions(set="basic"), ladder, cfg, stall_timeout=0.6, reader=reader)
+    r = walk_ladder(Session.open(app("k@hang"), cfg, stall_timeout=0.6),
+                    ProfileOptions(set="basic"), ladder, reader=reader)
     hangs = [a for a in r.attempts if a.stall]
     assert [a.stall.allowance_s for a in hangs] == [pytest.approx(0.6, abs=0.15)] * 2
     assert {a.stall.basis for a in hangs} == {"given (--stall-timeout / stall_timeout=)"}
@@ -129,8 +133,9 @@ def test_after_an_application_replay_hang_the_next_rung_skips_nothing(cfg):
         {"name": "requested", "requested": True},
         {"name": "application-replay", "sections": ["SpeedOfLight"], "replay_mode": "application"},
         {"name": "occupancy", "sections": ["Occupancy"]}]})
-    r = walk_ladder(app("vec_add", "k@hang-if=SpeedOfLight", "vec_add"), ProfileOptions(set="basic"), ladder,
-                    cfg.replace(stall_timeout_given=True), reader=reader)
+    r = walk_ladder(Session.open(app("vec_add", "k@hang-if=SpeedOfLight", "vec_add"),
+                                 cfg.replace(stall_timeout_given=True)),
+                    ProfileOptions(set="basic"), ladder, reader=reader)
     assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps] == [
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "application-replay", "hang"),
         ("k", "occupancy", "ok")]
@@ -142,8 +147,8 @@ def test_a_program_that_hangs_by_itself_stops_the_walk(cfg, tmp_path):
     program = app("vec_add", "k@always")
     store = HangStore(tmp_path / "h.db")
     calibrator = Calibrator(program, store=store, use_nsys=False, limit_s=1.0)
-    r = walk_ladder(program, ProfileOptions(set="basic"), QUICK, cfg, store=store, reader=reader,
-                    calibrator=calibrator)
+    r = walk_ladder(Session.open(program, cfg, store=store, calibrator=calibrator),
+                    ProfileOptions(set="basic"), QUICK, reader=reader)
     [a] = r.attempts
     assert a.status == TIMEOUT and a.program_fault and "not an ncu hang" in a.reason
     assert r.stopped and "without ncu" in r.stopped
@@ -152,7 +157,7 @@ def test_a_program_that_hangs_by_itself_stops_the_walk(cfg, tmp_path):
 
 
 def test_sweep_on_a_kernel_that_hangs_with_anything_costs_fewer_probes_than_one_at_a_time(cfg, tmp_path):
-    r = sweep_sections(app("vec_add", "k@hang"), sections=BASIC, config=cfg, store=HangStore(tmp_path / "s.db"))
+    r = sweep_sections(Session.open(app("vec_add", "k@hang"), cfg, store=HangStore(tmp_path / "s.db")), sections=BASIC)
     [k] = r.kernels
     assert sorted(k.singles) == BASIC and k.hangs_whatever and k.probes_run <= k.naive_probes == 4
     assert r.status == "hang" and "whatever is collected" in r.table()
@@ -160,8 +165,8 @@ def test_sweep_on_a_kernel_that_hangs_with_anything_costs_fewer_probes_than_one_
 
 
 def test_sweep_that_profiles_nothing_says_no_kernels(cfg, tmp_path):
-    r = sweep_sections(app("vec_add", "block_reduce"), kernel="no_such_kernel", sections=BASIC,
-                       config=cfg.replace(stall_timeout_given=True))
+    r = sweep_sections(Session.open(app("vec_add", "block_reduce"), cfg.replace(stall_timeout_given=True)),
+                       sections=BASIC, kernel="no_such_kernel")
     assert r.status == NO_KERNELS and not r.clean and "nothing was profiled" in r.table()
     done = subprocess.run([sys.executable, "-m", "nsightwrap", "sweep-sections", "-q", "--kernel", "no_such_kernel",
                            "--store", str(tmp_path / "s.db"), "--section", "SpeedOfLight", "--",

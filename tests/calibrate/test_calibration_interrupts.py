@@ -20,6 +20,7 @@ from helpers import app, no_leftovers, read_until, run_config, start_cli
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import ladder_from_dict
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.engine import profile_command
@@ -93,7 +94,7 @@ def test_library_interrupted_while_calibrating_raises_profile_interrupted(env, t
         calibrator = Calibrator(command, store=store, say=_signal_when_calibrating(signal.SIGINT))
         context = RunContext.create(run_config(tmp_path, stall_timeout=0.6, env=env))
         with pytest.raises(ProfileInterrupted) as caught:
-            calibrator.run(lambda ctx: profile_command(command, BASIC, context=ctx), context, BASIC)
+            calibrator.run(lambda ctx: profile_command(command, BASIC, ctx), context, BASIC)
         a = caught.value.attempt
         assert a.status == INTERRUPTED and a.exit_code == 130 and not a.program_fault
         assert "while calibrating" in a.reason and a.stall is not None  # what ncu saw is kept, as evidence
@@ -106,8 +107,9 @@ def test_library_walk_interrupted_while_calibrating_records_nothing(env, tmp_pat
     with HangStore(tmp_path / "h.db") as store:
         calibrator = Calibrator(command, store=store, say=_signal_when_calibrating(signal.SIGTERM))
         with interruptible(), pytest.raises(ProfileInterrupted) as caught:
-            walk_ladder(command, BASIC, LADDER, run_config(tmp_path, stall_timeout=0.6, env=env), store=store,
-                        calibrator=calibrator, reader=lambda a: __import__("pandas").DataFrame())
+            walk_ladder(Session.open(command, run_config(tmp_path, stall_timeout=0.6, env=env), store=store,
+                                     calibrator=calibrator),
+                        BASIC, LADDER, reader=lambda a: __import__("pandas").DataFrame())
         assert caught.value.attempt.status == INTERRUPTED
         assert len(store) == 0
     no_leftovers()

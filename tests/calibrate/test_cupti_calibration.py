@@ -205,7 +205,7 @@ def test_a_stall_is_calibrated_by_the_tracer_which_stops_after_the_stalled_kerne
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
     calibrator = Calibrator(command, lazy=True)
     t = time.monotonic()
-    a = calibrator.run(lambda ctx: profile_command(command[:-1], one, context=ctx), context, one)
+    a = calibrator.run(lambda ctx: profile_command(command[:-1], one, ctx), context, one)
     assert a.status == OK and a.calibration.source == "cupti" and time.monotonic() - t < 15
     assert any(n.startswith('stopped early after "k"') for n in a.calibration.notes)
     assert heard.progress and heard.progress[-1].done
@@ -279,7 +279,7 @@ def test_a_program_that_hangs_by_itself_is_a_program_fault_within_the_calibratio
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
     calibrator = Calibrator(command, lazy=True)
     t = time.monotonic()
-    a = calibrator.run(lambda ctx: profile_command(command, one, context=ctx), RunContext.create(cfg), one)
+    a = calibrator.run(lambda ctx: profile_command(command, one, ctx), RunContext.create(cfg), one)
     assert a.status == TIMEOUT and time.monotonic() - t < 15
     # The kernel limit, or the run's own limit (the calibration limit after the point where the program reached
     # the kernel under ncu) at about the same moment: either way the kernel in flight is named.
@@ -303,7 +303,7 @@ def test_a_later_kernel_the_early_stopped_calibration_did_not_reach_is_calibrate
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
     calibrator = Calibrator(command, lazy=True)
     t = time.monotonic()
-    a = calibrator.run(lambda ctx: profile_command(command[:-1], one, context=ctx), RunContext.create(cfg), one)
+    a = calibrator.run(lambda ctx: profile_command(command[:-1], one, ctx), RunContext.create(cfg), one)
     assert a.status == OK and [k.name for k in a.kernels] == ["a", "vec_add", "b"], a.reason
     assert calibrator.measured == 2 and time.monotonic() - t < 25
     assert {"a", "b"} <= set(core_times(a.calibration))

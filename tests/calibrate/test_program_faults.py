@@ -23,6 +23,7 @@ from nsightwrap.calibrate.confirm import confirm_limit
 from nsightwrap.errors import OptionsError
 from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.result import LadderResult
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import Calibration
@@ -151,8 +152,8 @@ def cfg(fake_env, tmp_path, monkeypatch):
 def test_a_walk_on_a_program_that_hangs_by_itself_stops_with_a_program_fault(cfg, tmp_path):
     program = app("vec_add", "k@always", "vec_add")
     with HangStore(tmp_path / "h.db") as store:
-        r = walk_ladder(program, ProfileOptions(set="basic"), TWO_RUNGS, cfg, store=store,
-                        reader=lambda a: __import__("pandas").DataFrame())
+        r = walk_ladder(Session.open(program, cfg, store=store),
+                        ProfileOptions(set="basic"), TWO_RUNGS, reader=lambda a: __import__("pandas").DataFrame())
         [a] = r.attempts  # stopped there: no second rung, no rung recorded as hanging
         assert a.status == TIMEOUT and '"k"' in a.program_fault and "within" in a.program_fault
         assert r.status == TIMEOUT and r.program_fault is a and r.hangs == [] and "without ncu" in r.stopped
@@ -163,7 +164,7 @@ def test_a_walk_on_a_program_that_hangs_by_itself_stops_with_a_program_fault(cfg
 
 def test_a_program_that_fails_without_ncu_is_crashed_not_a_hang(cfg):
     a = Calibrator(app("k@hang", "exit:3")).run(
-        lambda ctx: profile_command(app("k@hang", "exit:3"), SOL, context=ctx), _context(cfg), SOL)
+        lambda ctx: profile_command(app("k@hang", "exit:3"), SOL, ctx), _context(cfg), SOL)
     assert a.status == CRASHED and a.exit_code == 7 and '"k"' in a.program_fault
     assert "exit code 3" in a.reason + " ".join(a.notes)
 
@@ -176,8 +177,8 @@ def _context(cfg):
 
 def test_a_sweep_stops_with_the_program_fault_and_records_nothing(cfg, tmp_path):
     with HangStore(tmp_path / "s.db") as store:
-        r = sweep_sections(app("vec_add", "k@always"), sections=["SpeedOfLight", "Occupancy"], config=cfg,
-                           store=store)
+        r = sweep_sections(Session.open(app("vec_add", "k@always"), cfg, store=store),
+                           sections=["SpeedOfLight", "Occupancy"])
         assert r.status == TIMEOUT and r.program_fault is not None and '"k"' in r.program_fault.program_fault
         assert r.kernels == [] and len(store) == 0
         d = r.to_dict()

@@ -20,6 +20,7 @@ from helpers import ROOT, app, run_cli, run_config
 
 from nsightwrap.cli.common import Parser, in_flags
 from nsightwrap.errors import NsightwrapError, OptionsError, ProgramNotRunnable
+from nsightwrap.fallback.session import Session
 from nsightwrap.ncu.engine import plan_report, profile_command
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.watch.locate import check_program
@@ -126,9 +127,9 @@ def test_walk_and_sweep_raise_before_launching(fake_env, programs):
 
     config = run_config(programs)
     with pytest.raises(ProgramNotRunnable, match="not found on PATH"):
-        walk_ladder(["no-such-program-here"], ProfileOptions(), "quick", config)
+        walk_ladder(Session.open(["no-such-program-here"], config), ProfileOptions(), "quick")
     with pytest.raises(ProgramNotRunnable, match="no such file"):
-        sweep_sections([str(programs / "missing")], sections=("LaunchStats",), config=config)
+        sweep_sections(Session.open([str(programs / "missing")], config), sections=("LaunchStats",))
     assert not (programs / "reports").exists()
 
 
@@ -214,7 +215,7 @@ def test_sweep_sections_refuses_an_empty_kernel(fake_env, tmp_path):
     from nsightwrap.fallback.sweep import sweep_sections
 
     with pytest.raises(OptionsError, match="names no kernel"):
-        sweep_sections(app("vec_add"), kernel="", sections=("LaunchStats",), config=run_config(tmp_path))
+        sweep_sections(Session.open(app("vec_add"), run_config(tmp_path)), sections=("LaunchStats",), kernel="")
 
 
 # --- the run record ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from helpers import app, run_cli, run_config
 
 from nsightwrap.errors import LadderError, OptionsError
 from nsightwrap.fallback.ladder import Ladder, Rung, ladder_from_dict, load_ladder
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.watch.records import RUNTIME_VAR
 
@@ -46,7 +47,7 @@ def one_json(stdout: str) -> dict:
 
 def test_sweep_sections_with_an_unknown_set_raises_options_error(env, tmp_path):
     with pytest.raises(OptionsError, match=r"unknown section set 'fulll' \(did you mean 'full'\?\)"):
-        sweep_sections(app("vec_add"), set="fulll", config=run_config(tmp_path))
+        sweep_sections(Session.open(app("vec_add"), run_config(tmp_path)), sections="fulll")
 
 
 def test_sweep_sections_cli_with_an_unknown_set_exits_2_with_one_json_object(env, tmp_path):

@@ -17,6 +17,7 @@ from helpers import FAKE_SMI_DIR, HERE, ROOT, app, read_until, run_cli, run_conf
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting, store_setting_of
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
@@ -45,7 +46,7 @@ def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
     folder = tmp_path / "jobs"
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store, jobs=2,
+        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS, jobs=2,
                            executor=ExecutorSpec("local", folder=str(folder)))
         assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
         probes = [p for k in r.kernels for p in k.probes if not p.from_store]
@@ -54,14 +55,14 @@ def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
         assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
     # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
     with HangStore(tmp_path / "hangs.db") as store:
-        again = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store,
+        again = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS,
                                executor=ExecutorSpec("local"))
     assert all(p.from_store for k in again.kernels for p in k.probes)
 
 
 def test_local_executor_refuses_more_jobs_than_gpus(smi, tmp_path):
     with pytest.raises(NsightwrapError, match="needs 3 GPU"):
-        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), jobs=3,
+        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"], jobs=3,
                        executor=ExecutorSpec("local"))
 
 
@@ -265,7 +266,7 @@ def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slur
     spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(PROGRAM, sections=SECTIONS, config=cfg(tmp_path), store=store, executor=spec)
+        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS, executor=spec)
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
@@ -279,8 +280,8 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
     monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
     spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(app("a@hang-if=SourceCounters"), sections=["SourceCounters", "Occupancy"],
-                           config=cfg(tmp_path), store=store, executor=spec)
+        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store),
+                           sections=["SourceCounters", "Occupancy"], executor=spec)
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
@@ -289,7 +290,8 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
 def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
     with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
-        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), executor=ExecutorSpec("local"))
+        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"],
+                       executor=ExecutorSpec("local"))
 
 
 def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_program_run(tmp_path):

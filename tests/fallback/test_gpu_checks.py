@@ -13,6 +13,7 @@ import pytest
 from helpers import FAKE_SMI_DIR, app, run_config, scaled_ladder
 
 import nsightwrap.ncu.engine as engine
+from nsightwrap.fallback.session import Session
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
@@ -72,8 +73,9 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
 
     # The pids stay listed: the check after the run gives them 1 s to leave (10 s by default).
     monkeypatch.setattr(engine, "_left_on_gpu", functools.partial(engine._left_on_gpu, settle_s=1.0))
-    r = walk_ladder(app("vec_add", "k@hang", "vec_add"), ProfileOptions(set="basic"), scaled_ladder("quick"),
-                    cfg(tmp_path).replace(env=dict(os.environ)), on_output=stick,
+    r = walk_ladder(Session.open(app("vec_add", "k@hang", "vec_add"), cfg(tmp_path).replace(env=dict(os.environ)),
+                                 on_output=stick),
+                    ProfileOptions(set="basic"), scaled_ladder("quick"),
                     reader=lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
     assert len(r.attempts) == 1
     assert r.attempts[0].gpu_left_after
@@ -86,25 +88,25 @@ def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SMI_GPUS", "2")
     seen, lock, active = [], threading.Lock(), {}
 
-    import nsightwrap.fallback.sweep as sweep_mod
+    import nsightwrap.fallback.session as session_mod
 
-    real = sweep_mod.profile_command
+    real = session_mod.profile_command
 
-    def spy(command, opts, config=None, *, context, **kw):
+    def spy(command, opts, context, **kw):
         gpu = context.env.get("CUDA_VISIBLE_DEVICES")
         with lock:
             assert gpu not in active, "two probes on one GPU"
             active[gpu] = True
             seen.append(gpu)
         try:
-            return real(command, opts, config, context=context, **kw)
+            return real(command, opts, context, **kw)
         finally:
             with lock:
                 del active[gpu]
 
-    monkeypatch.setattr(sweep_mod, "profile_command", spy)
-    r = sweep_sections(app("a@hang-if=SourceCounters", "b@hang-if=Occupancy"),
-                       sections=["SourceCounters", "Occupancy", "LaunchStats"], config=cfg(tmp_path), jobs=2)
+    monkeypatch.setattr(session_mod, "profile_command", spy)
+    r = sweep_sections(Session.open(app("a@hang-if=SourceCounters", "b@hang-if=Occupancy"), cfg(tmp_path)),
+                       sections=["SourceCounters", "Occupancy", "LaunchStats"], jobs=2)
     assert sorted(k.kernel for k in r.kernels) == ["a", "b"]
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     assert set(seen) == {"0", "1"}
@@ -116,7 +118,7 @@ def test_jobs_beyond_the_gpus_is_refused(smi, tmp_path, monkeypatch):
     from nsightwrap.fallback.sweep import sweep_sections
 
     with pytest.raises(NsightwrapError, match="needs 3 GPUs"):
-        sweep_sections(app("a"), sections=["SourceCounters"], config=cfg(tmp_path), jobs=3)
+        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"], jobs=3)
 
 
 @pytest.mark.parametrize("scope", ["another-test", None])

@@ -18,6 +18,7 @@ from helpers import app, fast_stop, run_config
 
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS, COLLECTIVES_JOB
 from nsightwrap.fallback.ladder import ladder_from_dict
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.engine import profile_command
@@ -99,7 +100,8 @@ def test_mpirun_rank_wrapper_reads_open_mpis_rank(cfg):
 
 def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_rank(cfg, tmp_path):
     store = HangStore(tmp_path / "h.db")
-    r = walk_ladder(torchrun(*STEPS), ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    r = walk_ladder(Session.open(torchrun(*STEPS), cfg, store=store),
+                    ProfileOptions(set="full"), "default", reader=rows)
     # torchrun is recognised: the collectives are left out from the start, no attempt waits on one
     # (tests/ncu/test_known_causes.py; the hang of a collective with every rank profiled: below and there).
     main, one_rank = r.attempts
@@ -119,7 +121,8 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     assert {(rec.kernel, rec.ranks) for rec in store.records() if rec.rung == "one-rank-launch-stats"} == {(AR, "one")}
 
     # The second walk: the same two attempts, nothing more.
-    second = walk_ladder(torchrun(*STEPS), ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    second = walk_ladder(Session.open(torchrun(*STEPS), cfg, store=store),
+                         ProfileOptions(set="full"), "default", reader=rows)
     assert [a.status for a in second.attempts] == ["ok", "ok"] and second.hangs == []
     assert sorted(second.df["function"]) == sorted(r.df["function"])
 
@@ -127,7 +130,7 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
 def test_a_ladder_without_a_one_rank_rung_says_why_the_collective_stays_unprofiled(cfg):
     ladder = ladder_from_dict({"name": "plain", "rungs": [{"name": "requested", "requested": True},
                                                           {"name": "sol", "sections": ["SpeedOfLight"]}]})
-    r = walk_ladder(torchrun(*SHORT), ProfileOptions(set="basic"), ladder, cfg, reader=rows)
+    r = walk_ladder(Session.open(torchrun(*SHORT), cfg), ProfileOptions(set="basic"), ladder, reader=rows)
     assert r.unprofiled == [COLLECTIVES_JOB] and len(r.attempts) == 1  # left out up front, and no rung for it
     why = r.why_unprofiled[COLLECTIVES_JOB]
     assert "serialises kernel launches" in why and "no one-rank rung" in why
@@ -137,14 +140,14 @@ def test_a_ladder_without_a_one_rank_rung_says_why_the_collective_stays_unprofil
 def test_when_single_pass_hangs_on_one_rank_too_the_walk_says_ncu_cannot(cfg):
     ladder = ladder_from_dict({"name": "sol-only", "rungs": [
         {"name": "requested", "requested": True}, {"name": "one-sol", "ranks": "one", "sections": ["SpeedOfLight"]}]})
-    r = walk_ladder(torchrun(*SHORT), ProfileOptions(set="basic"), ladder, cfg, reader=rows)
+    r = walk_ladder(Session.open(torchrun(*SHORT), cfg), ProfileOptions(set="basic"), ladder, reader=rows)
     assert r.unprofiled == [COLLECTIVES_JOB] and "multi-pass collections hang too" in r.why_unprofiled[COLLECTIVES_JOB]
 
 
 def test_sweep_probes_the_collective_on_one_rank(cfg, tmp_path):
     store = HangStore(tmp_path / "s.db")
-    r = sweep_sections(torchrun(*SHORT), sections=["SourceCounters", "Occupancy", "LaunchStats"], config=cfg,
-                       store=store)
+    r = sweep_sections(Session.open(torchrun(*SHORT), cfg, store=store),
+                       sections=["SourceCounters", "Occupancy", "LaunchStats"])
     assert [(a.status, a.stalled_kernel) for a in r.whole_runs] == [("hang", AR), ("ok", None)]
     (k,) = r.kernels
     assert k.kernel == AR and sorted(k.singles) == ["Occupancy", "SourceCounters"]

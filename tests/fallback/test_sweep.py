@@ -9,6 +9,7 @@ import math
 import pytest
 from helpers import DATA, STALL_S, app, run_cli, run_config
 
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
 from nsightwrap.ncu.catalog import parse_table
 from nsightwrap.ncu.context import RunConfig
@@ -110,7 +111,7 @@ def test_a_callers_calibrator_uses_the_sweeps_environment(tmp_path, fake_env, st
         lambda cls, *a, **k: detected.append(1) or real_detect(*a, **k)))
     config = run_config(tmp_path, report_dir=str(tmp_path), env=fake_env)  # calibrated allowances
     calibrator = Calibrator(app("vec_add"), store=store)
-    r = sweep_sections(app("vec_add"), sections=SMALL, config=config, store=store, calibrator=calibrator)
+    r = sweep_sections(Session.open(app("vec_add"), config, store=store, calibrator=calibrator), sections=SMALL)
     assert r.clean and calibrator._looked_up and len(detected) == 1
 
 
@@ -131,7 +132,7 @@ def test_the_fakes_plants_are_found_among_the_small_sections(plant, expect_singl
 @pytest.mark.parametrize("plant,expect_singles,expect_pairs", PLANTS[2:])
 def test_sweep_with_fake_ncu(cfg, store, plant, expect_singles, expect_pairs, ncu_lookups):
     command = app("vec_add", f"k@hang-if={plant}", "block_reduce")
-    r = sweep_sections(command, sections=SMALL, config=cfg, store=store)
+    r = sweep_sections(Session.open(command, cfg, store=store), sections=SMALL)
     assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # one run context for every probe
     assert [k.kernel for k in r.kernels] == ["k"]
     k = r.kernels[0]
@@ -143,13 +144,13 @@ def test_sweep_with_fake_ncu(cfg, store, plant, expect_singles, expect_pairs, nc
     assert "(whole program)" in r.table() and "2 run(s) of the whole set" in r.table()
     # Every probe is in the store; a second sweep answers from it without probing the kernel.
     assert len(store.records(kernel="k")) >= k.probes_run
-    again = sweep_sections(command, sections=SMALL, config=cfg, store=store)
+    again = sweep_sections(Session.open(command, cfg, store=store), sections=SMALL)
     assert again.kernels[0].probes_run == 0
     assert sorted(again.kernels[0].singles) == expect_singles
 
 
 def test_sweep_with_nothing_hanging(cfg):
-    r = sweep_sections(app("vec_add", "block_reduce"), sections=SMALL, config=cfg)
+    r = sweep_sections(Session.open(app("vec_add", "block_reduce"), cfg), sections=SMALL)
     assert r.clean and r.kernels == []
 
 

@@ -17,6 +17,7 @@ from nsightwrap.fallback.ladder import (
     load_ladder,
     rewrite_for_replay,
 )
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.catalog import probe_ncu
 from nsightwrap.ncu.context import RunConfig
@@ -42,7 +43,7 @@ PROGRAM = app("vec_add", "k@hang-if=SourceCounters", "vec_add", "block_reduce")
 def test_only_the_hanging_kernel_steps_down_and_a_second_walk_skips_known_hangs(cfg, ncu_lookups, store):
     """One walk, then the same walk again with what the store learnt (two tests once: both began with this
     walk), then again with retry_known_hangs."""
-    r = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    r = walk_ladder(Session.open(PROGRAM, cfg, store=store), ProfileOptions(set="full"), "default", reader=rows)
     # One run context for the whole walk: ncu located and probed once for its five attempts.
     assert len(r.attempts) == 5 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
     assert {a.ncu for a in r.attempts} == {cfg.env["NSIGHTWRAP_NCU"]}
@@ -63,14 +64,14 @@ def test_only_the_hanging_kernel_steps_down_and_a_second_walk_skips_known_hangs(
     assert "hung on k" in r.summary()
 
     first = r
-    second = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows)
+    second = walk_ladder(Session.open(PROGRAM, cfg, store=store), ProfileOptions(set="full"), "default", reader=rows)
     assert len(first.attempts) == 5
     assert len(second.attempts) == 2  # main (k excluded from the start) and k at basic
     skipped = [(s.job, s.rung.name) for s in second.steps if s.skipped]
     assert skipped == [("k", "requested"), ("k", "detailed")]
     assert sorted(where(second)) == sorted(where(first))
-    again = walk_ladder(PROGRAM, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows,
-                        retry_known_hangs=True)
+    again = walk_ladder(Session.open(PROGRAM, cfg, store=store),
+                        ProfileOptions(set="full"), "default", reader=rows, retry_known_hangs=True)
     assert len(again.attempts) == 5
 
 
@@ -86,8 +87,8 @@ def test_a_callers_calibrator_uses_the_walks_environment(tmp_path, fake_env, sto
         lambda cls, *a, **k: detected.append(1) or real_detect(*a, **k)))
     config = run_config(tmp_path, report_dir=str(tmp_path / "r"), env=fake_env)  # calibrated allowances
     calibrator = Calibrator(app("vec_add"), store=store)
-    r = walk_ladder(app("vec_add"), ProfileOptions(set="basic"), "default", config, store=store, reader=rows,
-                    calibrator=calibrator)
+    r = walk_ladder(Session.open(app("vec_add"), config, store=store, calibrator=calibrator),
+                    ProfileOptions(set="basic"), "default", reader=rows)
     assert [a.status for a in r.attempts] == ["ok"] and calibrator._looked_up
     assert len(detected) == 1 and calibrator._env.ncu_version == probe_ncu(fake_env["NSIGHTWRAP_NCU"]).version
 
@@ -96,7 +97,7 @@ def test_a_kernel_that_hangs_in_its_first_pass_meets_the_floor_next(cfg, store):
     """FACTS: a kernel that waits for the host hangs under any collection; one stalled run at the floor
     spares the rungs above it that serialise it the same way (each would cost a stalled run)."""
     program = app("vec_add", "k@hang", "vec_add")
-    r = walk_ladder(program, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
+    r = walk_ladder(Session.open(program, cfg, store=store), ProfileOptions(set="basic"), "default", reader=rows)
     steps = [(s.job, s.rung.name, s.attempt.status if s.attempt else "skipped") for s in r.steps]
     assert steps == [("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "hang"),
                      ("k", "speed-of-light", "skipped"), ("k", "application-replay", "skipped"),
@@ -106,7 +107,7 @@ def test_a_kernel_that_hangs_in_its_first_pass_meets_the_floor_next(cfg, store):
     assert r.steps[2].attempt.stall.first_pass
     # Only hangs seen are recorded: nothing for the implied rungs.
     assert sorted(rec.rung for rec in store.records(kernel="k") if rec.hung) == ["duration", "requested"]
-    second = walk_ladder(program, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
+    second = walk_ladder(Session.open(program, cfg, store=store), ProfileOptions(set="basic"), "default", reader=rows)
     assert [s.job for s in second.steps if s.attempt] == ["main"]
     assert [s.skipped.split(" ")[0] for s in second.steps if s.skipped] == [
         "known", "implied:", "implied:", "profiled", "known"]
@@ -117,7 +118,8 @@ def test_the_floors_rows_stand_when_no_rung_above_it_works(cfg):
     ladder = ladder_from_dict({"name": "t", "rungs": [
         {"name": "requested", "requested": True}, {"name": "speed-of-light", "sections": ["SpeedOfLight"]},
         {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
-    r = walk_ladder(app("k@hang-if=SpeedOfLight", "vec_add"), ProfileOptions(set="basic"), ladder, cfg, reader=rows)
+    r = walk_ladder(Session.open(app("k@hang-if=SpeedOfLight", "vec_add"), cfg),
+                    ProfileOptions(set="basic"), ladder, reader=rows)
     assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps] == [
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "ok"),
         ("k", "speed-of-light", "hang")]
@@ -153,7 +155,7 @@ def test_application_replay_hang_resumes_from_the_start(cfg):
     program = app("vec_add", "k@hang-if=SourceCounters", "vec_add")
     # SourceCounters alone, not the full set: 4 application-replay passes (runs of the program), not 38.
     opts = ProfileOptions(sections=("SourceCounters",), replay_mode="application")
-    r = walk_ladder(program, opts, ladder, cfg, reader=rows)
+    r = walk_ladder(Session.open(program, cfg), opts, ladder, reader=rows)
     hung = r.steps[0].attempt
     assert hung.status == "hang" and [k.name for k in hung.kernels] == ["vec_add", "k"]
     assert hung.finished_kernels == ()
@@ -180,7 +182,8 @@ def test_finished_kernels():
 
 def test_kernel_that_hangs_everywhere_is_reported(cfg):
     # The quick ladder with its stall timeouts (8, 6, 6 s) on the fake's clock.
-    r = walk_ladder(app("vec_add", "k@hang"), ProfileOptions(set="basic"), scaled_ladder("quick"), cfg, reader=rows)
+    r = walk_ladder(Session.open(app("vec_add", "k@hang"), cfg),
+                    ProfileOptions(set="basic"), scaled_ladder("quick"), reader=rows)
     assert r.unprofiled == ["k"]
     assert where(r) == [("vec_add", "requested")]
     # k hung in its first pass: the floor (duration) came next and hung too, so speed-of-light, whose
@@ -195,7 +198,8 @@ def test_range_replay_rung_rewrites_the_kernel_filter(cfg):
     ladder = ladder_from_dict({"name": "t", "rungs": [
         {"name": "requested", "requested": True},
         {"name": "range", "sections": ["SpeedOfLight"], "replay_mode": "range"}]})
-    r = walk_ladder(app("vec_add", "start", "k@hang", "stop"), ProfileOptions(set="basic"), ladder, cfg, reader=rows)
+    r = walk_ladder(Session.open(app("vec_add", "start", "k@hang", "stop"), cfg),
+                    ProfileOptions(set="basic"), ladder, reader=rows)
     assert where(r) == [("vec_add", "requested"), ("range", "range")]
     notes = " ".join(n for s in r.steps for n in s.notes)
     assert "instead of kernel filter 'k'" in notes
@@ -203,8 +207,8 @@ def test_range_replay_rung_rewrites_the_kernel_filter(cfg):
 
 def test_transient_errors_are_retried(cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_FAIL_FIRST", f"2:{tmp_path / 'count'}")
-    r = walk_ladder(app("vec_add"), ProfileOptions(set="basic"), "default", cfg.replace(env=dict(os.environ)),
-                    reader=rows, retry_wait=(0.01, 0.02))
+    r = walk_ladder(Session.open(app("vec_add"), cfg.replace(env=dict(os.environ)), retry_wait=(0.01, 0.02)),
+                    ProfileOptions(set="basic"), "default", reader=rows)
     assert where(r) == [("vec_add", "requested")]
     assert (tmp_path / "count").read_text() == "3"
 
@@ -213,8 +217,8 @@ def test_permanent_errors_fail_at_once(cfg, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_ERROR", "ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA "
                                          "GPU Performance Counters on the target device 0.")
     with pytest.raises(AttemptFailed, match="NVreg_RestrictProfilingToAdminUsers"):
-        walk_ladder(app("vec_add"), ProfileOptions(set="basic"), "default", cfg.replace(env=dict(os.environ)),
-                    reader=rows)
+        walk_ladder(Session.open(app("vec_add"), cfg.replace(env=dict(os.environ))),
+                    ProfileOptions(set="basic"), "default", reader=rows)
 
 
 # --- ladders as data ----------------------------------------------------------------

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from nsightwrap import ProfileOptions, RunConfig, profile_command
+from nsightwrap.fallback.session import Session
 from nsightwrap.watch import gpu
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
 
@@ -157,7 +158,7 @@ def test_real_walk_third_kernel_hangs_then_store_skips(cuda_app, cfg, tmp_path):
     runs = []
     for i in range(2):
         t = time.monotonic()
-        r = walk_ladder([cuda_app, "third", "60"], ProfileOptions(set="basic"), ladder, cfg, store=store)
+        r = walk_ladder(Session.open([cuda_app, "third", "60"], cfg, store=store), ProfileOptions(set="basic"), ladder)
         runs.append((r, time.monotonic() - t))
         print(f"\n--- walk {i + 1}: {runs[-1][1]:.1f} s\n{r.summary()}")
         print(r.df[["function", "rung"]].to_string() if len(r.df) else "(no rows)")
@@ -184,7 +185,8 @@ def test_real_walk_kernel_that_hangs_only_under_kernel_replay(cuda_app, cfg, tmp
     runs = []
     for i in range(2):
         t = time.monotonic()
-        r = walk_ladder([cuda_app, "passes", "1", "30"], ProfileOptions(set="basic"), "default", cfg, store=store)
+        r = walk_ladder(Session.open([cuda_app, "passes", "1", "30"], cfg, store=store),
+                        ProfileOptions(set="basic"), "default")
         runs.append((r, time.monotonic() - t))
         print(f"\n--- walk {i + 1}: {runs[-1][1]:.1f} s\n{r.summary()}")
         print(r.df[["function", "rung", "gpu__time_duration.sum"]].to_string() if len(r.df) else "(no rows)")
@@ -260,8 +262,9 @@ def test_real_sweep_on_hanging_kernel(cuda_app, cfg, tmp_path):
 
     store = HangStore(tmp_path / "sweep.db")
     t = time.monotonic()
-    r = sweep_sections([cuda_app, "mixed", "60"], set="basic", config=cfg.replace(stall_timeout=4.0, timeout=60.0),
-                       store=store)
+    r = sweep_sections(Session.open([cuda_app, "mixed", "60"], cfg.replace(stall_timeout=4.0, timeout=60.0),
+                                    store=store),
+                       sections="basic")
     took = time.monotonic() - t
     print(f"\nsweep took {took:.1f} s\n{r.table()}")
     assert [k.kernel for k in r.kernels] == ["wait_for_host"]
@@ -281,8 +284,9 @@ def test_real_sweep_jobs_2_on_two_gpus(cuda_app, cfg, tmp_path):
     for jobs in (2, 1):
         store = HangStore(tmp_path / f"jobs{jobs}.db")  # apart: the second sweep must not answer from the first
         t = time.monotonic()
-        r = sweep_sections([cuda_app, "twohang", "60"], set="basic", jobs=jobs,
-                           config=cfg.replace(stall_timeout=4.0, timeout=60.0), store=store)
+        r = sweep_sections(Session.open([cuda_app, "twohang", "60"], cfg.replace(stall_timeout=4.0, timeout=60.0),
+                                        store=store),
+                           sections="basic", jobs=jobs)
         timings[jobs] = time.monotonic() - t
         print(f"\n--jobs {jobs}: sweep took {timings[jobs]:.1f} s\n{r.table()}")
         assert sorted(k.kernel for k in r.kernels) == ["wait_for_host", "wait_for_host_b"]
@@ -297,8 +301,9 @@ def test_real_sweep_finds_the_multi_pass_section(cuda_app, cfg, tmp_path):
     from nsightwrap import HangStore, sweep_sections
 
     t = time.monotonic()
-    r = sweep_sections([cuda_app, "passes", "1", "30"], set="basic", store=HangStore(tmp_path / "sweep.db"),
-                       config=cfg.replace(stall_timeout=4.0, timeout=60.0))
+    r = sweep_sections(Session.open([cuda_app, "passes", "1", "30"], cfg.replace(stall_timeout=4.0, timeout=60.0),
+                                    store=HangStore(tmp_path / "sweep.db")),
+                       sections="basic")
     took = time.monotonic() - t
     print(f"\nsweep took {took:.1f} s\n{r.table()}")
     [k] = r.kernels

@@ -34,6 +34,7 @@ from nsightwrap.fallback.collectives import (
     without_collectives,
 )
 from nsightwrap.fallback.result import KNOWN_EMPTY
+from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import AllowancePolicy
@@ -171,7 +172,7 @@ def test_run_calls_the_collective_at_once_without_calibrating(cfg):
     counting = Counting()
     calibrator = Calibrator(command, measure=counting)
     opts = ProfileOptions(set="basic")
-    a = calibrator.run(lambda ctx: profile_command(command, opts, context=ctx), RunContext.create(cfg), opts)
+    a = calibrator.run(lambda ctx: profile_command(command, opts, ctx), RunContext.create(cfg), opts)
     assert a.status == HANG and a.stalled_kernel == AR and a.stall.known_cause, a.log
     assert a.allowance_basis == EVIDENCE and a.to_dict()["stall"]["known_cause"] is True
     assert counting.calls == 0 and calibrator.measured == 0  # no calibration: the cause is known
@@ -189,8 +190,9 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     assert JobShape.of(command).launch is None
     store = HangStore(tmp_path / "h.db")
     counting = Counting()
-    r = walk_ladder(command, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows,
-                    calibrator=Calibrator(command, store=store, measure=counting))
+    r = walk_ladder(Session.open(command, cfg, store=store,
+                                 calibrator=Calibrator(command, store=store, measure=counting)),
+                    ProfileOptions(set="full"), "default", reader=rows)
     hung, main = r.attempts
     assert hung.status == HANG and hung.stall.known_cause and hung.connected >= 2
     assert main.status == "ok" and names(main) == ["gemm"] * 4 + ["softmax"] * 4
@@ -211,8 +213,9 @@ def test_walk_of_a_torchrun_job_takes_two_attempts_the_first_time_and_the_second
     command = torchrun(*STEPS)
     for walk in ("first", "second"):
         counting = Counting()
-        r = walk_ladder(command, ProfileOptions(set="full"), "default", cfg, store=store, reader=rows,
-                        calibrator=Calibrator(command, store=store, measure=counting))
+        r = walk_ladder(Session.open(command, cfg, store=store,
+                                     calibrator=Calibrator(command, store=store, measure=counting)),
+                        ProfileOptions(set="full"), "default", reader=rows)
         main, one_rank = r.attempts
         assert [a.status for a in r.attempts] == ["ok", "ok"] and r.hangs == [] and r.unprofiled == [], walk
         # Every non-collective kernel of every rank; the all-reduce (all three launches) on rank 0, one pass.
@@ -225,14 +228,14 @@ def test_walk_of_a_torchrun_job_takes_two_attempts_the_first_time_and_the_second
 
 
 def test_the_walk_combines_the_users_filter_with_the_collectives(cfg):
-    r = walk_ladder(torchrun(*STEPS), ProfileOptions(set="basic", kernel=KernelFilter("gemm|AllReduce", True)),
-                    "default", cfg, reader=rows)
+    r = walk_ladder(Session.open(torchrun(*STEPS), cfg),
+                    ProfileOptions(set="basic", kernel=KernelFilter("gemm|AllReduce", True)), "default", reader=rows)
     main, one_rank = r.attempts
     assert main.command[main.command.index("--kernel-name") + 1] == "regex:^(?!nccl|nvshmem).*?(?:gemm|AllReduce).*"
     assert names(main) == ["gemm"] * 4 and names(one_rank) == [AR] * 3
     # A filter naming the collective exactly needs no run of every rank.
-    only = walk_ladder(torchrun(*STEPS), ProfileOptions(set="basic", kernel=KernelFilter(AR)), "default", cfg,
-                       reader=rows)
+    only = walk_ladder(Session.open(torchrun(*STEPS), cfg),
+                       ProfileOptions(set="basic", kernel=KernelFilter(AR)), "default", reader=rows)
     (attempt,) = only.attempts
     assert names(attempt) == [AR] * 3 and "--rank" in attempt.command
 
@@ -240,10 +243,10 @@ def test_the_walk_combines_the_users_filter_with_the_collectives(cfg):
 def test_a_job_without_collectives_costs_one_rank_run_once_then_nothing(cfg, tmp_path):
     store = HangStore(tmp_path / "h.db")
     command = torchrun("gemm", "softmax")
-    first = walk_ladder(command, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
+    first = walk_ladder(Session.open(command, cfg, store=store), ProfileOptions(set="basic"), "default", reader=rows)
     assert [a.status for a in first.attempts] == ["ok", "no-kernels"] and first.unprofiled == []
     assert any("the program launches none" in n for n in first.steps[-1].notes)
-    second = walk_ladder(command, ProfileOptions(set="basic"), "default", cfg, store=store, reader=rows)
+    second = walk_ladder(Session.open(command, cfg, store=store), ProfileOptions(set="basic"), "default", reader=rows)
     assert [a.status for a in second.attempts] == ["ok"] and second.unprofiled == []
     assert KNOWN_EMPTY in [s.skipped for s in second.steps if s.job == COLLECTIVES_JOB]
 
@@ -251,8 +254,8 @@ def test_a_job_without_collectives_costs_one_rank_run_once_then_nothing(cfg, tmp
 def test_sweep_finds_the_collective_by_its_known_cause_without_calibrating(cfg, tmp_path):
     command = torchrun(*STEPS[:4])
     counting = Counting()
-    r = sweep_sections(command, sections=["SourceCounters", "LaunchStats"], config=cfg,
-                       calibrator=Calibrator(command, measure=counting))
+    r = sweep_sections(Session.open(command, cfg, calibrator=Calibrator(command, measure=counting)),
+                       sections=["SourceCounters", "LaunchStats"])
     first = r.whole_runs[0]
     assert first.status == HANG and first.stalled_kernel == AR and first.stall.known_cause
     assert first.stall.silent_s < 0.6  # not the 0.6 s stall timeout: the grace

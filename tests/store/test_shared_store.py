@@ -148,6 +148,7 @@ def test_a_walk_on_machine_b_skips_the_hang_machine_a_recorded(pg_server, fake_e
 
     from helpers import app, attempt_rows, run_config
 
+    from nsightwrap.fallback.session import Session
     from nsightwrap.fallback.walk import walk_ladder
     from nsightwrap.ncu.options import ProfileOptions
 
@@ -160,7 +161,7 @@ def test_a_walk_on_machine_b_skips_the_hang_machine_a_recorded(pg_server, fake_e
         env = dict(fake_env, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
         config = run_config(tmp_path, report_dir=str(home / "r"), env=env)      # calibrated allowances
         with HangStore(url) as store:
-            return walk_ladder(program, ProfileOptions(set="full"), "default", config, store=store,
+            return walk_ladder(Session.open(program, config, store=store), ProfileOptions(set="full"), "default",
                                reader=attempt_rows)
 
     first = walk("machine-a")
