@@ -139,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             session = Session(command, context, store=store() if args.profile else None, calibrator=calibrator,
                               on_output=screen.on_output, rank=args.rank or 0)
             if args.profile:
-                return _run_ladder(args, session, options, screen, log, store)
+                return _run_ladder(args, session, options, screen, log)
             return _run_once(args, session, options, screen, log, store)
     except KeyboardInterrupt:
         # Between attempts (back-off, GPU settle wait, probing ncu): nothing of ours is running.
@@ -214,7 +214,7 @@ def _run_once(args: argparse.Namespace, session: Session, options: ProfileOption
 
 
 def _run_ladder(args: argparse.Namespace, session: Session, options: ProfileOptions, screen: PlainScreen,
-                log: Optional[LineLog], store: Callable[[], HangStore]) -> int:
+                log: Optional[LineLog]) -> int:
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
@@ -232,8 +232,7 @@ def _run_ladder(args: argparse.Namespace, session: Session, options: ProfileOpti
         return e.attempt.exit_code
     screen.close()
     if args.json:
-        doc = result.to_dict()
-        print_json({**doc, "notes": [*doc.get("notes", []), *_store_notes(store)]})
+        print_json(result.to_dict())  # the store's notes are the result's
     else:
         print("\n" + result.summary(), file=sys.stderr)
     _say_notes([s.attempt for s in result.steps if s.attempt], log)  # e.g. the report folder it created

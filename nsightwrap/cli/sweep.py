@@ -170,10 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         configure_logging(False, screen.line)
     # Hangs found: the sweep did its job (0); a program fault or nothing profiled: its own code.
     code = result.exit_code
-    doc = result.to_dict()
-    if store.notes:
-        doc["notes"] = [*doc.get("notes", []), *store.notes]
-    print_json(doc) if args.json else print(result.table())
+    print_json(result.to_dict()) if args.json else print(result.table())  # the store's notes are the result's
     if markdown is not None:
         try:
             markdown.write_text("\n\n".join(debug_log(store, k.kernel) for k in result.kernels) or "nothing hung\n")

@@ -54,6 +54,7 @@ class LadderResult:
     why_unprofiled: dict[str, str] = field(default_factory=dict)  # kernel -> why no rung profiled it
     processes: int = 1  # the job's processes (ranks)
     gpus: Optional[int] = None  # the GPUs they could use here, when known
+    notes: list[str] = field(default_factory=list)  # the store's, e.g. the team's database was down
 
     @property
     def attempts(self) -> list[Attempt]:
@@ -97,7 +98,8 @@ class LadderResult:
             "rows": [{"function": f, "rung": r} for f, r in zip(df.get("function", []), df.get(RUNG_COLUMN, []))],
             "hangs": [list(h) for h in self.hangs], "unprofiled": self.unprofiled, "stopped": self.stopped,
             "why_unprofiled": self.why_unprofiled, "processes": self.processes, "gpus": self.gpus,
-            "program_fault": fault.program_fault if fault else None, "reports": self.report_paths})
+            "program_fault": fault.program_fault if fault else None, "reports": self.report_paths,
+            "notes": list(self.notes)})
 
     @property
     def report_paths(self) -> list[str]:

@@ -101,6 +101,7 @@ class SweepResult:
     whole_runs: list[Attempt] = field(default_factory=list)  # step 1: the whole set on the whole program
     #: The probe that found the program hanging or failing by itself, without ncu: the sweep stopped there.
     program_fault: Optional[Attempt] = None
+    notes: list[str] = field(default_factory=list)  # the store's, e.g. the team's database was down
 
     @property
     def first(self) -> Optional[Attempt]:
@@ -173,7 +174,8 @@ class SweepResult:
                         "gpu": p.gpu}
                        for p in k.probes]} for k in self.kernels],
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
-                                    "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs]})
+                                    "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs],
+            "notes": list(self.notes)})
 
 
 def wrap_sections(label: str, width: int = 60) -> list[str]:
@@ -366,13 +368,14 @@ def sweep_sections(
     universe = sections_of_set(session.context.info, sections) if isinstance(sections, str) else list(sections)
     user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
     if executor is not None:
-        return _on_engine(session, on_probe, executor, jobs, universe, user_filter)
-    runner = _ProbeRunner(session, _gpu_ids(jobs), on_probe)
-    result = SweepResult(tuple(universe))
-    try:
-        _sweep(runner, universe, user_filter, result, jobs)
-    except _ProgramFault as e:  # the program hangs or fails by itself: nothing more to learn about ncu
-        result.program_fault = e.attempt
+        result = _on_engine(session, on_probe, executor, jobs, universe, user_filter)
+    else:
+        result = SweepResult(tuple(universe))
+        try:
+            _sweep(_ProbeRunner(session, _gpu_ids(jobs), on_probe), universe, user_filter, result, jobs)
+        except _ProgramFault as e:  # the program hangs or fails by itself: nothing more to learn about ncu
+            result.program_fault = e.attempt
+    result.notes = list(session.store.notes) if session.store is not None else []
     return result
 
 

@@ -180,6 +180,8 @@ class _Walk:
                 break
             if not self._step(self.jobs.pop(0)):
                 break
+        store = self.session.store
+        self.result.notes = list(store.notes) if store is not None else []
         return self.result
 
     def _note_shape(self) -> None:

@@ -32,8 +32,6 @@ NOT_RESULTS = {
     "nsightwrap.cli.preflight.Check": "one line of doctor's report (ok/warn/fail), not a run's verdict",
     "nsightwrap.diagnose.verdict.WalkView": "what triage's verdict reads of a walk; the TriageResult is the result",
 }
-#: Results helper S's branch gives the shape (the walk's and the sweep's); until it is merged they may lack it.
-PENDING = {"nsightwrap.fallback.result.LadderResult", "nsightwrap.fallback.sweep.SweepResult"}
 
 
 def _modules() -> Iterator[Any]:
@@ -67,9 +65,7 @@ def test_the_walk_finds_the_results():
 
 
 @pytest.mark.parametrize("cls", RESULTS, ids=lambda c: c.__qualname__)
-def test_every_result_has_status_exit_code_and_to_dict(cls, request):
-    if f"{cls.__module__}.{cls.__qualname__}" in PENDING and not hasattr(cls, "exit_code"):
-        request.applymarker(pytest.mark.xfail(reason="helper S's branch (session) gives it exit_code and to_dict"))
+def test_every_result_has_status_exit_code_and_to_dict(cls):
     assert isinstance(inspect.getattr_static(cls, "exit_code", None), property), f"{cls.__qualname__}.exit_code"
     assert callable(getattr(cls, "to_dict", None)), f"{cls.__qualname__}.to_dict"
 
