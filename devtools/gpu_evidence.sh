@@ -15,6 +15,8 @@
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
 #          tracertests (tests/gpu/test_gpu_tracer.py)   lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
 #          verdicts (issue 19's benchmark: no nsys, the CUPTI tracer; CALIB_STEPS, CALIB_BUDGET)
+#          triagetests (tests/gpu/test_triage_gpu.py)   triage (issue 21's benchmark on the planted-bug kernels)
+#          executor2 (issue 22: a sweep on 1 and 2 GPUs of the local executor; needs two GPUs)
 #          fnhang (profile(fn) on a hang, defaults)   ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
 #
@@ -71,6 +73,8 @@ want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_
 want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy profile_triton profile_hang; do echo "### $e"; s=$SECONDS; timeout 150 python3 examples/$e.py; echo "### $e: rc=$? in $((SECONDS - s)) s"; done; nvidia-smi --query-compute-apps=pid --format=csv,noheader; ps -eo pid,cmd | grep -E "ncu|python3 -m nsightwrap" | grep -v grep'
 want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py
 want tracertests && step 240 tracertests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu_tracer.py
+want triagetests && step 300 triagetests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_triage_gpu.py
+want triage   && step 420 triage   python3 benchmarks/bench_triage.py --gpu --ncu /usr/local/cuda/bin/ncu --sanitizer /usr/local/cuda/bin/compute-sanitizer
 want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
