@@ -46,18 +46,21 @@ class PlainRun:
     elapsed_s: float
     reason: str
     error: Optional[CudaError] = None
-    kernel: Optional[str] = None  # the launch in flight when it failed or hung (the tracer's)
+    kernel: Optional[str] = None  # the launch in flight when it failed or hung (the tracer's); under
+    # CUDA_LAUNCH_BLOCKING=1 a failed run's last launch (each launch waits for its kernel: the last one failed)
     in_flight: tuple[tuple[str, float], ...] = ()
     kernel_times: tuple[tuple[str, float], ...] = ()
     traced: bool = False
     env: tuple[tuple[str, str], ...] = ()
     output_tail: str = ""
     wall_s: float = 0.0  # the whole run as the caller saw it: start, watch, stop, trace read
+    last_launch: Optional[str] = None  # the kernel launched last: where an asynchronous fault most likely was
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "outcome": self.outcome, "exit_code": self.exit_code,
                 "elapsed_s": round(self.elapsed_s, 3), "reason": self.reason,
                 "error": self.error.to_dict() if self.error else None, "kernel": self.kernel,
+                "last_launch": self.last_launch,
                 "in_flight": [list(f) for f in self.in_flight], "traced": self.traced, "env": dict(self.env),
                 "output_tail": self.output_tail[-2000:]}
 
@@ -170,12 +173,15 @@ def run_plain(command: Sequence[str], index: int, *, env: Mapping[str, str], tra
         text = out.text()
         error = find_cuda_error(text) if kind == FAILED else None
         kernel = _culprit(flying) if kind != FINISHED else None
+        last = follower.last_launch if follower is not None and kind == FAILED else None
+        if kernel is None and last is not None and run_env.get("CUDA_LAUNCH_BLOCKING") == "1":
+            kernel = last  # a faulting kernel's record still comes (2x H200): nothing is left in flight
         now = clock()
         return PlainRun(index, kind, outcome.returncode, outcome.elapsed_s,
                         _reason(kind, verdict, outcome.returncode, error, kernel), error, kernel,
                         tuple((f.name, round(f.seconds(now), 3)) for f in flying) if kind != FINISHED else (),
                         times, bool(follower is not None and follower.traced), tuple(sorted(extra_env.items())),
-                        text, now - started)
+                        text, now - started, last)
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)

@@ -103,8 +103,9 @@ def sanitizer_phrase(v: SanitizerView) -> Optional[str]:
     return None
 
 
-def plain_phrase(runs: Sequence[PlainRun], label: str = "without ncu") -> Optional[str]:
-    """"fails without ncu in 3 of 20 runs (cudaErrorIllegalAddress in k)", "... hangs ...", or None."""
+def plain_phrase(runs: Sequence[PlainRun], label: str = "without ncu", guess: bool = True) -> Optional[str]:
+    """"fails without ncu in 3 of 20 runs (cudaErrorIllegalAddress in k)", "... hangs ...", or None.
+    guess: where no launch was in flight, name the last kernel launched (as a guess, said so)."""
     parts = []
     for outcome, verb in ((FAILED, "fails"), (HUNG, "hangs")):
         bad = [r for r in runs if r.outcome == outcome]
@@ -112,9 +113,12 @@ def plain_phrase(runs: Sequence[PlainRun], label: str = "without ncu") -> Option
             continue
         errors = Counter(r.error.name for r in bad if r.error)
         kernels = Counter(short(r.kernel) for r in bad if r.kernel)
+        last = Counter(short(r.last_launch) for r in bad if not r.kernel and r.last_launch)
         detail = [errors.most_common(1)[0][0]] if errors else []
         if kernels:
             detail.append(f"in {kernels.most_common(1)[0][0]}")
+        elif last and guess:  # nothing in flight: where it most likely was, said as such
+            detail.append(f"after {last.most_common(1)[0][0]}, the last kernel launched")
         parts.append(f"{verb} {label} in {len(bad)} of {len(runs)} runs" + (f" ({' '.join(detail)})" if detail else ""))
     return "; ".join(parts) or None
 
@@ -130,7 +134,8 @@ def judge(runs: Sequence[PlainRun], sanitizers: Sequence[SanitizerView], walk: O
           blocking: Optional[PlainRun] = None) -> tuple[str, str]:
     """(status, the verdict line)."""
     found = [p for p in (sanitizer_phrase(v) for v in sanitizers) if p and not p.endswith("stalled")]
-    plain = plain_phrase(runs)
+    named = blocking is not None and blocking.kernel is not None  # CUDA_LAUNCH_BLOCKING=1 named it: no guess
+    plain = plain_phrase(runs, guess=not named)
     if plain is None and runs:
         plain = f"runs cleanly without ncu in {len(runs)} of {len(runs)} runs"
     if blocking is not None and blocking.kernel:

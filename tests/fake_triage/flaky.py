@@ -5,7 +5,8 @@ Each argument is one step (kernel launches go through the fake CUPTI tracer of t
 traced run sees them launched and finished, or in flight):
   NAME                 a kernel that finishes at once
   NAME@spin=S          ... that runs S seconds
-  NAME@fault=KIND      a kernel that faults in a failing run (below): it never finishes, and the error is
+  NAME@fault=KIND      a kernel that faults in a failing run (below): its trace record still comes (as the
+                       real flaky_write's did), and the error is
                        reported at the next `sync` (asynchronously), or at its launch under
                        CUDA_LAUNCH_BLOCKING=1; KIND: illegal (an illegal memory access), misaligned, launch
                        (unspecified launch failure), assert, torch (PyTorch's RuntimeError form), driver
@@ -86,6 +87,8 @@ def main(steps):
             if blocking or kind == "oom":
                 report(kind)
             pending = pending or kind
+            now = time.time_ns()
+            faketracer.kernel(name, corr, now, now)  # the faulting kernel's record still comes (2x H200)
             continue
         start = time.time_ns()
         if opt.startswith("spin="):

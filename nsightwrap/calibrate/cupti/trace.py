@@ -144,6 +144,9 @@ class TraceFollower:
         self.ranges = False
         self.bad_lines = 0
         self.not_kept = 0  # launches not kept in flight (MAX_IN_FLIGHT)
+        #: The kernel launched last (any process): where an asynchronous error most likely came from when
+        #: nothing is in flight any more (a faulting kernel's record still arrives, 2x H200).
+        self.last_launch: Optional[str] = None
 
     # --- reading ---------------------------------------------------------------
     def poll(self) -> int:
@@ -202,6 +205,7 @@ class TraceFollower:
 
     def _on_launch(self, proc: _Process, ev: dict) -> None:
         corr = int(ev["corr"])
+        self.last_launch = str(ev["name"])
         if len(proc.launches) >= MAX_IN_FLIGHT:
             self.not_kept += 1
             return
