@@ -49,15 +49,18 @@ KNOWN: tuple[_Known, ...] = (
            "uncorrectable ECC error encountered", True),
     _Known("cudaErrorLaunchOutOfResources", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", 701,
            "too many resources requested for launch", False),
-    _Known("cudaErrorInvalidConfiguration", "CUDA_ERROR_INVALID_VALUE", 9, "invalid configuration argument", False),
+    _Known("cudaErrorInvalidConfiguration", "", 9, "invalid configuration argument", False),  # driver: none of its own
     _Known("cudaErrorNoKernelImageForDevice", "CUDA_ERROR_NO_BINARY_FOR_GPU", 209,
            "no kernel image is available for execution on the device", False),
-    _Known("cudaErrorInvalidDeviceFunction", "CUDA_ERROR_INVALID_HANDLE", 98, "invalid device function", False),
+    _Known("cudaErrorInvalidDeviceFunction", "", 98, "invalid device function", False),  # driver: none of its own
     _Known("cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY", 2, "out of memory", False),
     _Known("cudaErrorInvalidValue", "CUDA_ERROR_INVALID_VALUE", 1, "invalid argument", False),
+    _Known("cudaErrorInvalidResourceHandle", "CUDA_ERROR_INVALID_HANDLE", 400, "invalid resource handle", False),
 )
 
-_BY_NAME = {k.runtime: k for k in KNOWN} | {k.driver: k for k in reversed(KNOWN)}
+#: A driver name maps to the one runtime error that is really it; "" where the runtime error has no driver
+#: name of its own (the driver reports a bad launch configuration as CUDA_ERROR_INVALID_VALUE, i.e. 1).
+_BY_NAME = {k.runtime: k for k in KNOWN} | {k.driver: k for k in KNOWN if k.driver}
 _RUNTIME_NAME = re.compile(r"\bcudaError[A-Z][A-Za-z]*\b")
 _DRIVER_NAME = re.compile(r"\bCUDA_ERROR_[A-Z_]+\b")
 #: "CUDA error: X", "CUDA Error: X", "Triton Error [CUDA]: X", "cudaErrorX: X" (CuPy).
