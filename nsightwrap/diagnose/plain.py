@@ -8,7 +8,7 @@ program failed or stopped moving. A run is *hung* when no kernel has
 finished and none has been launched for longer than the allowance of the
 kernels in flight (calibrated: `allowance(name)`; a kernel not timed yet
 gets the calibration limit), or when it outlasts its total limit. A failed
-run's CUDA error is parsed from its output (triage.cudaerrors).
+run's CUDA error is parsed from its output (diagnose.cudaerrors).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from nsightwrap.calibrate.cupti.trace import TRACE_DIR_VAR, InFlight, TraceFollower
 from nsightwrap.calibrate.traced import INJECTION_VAR
 from nsightwrap.diagnose.cudaerrors import CudaError, find_cuda_error
+from nsightwrap.errors import ProgramNotRunnable
 from nsightwrap.paths import work_dir
 from nsightwrap.status import HANG, TIMEOUT
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
@@ -131,6 +132,14 @@ def _reason(outcome: str, verdict: Optional[Verdict], returncode: Optional[int],
     return f"failed without ncu (exit code {returncode}): {what}{where}"
 
 
+def _not_runnable(command: Sequence[str], e: OSError) -> ProgramNotRunnable:
+    """The system refused to start the program (Exec format error, say): said with what to do."""
+    program = str(command[0]) if command else ""
+    return ProgramNotRunnable(program, f"the system could not execute it ({e.strerror or e})",
+                              "A script needs a #! line or its interpreter (e.g. `-- python3 "
+                              f"{program}`); a binary must be built for this machine (check it with `file {program}`)")
+
+
 def run_plain(command: Sequence[str], index: int, *, env: Mapping[str, str], tracer: Optional[Path],
               allowance: Callable[[str], float], limit_s: float, stop: StopPolicy = StopPolicy(),
               cwd: Optional[str] = None, extra_env: Mapping[str, str] = {},  # noqa: B006 - read only
@@ -159,6 +168,8 @@ def run_plain(command: Sequence[str], index: int, *, env: Mapping[str, str], tra
                         frontend_names=())
         if outcome.interrupted:
             raise KeyboardInterrupt("triage run interrupted; its process tree was stopped")
+        if isinstance(outcome.exception, OSError):
+            raise _not_runnable(command, outcome.exception) from outcome.exception
         if outcome.exception is not None:
             raise outcome.exception
         flying: Sequence[InFlight] = ()

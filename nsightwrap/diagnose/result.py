@@ -15,9 +15,10 @@ __all__ = ["TriageResult"]
 @dataclass(frozen=True)
 class TriageResult:
     """runs: the runs without ncu; blocking: the CUDA_LAUNCH_BLOCKING=1 run, if one was made; sanitizers:
-    (SanitizerView, SAN's SanitizerRun) per tool; walk: (WalkView, LadderResult) with --walk; elapsed_s:
-    the whole triage; runs_s: the runs it made (each program's wall time under the watchdog, the walk's
-    whole wall time); overhead_s: the rest, triage's own cost."""
+    (SanitizerView, diagnose.sanitizer's SanitizerRun) per tool; walk: (WalkView, LadderResult) with --walk;
+    kernel: the kernel in question (--kernel, else the one the runs named, else the first sanitizer
+    findings'); elapsed_s: the whole triage; runs_s: the runs it made (each program's wall time under the
+    watchdog, the walk's whole wall time); overhead_s: the rest, triage's own cost."""
 
     command: list[str]
     status: str

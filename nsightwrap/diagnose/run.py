@@ -1,13 +1,13 @@
 """`nsightwrap triage`: is it ncu or my kernel?
 
 triage_command runs, each under the watchdog (tree stop, nothing left behind):
-the program without ncu `runs` times (triage.plain: finished, failed, hung,
+the program without ncu `runs` times (diagnose.plain: finished, failed, hung,
 each failure's CUDA error and the kernel in flight, allowances calibrated by
 the earlier runs' traced kernel times, else the store's calibration, else
 the calibration limit); one run with CUDA_LAUNCH_BLOCKING=1 when a failure
-was asynchronous; compute-sanitizer's tools (triage.sanitizer); optionally
-the ncu walk (triage.walk); and ends with a one-line verdict
-(triage.verdict). Every run is recorded in the hang store (store.triage)
+was asynchronous; compute-sanitizer's tools (diagnose.sanitizer); optionally
+the ncu walk (diagnose.walk); and ends with a one-line verdict
+(diagnose.verdict). Every run is recorded in the hang store (store.triage)
 with its hypothesis and conclusion, as it ends.
 """
 
@@ -23,18 +23,23 @@ from nsightwrap.calibrate.cupti.build import find_tracer
 from nsightwrap.diagnose import records
 from nsightwrap.diagnose.plain import FAILED, FINISHED, PlainRun, run_plain
 from nsightwrap.diagnose.result import TriageResult
+from nsightwrap.diagnose.sanitizer import TOOLS, filter_name, find_sanitizer
 from nsightwrap.diagnose.verdict import SanitizerView, WalkView, judge, sanitizer_outcome, short
 from nsightwrap.errors import OptionsError, StoreError
 from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import RunConfig
-from nsightwrap.status import INTERRUPTED
+from nsightwrap.ncu.options import KernelFilter
+from nsightwrap.status import INTERRUPTED, REGEX_PREFIX
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch.locate import check_program
 
 __all__ = ["SANITIZER_TOOLS", "TriageOptions", "triage_command"]
 
-SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+SANITIZER_TOOLS = TOOLS  # compute-sanitizer's tools, as nsightwrap.diagnose.sanitizer knows them
+#: A sanitizer run's total limit without --timeout: this x a run's limit without a tool (run_limit). The
+#: stall rule, scaled by each tool's slowdown, is the main guard; this bounds a run that keeps moving for ever.
+SANITIZER_RUNS_OF_LIMIT = 20.0
 #: A kernel's allowance without ncu: this floor plus ALLOWANCE_FACTOR x its calibrated time.
 ALLOWANCE_FLOOR_S, ALLOWANCE_FACTOR = 5.0, 4.0
 #: A run's total limit without --timeout: the calibration limit x this (a host-side hang has no kernel in
@@ -50,7 +55,8 @@ class TriageOptions:
     """What triage runs. runs: plain runs without ncu; tools: compute-sanitizer tools; kernel: the kernel
     filter (sanitizers, walk); walk: the ncu ladder walk too, with `set` as its requested settings;
     blocking: one run with CUDA_LAUNCH_BLOCKING=1 after an asynchronous failure; timeout: each run's total
-    limit (default: from the calibration); sanitizer: compute-sanitizer's path."""
+    limit (default: from the calibration; a sanitizer run's, SANITIZER_RUNS_OF_LIMIT x that); sanitizer:
+    compute-sanitizer's path."""
 
     runs: int = 5
     tools: tuple[str, ...] = SANITIZER_TOOLS
@@ -107,7 +113,7 @@ class _Calibrated:
 
 
 def _default_sanitize(*args: Any, **kwargs: Any) -> Any:
-    from nsightwrap.diagnose.sanitizer import run_sanitizer  # helper SAN's module, beside this one
+    from nsightwrap.diagnose.sanitizer import run_sanitizer
 
     return run_sanitizer(*args, **kwargs)
 
@@ -179,16 +185,39 @@ def _kernel_in_question(t: _Triage) -> Optional[str]:
         return t.options.kernel
     if t.blocking is not None and t.blocking.kernel:
         return short(t.blocking.kernel)
-    return next((short(r.kernel) for r in t.runs if r.kernel), None)
+    named = next((short(r.kernel) for r in t.runs if r.kernel), None)
+    if named is None:  # no run named one: the first sanitizer findings' kernel
+        named = next((short(v.kernel) for v, _ in t.sanitizers if v.kernel and v.kernel != "None"), None)
+    return named
+
+
+def _kernel_filter(kernel: str) -> KernelFilter:
+    """--kernel as run_sanitizer reads it: exact, unless a regular expression ("regex:...")."""
+    return KernelFilter.from_user(kernel, exact=not kernel.startswith(REGEX_PREFIX))
+
+
+def _check_tools(options: TriageOptions, env: dict, sanitize: Callable[..., Any]) -> None:
+    """Before any run, when tools are asked: a kernel filter compute-sanitizer cannot express
+    (OptionsError) and a missing compute-sanitizer (ToolNotFound, only for the default `sanitize`: one
+    given brings its own) are said now, not after every run without ncu."""
+    if not options.tools:
+        return
+    if options.kernel:
+        filter_name(_kernel_filter(options.kernel))
+    if sanitize is _default_sanitize:
+        find_sanitizer(options.sanitizer, env)
 
 
 def _sanitize(t: _Triage, cal: _Calibrated, sanitize: Callable[..., Any]) -> None:
     version = None  # compute-sanitizer's, asked by the first run only
+    limit_s = t.options.timeout or SANITIZER_RUNS_OF_LIMIT * cal.run_limit(None)
     for tool in t.options.tools:
         t.say(f"compute-sanitizer --tool {tool}")
         run = sanitize(t.command, tool, kernel_filter=t.options.kernel, calibration=cal.calibration(),
-                       limit_s=t.options.timeout, sanitizer=t.options.sanitizer, env=t.config.env,
+                       limit_s=limit_s, sanitizer=t.options.sanitizer, env=t.config.env,
                        cwd=t.config.cwd, stop=t.config.stop, on_output=t.on_output, clock=t.clock, version=version)
+        if getattr(run, "status", None) == INTERRUPTED:  # Ctrl-C reached it: triage stops, recording nothing more
+            raise KeyboardInterrupt(f"compute-sanitizer --tool {tool} interrupted; its process tree was stopped")
         version = getattr(run, "version", None) or version
         view = sanitizer_outcome(run)
         t.sanitizers.append((view, run))
@@ -223,6 +252,7 @@ def triage_command(command: Sequence[str], options: Optional[TriageOptions] = No
     options, config = options or TriageOptions(), config or RunConfig()
     env = dict(os.environ if config.env is None else config.env)
     check_program(command, env, config.cwd)
+    _check_tools(options, env, sanitize)
     started = clock()
     if environment is None:
         environment = Environment.detect() if store is not None else Environment()

@@ -3,7 +3,7 @@
 `run_sanitizer(command, tool)` finds compute-sanitizer (find_sanitizer), builds its command line in a pure
 function (sanitizer_argv, from one frozen SanitizerOptions), runs it under nsightwrap.watch (tree stop,
 nothing left behind, output followed while it runs) with a stall rule scaled by the tool's slowdown
-(triage.slowdown), reads its text as it comes (triage.findings) and returns a SanitizerRun: status,
+(diagnose.slowdown), reads its text as it comes (diagnose.findings) and returns a SanitizerRun: status,
 exit code, findings as a DataFrame, a one-line summary ("memcheck: 0 errors" for a clean run), to_dict().
 Findings printed before a stop are kept.
 """

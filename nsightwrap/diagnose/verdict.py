@@ -30,7 +30,7 @@ CLEAN, FINDINGS, STALLED, SAN_ERROR = "clean", "findings", "stalled", "error"
 
 @dataclass(frozen=True)
 class SanitizerView:
-    """What the verdict needs of one sanitizer run (built from SAN's SanitizerRun)."""
+    """What the verdict needs of one sanitizer run (built from nsightwrap.diagnose.sanitizer's SanitizerRun)."""
 
     tool: str
     outcome: str  # CLEAN, FINDINGS, STALLED, SAN_ERROR
@@ -39,6 +39,7 @@ class SanitizerView:
     kernel: Optional[str] = None  # ... its kernel
     source: Optional[str] = None  # ... FILE:LINE, when built with line info
     summary: str = ""
+    reason: str = ""  # why the run ended as it did (SanitizerRun.reason): what "could not run" says
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def short(kernel: str) -> str:
 
 
 def _top(findings: Sequence[Any]) -> tuple[Optional[str], Optional[str], Optional[str]]:
-    """The most frequent (kind, kernel) of a run's findings (triage.findings.Finding), and its first
+    """The most frequent (kind, kernel) of a run's findings (nsightwrap.diagnose.findings.Finding), and its first
     source line (FILE:LINE, when built with line info)."""
     keys = [(f.kind, f.kernel) for f in findings]
     (kind, kernel), _ = Counter(keys).most_common(1)[0]
@@ -72,22 +73,24 @@ NOUNS = {"memcheck": ("memory error", "memory errors"), "racecheck": ("shared-me
 
 
 def sanitizer_outcome(run: Any) -> SanitizerView:
-    """A SanitizerRun (triage.sanitizer) as the verdict sees it: stalled (or stopped at its limit),
-    findings (how many the tool counted, the top kind, kernel and line), error (it could not run) or clean."""
+    """A SanitizerRun (nsightwrap.diagnose.sanitizer) as the verdict sees it: stalled (or stopped at its limit),
+    findings (how many the tool counted, the top kind, kernel and line; first, so a run stopped after
+    findings keeps them), error (it could not run) or clean."""
     found = list(getattr(run, "findings_list", ()))  # not the DataFrame: no pandas for a verdict
     rows = len(found)
     count = int(getattr(run, "errors", rows) or rows)
     kind, kernel, source = _top(found) if rows else (None, None, None)
     status = str(getattr(run, "status", ""))
-    if getattr(run, "stalled", False) or status == "timeout":
-        outcome = STALLED
-    elif count or rows:
+    if count or rows:
         outcome = FINDINGS
+    elif getattr(run, "stalled", False) or status == "timeout":
+        outcome = STALLED
     elif status in ("error", "crashed", "interrupted"):
         outcome = SAN_ERROR
     else:
         outcome = CLEAN
-    return SanitizerView(str(run.tool), outcome, count, kind, kernel, source, str(getattr(run, "summary", "") or ""))
+    return SanitizerView(str(run.tool), outcome, count, kind, kernel, source, str(getattr(run, "summary", "") or ""),
+                         str(getattr(run, "reason", "") or "")[:200])
 
 
 def sanitizer_phrase(v: SanitizerView) -> Optional[str]:
@@ -130,6 +133,18 @@ def _walk_phrase(w: WalkView) -> str:
     return f"{PROFILER_INDUCED}: {kernel} hangs under ncu with {hung}{tail}"
 
 
+def _sanitizers_said(sanitizers: Sequence[SanitizerView]) -> str:
+    """"memcheck, racecheck found nothing; initcheck could not run (why)": only the tools that ran clean
+    found nothing (a stalled one is said in the lead)."""
+    if not sanitizers:
+        return "no sanitizer was run"
+    clean = [v.tool for v in sanitizers if v.outcome == CLEAN]
+    said = [f"{', '.join(clean)} found nothing"] if clean else []
+    said += [f"{v.tool} could not run" + (f" ({v.reason})" if v.reason else "") for v in sanitizers
+             if v.outcome == SAN_ERROR]
+    return "; ".join(said) or "no sanitizer ran to its end"
+
+
 def judge(runs: Sequence[PlainRun], sanitizers: Sequence[SanitizerView], walk: Optional[WalkView],
           blocking: Optional[PlainRun] = None) -> tuple[str, str]:
     """(status, the verdict line)."""
@@ -148,7 +163,7 @@ def judge(runs: Sequence[PlainRun], sanitizers: Sequence[SanitizerView], walk: O
     if walk is not None and walk.hung:
         return PROFILER_INDUCED, _walk_phrase(walk)
     lead = "; ".join(stalled + ([plain] if plain else [])) or "nothing run"
-    found = f"{', '.join(v.tool for v in sanitizers)} found nothing" if sanitizers else "no sanitizer was run"
+    found = _sanitizers_said(sanitizers)
     if walk is None:
         return OK, f"{lead}; {found}: if it hangs under ncu, run triage --walk"
     return OK, f"{lead}; {found}; ncu did not hang ({walk.status})"
