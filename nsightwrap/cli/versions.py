@@ -2,8 +2,9 @@
 OS and Python with its packages.
 
 The tools are found as `doctor` finds them (cli.preflight.Facts: ncu located and probed through the run
-context, the GPUs through nvidia-smi; nsys by nsys.locate); each version query is one short watched
-command (watch.locate.run_command, a few seconds at most). Nothing here raises: a tool that is missing or
+context, the GPUs through nvidia-smi; nsys by nsys.locate), compute-sanitizer as triage does
+(diagnose.sanitizer.find_sanitizer); each version query is one short watched command (watch.locate.run_command,
+a few seconds at most). Nothing here raises: a tool that is missing or
 fails says so in its entry.
 """
 
@@ -26,15 +27,15 @@ from nsightwrap.cli.preflight import (
     check_timing,
     run_checks,
 )
+from nsightwrap.diagnose.sanitizer import find_sanitizer
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.version import __version__
 from nsightwrap.watch.locate import DEFAULT_CUDA_ROOT, run_command, search_tool
 
-__all__ = ["ENV_SANITIZER", "collect_versions"]
+__all__ = ["collect_versions"]
 
-ENV_SANITIZER = "NSIGHTWRAP_SANITIZER"
 #: doctor's checks that run nothing on the GPU (the counter probe and the GPU process list are left out).
 _CHECKS = (check_ncu, check_driver, check_ncu_driver, check_nsys, check_timing)
 _QUERY_S = 10.0
@@ -51,6 +52,14 @@ def _output(argv: list[str], timeout: float = _QUERY_S) -> str:
 def _find(tool: str, env: Mapping[str, str], var: str) -> Optional[str]:
     try:
         return search_tool(tool, None, "", var, env, DEFAULT_CUDA_ROOT, (), hint="")
+    except NsightwrapError:
+        return None
+
+
+def _sanitizer(env: Mapping[str, str], ncu: Optional[str]) -> Optional[str]:
+    """compute-sanitizer as triage finds it (diagnose.sanitizer.find_sanitizer), None when missing."""
+    try:
+        return find_sanitizer(None, env, ncu=ncu)
     except NsightwrapError:
         return None
 
@@ -108,7 +117,7 @@ def collect_versions(env: Optional[Mapping[str, str]] = None, store: Optional[st
         "ncu": dict(_tool(ncu, "--version"), probed=facts.context.info.version if facts.context else None,
                     problem=facts.ncu_problem or None),
         "nsys": _tool(nsys, "--version"),
-        "compute_sanitizer": _tool(_find("compute-sanitizer", env, ENV_SANITIZER), "--version"),
+        "compute_sanitizer": _tool(_sanitizer(env, ncu), "--version"),
         "os": _os(),
         "python": {"version": sys.version, "executable": sys.executable, "packages": _packages()},
         "doctor": [c.line() for c in run_checks(facts, _CHECKS)],

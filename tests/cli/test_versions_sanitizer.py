@@ -1,0 +1,26 @@
+"""`hangs bundle`'s versions find compute-sanitizer as triage does (diagnose.sanitizer.find_sanitizer)."""
+
+from __future__ import annotations
+
+import os
+
+from helpers import HERE
+
+from nsightwrap.cli.versions import _sanitizer
+from nsightwrap.diagnose.run import SANITIZER_TOOLS
+from nsightwrap.diagnose.sanitizer import TOOLS
+
+FAKE_SANITIZER = HERE / "fake_sanitizer" / "compute-sanitizer"
+
+
+def test_the_versions_find_compute_sanitizer_where_triage_does(tmp_path):
+    assert _sanitizer({"PATH": "", "NSIGHTWRAP_SANITIZER": str(FAKE_SANITIZER)}, None) == str(FAKE_SANITIZER)
+    (tmp_path / "ncu").write_text("")
+    os.symlink(FAKE_SANITIZER, tmp_path / "compute-sanitizer")
+    found = _sanitizer({"PATH": ""}, str(tmp_path / "ncu"))  # beside the ncu found, as triage looks
+    assert found is not None and os.path.dirname(found) == str(tmp_path)
+    assert _sanitizer({"PATH": ""}, None) is None or os.path.exists("/usr/local/cuda")
+
+
+def test_triage_knows_the_tools_the_sanitizer_module_knows():
+    assert SANITIZER_TOOLS is TOOLS
