@@ -17,8 +17,9 @@ the run's, which the hang store keeps as ``run_id``):
 
 The tools run side by side, each cut short (its process group killed, so
 no gdb is ever left attached: the kernel detaches a killed tracer's
-tracees) after ``tool_s``, and all of them within ``budget_s`` (2.5 s):
-the verdict is never delayed by more than about that.
+tracees) after ``tool_s``, and all of them within ``budget_s`` (2.5 s);
+those cut are killed together, then reaped within one shared second
+(_REAP_S): the verdict is delayed by at most about ``budget_s`` + 1 s.
 
 Beside it, a run keeps its tool log and a timestamped :class:`Transcript`
 of everything it printed (``ncu.log``, ``transcript.log``; see
@@ -53,6 +54,8 @@ TRANSCRIPT = "transcript.log"
 _COOKIE = re.compile(r"[0-9a-f]{32}")
 #: A transcript line longer than this (characters) is cut: output that never ends its lines stays bounded.
 _LONGEST_LINE = 64 * 1024
+#: After the tools still running are killed: one shared wait (seconds) for all of them to be reaped.
+_REAP_S = 1.0
 
 
 def _which(name: str) -> Optional[str]:
@@ -124,17 +127,21 @@ def _start(tool: _Tool, now: float) -> None:
         tool.error = str(e)
 
 
-def _cut(tool: _Tool) -> None:
-    """Kill the tool's whole group (a gdb and what it started) and reap it."""
-    tool.cut = True
-    try:
-        os.killpg(tool.proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        tool.proc.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:
-        pass
+def _cut(tools: Sequence[_Tool]) -> None:
+    """Kill each tool's whole group (a gdb and what it started), all of them first, then reap them against
+    one shared deadline (_REAP_S): cutting several tools costs that once, not once per tool."""
+    for tool in tools:
+        tool.cut = True
+        try:
+            os.killpg(tool.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.monotonic() + _REAP_S
+    for tool in tools:
+        try:
+            tool.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _run_all(tools: Sequence[_Tool], limit_s: float, clock: Callable[[], float]) -> None:
@@ -147,18 +154,15 @@ def _run_all(tools: Sequence[_Tool], limit_s: float, clock: Callable[[], float])
                 running.append(tool)
         while running:
             now = clock()
-            for tool in list(running):
-                if tool.proc.poll() is not None or now - tool.started >= limit_s:
-                    if tool.proc.returncode is None:
-                        _cut(tool)
-                    tool.seconds = round(clock() - tool.started, 3)
-                    running.remove(tool)
+            ended = [t for t in running if t.proc.poll() is not None or now - t.started >= limit_s]
+            _cut([t for t in ended if t.proc.returncode is None])
+            for tool in ended:
+                tool.seconds = round(clock() - tool.started, 3)
+                running.remove(tool)
             if running:
                 time.sleep(0.02)
     finally:  # whatever happened (an interrupt too), no tool is left running, no gdb left attached
-        for tool in running:
-            if tool.proc.poll() is None:
-                _cut(tool)
+        _cut([t for t in running if t.proc.poll() is None])
 
 
 @dataclass(frozen=True)
