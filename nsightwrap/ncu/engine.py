@@ -232,9 +232,8 @@ def profile_command(
 
     foreign_check = _ForeignCheck(config.check_gpu, env.get(SWEEP_VAR),
                                   context.gpu_listing.take() if config.check_gpu else None)
-    orphans = context.orphans
-    if orphans:
-        _note(notes, orphans)
+    if context.orphans:
+        _note(notes, context.orphans)
 
     rule = rules or run_rules(command, options, config)
     kept = Transcript(Path(log_dir) / TRANSCRIPT) if config.evidence and log_dir else None  # for `hangs bundle`
