@@ -23,6 +23,7 @@ per GPU and gives a job the executor of a free GPU: one probe per GPU.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -35,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
@@ -83,7 +84,11 @@ class ExecutorSpec:
 
 @dataclass(frozen=True)
 class StoreSetting:
-    """A store path or URL without its password; the password in a 0600 file, when there is one."""
+    """A store path or URL without its password; the password in a 0600 file, when there is one.
+
+    The password may be the URL's (``user:pw@host``) or its query's (``?password=pw``, as libpq takes it): both
+    leave the public setting, and go back where they were on the node. The file's name is unique (several
+    sweeps may share an --executor-folder); the engine that made it unlinks it when it closes."""
 
     public: str
     secret_file: Optional[str] = None
@@ -91,24 +96,40 @@ class StoreSetting:
     @classmethod
     def keep(cls, setting: str, folder: Path) -> "StoreSetting":
         parts = urlsplit(setting) if "://" in setting else None
-        if parts is None or parts.password is None:
+        if parts is None:
             return cls(setting)
-        secret = folder / "store-password"
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        secrets = {"netloc": parts.password, "query": [v for k, v in query if k.lower() == "password"]}
+        if secrets["netloc"] is None and not secrets["query"]:
+            return cls(setting)
+        secret = folder / f"store-password-{uuid.uuid4().hex}"
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(parts.password)
-        netloc = parts.netloc.rsplit("@", 1)[1]
+            json.dump(secrets, f)
+        netloc = parts.netloc.rsplit("@", 1)[-1]
         user = parts.username or ""
-        return cls(urlunsplit(parts._replace(netloc=f"{user}@{netloc}" if user else netloc)), str(secret))
+        public = parts._replace(netloc=f"{user}@{netloc}" if user else netloc,
+                                query=urlencode([(k, v) for k, v in query if k.lower() != "password"]))
+        return cls(urlunsplit(public), str(secret))
 
     def setting(self) -> str:
         """The full setting again (on the node, in memory only)."""
         if self.secret_file is None:
             return self.public
-        password = Path(self.secret_file).read_text()
+        secrets = json.loads(Path(self.secret_file).read_text())
         parts = urlsplit(self.public)
-        user, host = parts.netloc.rsplit("@", 1) if "@" in parts.netloc else ("", parts.netloc)
-        return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+        if secrets["netloc"] is not None:
+            user, host = parts.netloc.rsplit("@", 1) if "@" in parts.netloc else ("", parts.netloc)
+            parts = parts._replace(netloc=f"{user}:{secrets['netloc']}@{host}")
+        if secrets["query"]:
+            query = parse_qsl(parts.query, keep_blank_values=True) + [("password", v) for v in secrets["query"]]
+            parts = parts._replace(query=urlencode(query))
+        return urlunsplit(parts)
+
+    def forget(self) -> None:
+        """The password file removed (the engine closes: no job reads it any more)."""
+        if self.secret_file is not None:
+            Path(self.secret_file).unlink(missing_ok=True)
 
 
 def store_setting_of(store: HangStore) -> str:
@@ -288,6 +309,7 @@ class ProbeEngine:
         self.cond = threading.Condition()
         self.closed = False
         self._shown = (0, 0, 0)
+        self._kept: list[StoreSetting] = []  # their password files, unlinked at close
         self.thread = threading.Thread(target=self._loop, name="nsightwrap-probe-engine", daemon=True)
         self.thread.start()
 
@@ -295,6 +317,13 @@ class ProbeEngine:
     def parallel(self) -> int:
         """Probes worth waiting on at once."""
         return max(1, min(self.backend.room(), 64))
+
+    def keep_store(self, setting: str) -> StoreSetting:
+        """The store setting for this engine's tasks: its password in a 0600 file of the job folder, unlinked
+        when the engine closes (also when the folder is the user's --executor-folder)."""
+        kept = StoreSetting.keep(setting, self.folder)
+        self._kept.append(kept)
+        return kept
 
     def counts(self) -> tuple[int, int, int]:
         """(queued, running, finished) probes."""
@@ -408,6 +437,8 @@ class ProbeEngine:
             self.closed = True
             self.cond.notify_all()
         self.thread.join(timeout=5)
+        for kept in self._kept:
+            kept.forget()
         if self.owned:
             shutil.rmtree(self.folder, ignore_errors=True)
 

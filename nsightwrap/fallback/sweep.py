@@ -31,7 +31,6 @@ from nsightwrap.fallback.executor import (
     ExecutorSpec,
     ProbeEngine,
     ProbeTask,
-    StoreSetting,
     open_engine,
     store_setting_of,
 )
@@ -472,7 +471,7 @@ class _ProbeRunner:
         self.session, self.on_probe = session, on_probe
         self.context = session.context
         self.engine = engine
-        self.store_setting = (StoreSetting.keep(store_setting_of(session.store), engine.folder)
+        self.store_setting = (engine.keep_store(store_setting_of(session.store))
                               if engine is not None and session.store is not None else None)
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
