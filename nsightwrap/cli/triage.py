@@ -15,6 +15,7 @@ from nsightwrap.cli.common import (
     positive,
     print_json,
     split_command,
+    store_used,
 )
 from nsightwrap.cli.outcome import report_interrupt
 from nsightwrap.cli.screen import open_screen
@@ -22,7 +23,7 @@ from nsightwrap.diagnose.run import SANITIZER_TOOLS, TriageOptions, triage_comma
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.location import StoreLocation, resolve_store
+from nsightwrap.store.location import resolve_store
 from nsightwrap.store.opening import open_store
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
@@ -77,13 +78,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
-def _interrupted(location: StoreLocation, store: Optional[HangStore]) -> dict[str, Any]:
-    """The interrupted document: the store actually used (the local file if the database was down), its notes."""
-    used = store.location.shown if store is not None else location.shown
-    return interrupted_doc(f"triage interrupted; every run so far is in the store ({used})", store=used,
-                           notes=list(store.notes) if store is not None else [])
-
-
 def cmd_triage(args: argparse.Namespace) -> int:
     command = split_command(args.extra)
     if not command:
@@ -105,7 +99,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
                 command, options, config, store=store, on_output=screen.on_output,
                 say=(lambda _: None) if args.quiet else (lambda s: screen.line(f"[triage] {s}"))), store)
     except KeyboardInterrupt:
-        return report_interrupt(args, screen, _interrupted(location, store))
+        used = store_used(location, store)  # the local file when the database was down, with its note
+        return report_interrupt(args, screen, interrupted_doc(
+            f"triage interrupted; every run so far is in the store ({used['store']})", **used))
     finally:
         if store is not None:
             store.close()
