@@ -86,8 +86,9 @@ def _add_executor(sweep: Any) -> None:
                        help="with --executor: a probe whose job failed or whose GPU kept processes runs again "
                             "elsewhere at most N times (default 2)")
     sweep.add_argument("--executor-folder", metavar="DIR",
-                       help="with --executor: the jobs' files (Slurm: a folder the nodes share; default "
-                            "~/.cache/nsightwrap/jobs/..., removed after the sweep)")
+                       help="with --executor: the jobs' files and logs, kept after the sweep (Slurm: a folder "
+                            "the nodes share). Default: a folder removed after the sweep, under "
+                            "~/.cache/nsightwrap/jobs/ for Slurm, under $TMPDIR (else /tmp) for local jobs")
 
 
 def _executor(args: argparse.Namespace) -> Optional[ExecutorSpec]:
