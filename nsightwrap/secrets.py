@@ -12,7 +12,10 @@ this module, so that the value is written as :data:`MASK`:
 - the password of a URL: ``scheme://user:***@host``;
 - ``Bearer VALUE``, and the credential of an ``Authorization:`` header (``Authorization: Basic ***``,
   ``Authorization: ***``), and the value of a header whose name looks secret (``X-Api-Key: ***``,
-  ``Private-Token: ***``, ``password: ***``; a bare short word such as ``key:`` is left as it is).
+  ``Private-Token: ***``, ``password: ***``; a bare short word such as ``key:`` is left as it is), also
+  quoted as in a dict's repr or JSON (``{'Authorization': 'Basic ***'}``, ``"X-Api-Key": "***"``);
+- in a document (:func:`mask_doc`), a string under a secret-looking key (``{"HF_TOKEN": "***"}``; not a
+  bare short word such as ``key``).
 
 A name looks secret when its last word (split at ``-``, ``_``, ``.``) is a
 short secret word (``key``, ``auth``, ``pwd``, ``pass``), or ends with
@@ -50,10 +53,12 @@ _SPACED = re.compile(rf"(?<![\w./-])(--{_NAME})(\s+)(?!-)([^\s'\"]+)")
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)([^\s/@]+)(@)")
 _BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
 #: ``Authorization: [SCHEME] CREDENTIAL`` (an HTTP header, e.g. curl's -H); the scheme is kept.
-_AUTHORIZATION = re.compile(r"(\b(?:Proxy-)?Authorization:\s*(?:(?:Bearer|Basic|Digest|Token|Negotiate|Bot|"
-                            r"AWS4-HMAC-SHA256)\s+)?)([^\s'\"]+)", re.IGNORECASE)
+#: The name may be quoted, as in a dict's repr or JSON (``{'Authorization': 'Basic x'}``).
+_AUTHORIZATION = re.compile(r"(\b(?:Proxy-)?Authorization['\"]?:\s*['\"]?(?:(?:Bearer|Basic|Digest|Token|Negotiate|"
+                            r"Bot|AWS4-HMAC-SHA256)\s+)?)([^\s'\"]+)", re.IGNORECASE)
 #: ``NAME: VALUE`` with a secret-looking NAME (``X-Api-Key: abc``, ``password: abc``).
-_HEADER = re.compile(rf"(?<![\w./-])({_NAME}):([ \t]+)([^\s'\"]+)")
+#: Quoted as in a dict's repr or JSON too (``{'X-Api-Key': 'abc'}``, ``{"token":"abc"}``).
+_HEADER = re.compile(rf"(?<![\w./-])({_NAME})(['\"]?):([ \t]*)(['\"]?)([^\s'\"]+)")
 #: Last words that say what a value holding "secret" is, when it is not the secret itself.
 _DESCRIPTIVE = frozenset({"file", "path", "dir", "name", "id", "size", "mode", "count", "type", "len", "length"})
 
@@ -68,11 +73,16 @@ def is_secret_name(name: str) -> bool:
     return words[-1] not in _DESCRIPTIVE and any("secret" in w for w in words)
 
 
+def _is_secret_key(name: str) -> bool:
+    """A header's or a document's key that names a secret; a bare short word (``key:``) does not."""
+    return is_secret_name(name) and name.strip("-").lower() not in _SHORT_WORDS
+
+
 def _header(m: re.Match) -> str:
-    name = m.group(1)
-    if is_secret_name(name) and name.strip("-").lower() not in _SHORT_WORDS:
-        return f"{name}:{m.group(2)}{MASK}"
-    return m.group(0)
+    name, close, space, open_ = m.group(1), m.group(2), m.group(3), m.group(4)
+    if not space and not (close and open_):  # ``name:value`` unquoted and unspaced is no header
+        return m.group(0)
+    return f"{name}{close}:{space}{open_}{MASK}" if _is_secret_key(name) else m.group(0)
 
 
 def _mask_urls(text: str) -> str:
@@ -118,6 +128,8 @@ _KERNEL_KEYS = frozenset({"name", "kernel", "stalled_kernel"})
 
 
 def _masked_item(key: Any, value: Any) -> Any:
+    if isinstance(key, str) and isinstance(value, str) and value and _is_secret_key(key):
+        return MASK  # {"HF_TOKEN": "abc"}: the value itself is the secret
     if key in ("command", "argv") and isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
         return mask_argv(value)
     if key in _KERNEL_KEYS and isinstance(value, str):
@@ -126,8 +138,9 @@ def _masked_item(key: Any, value: Any) -> Any:
 
 
 def mask_doc(doc: Any) -> Any:
-    """A JSON-able document as it may be written: lists under a key ``command`` or ``argv`` masked as command
-    lines, kernel names kept, every other string masked as text."""
+    """A JSON-able document as it may be written: a string under a secret-looking key masked whole, lists under
+    a key ``command`` or ``argv`` masked as command lines, kernel names kept, every other string masked as
+    text."""
     if isinstance(doc, Mapping):
         return {k: _masked_item(k, v) for k, v in doc.items()}
     if isinstance(doc, (list, tuple)):

@@ -8,6 +8,7 @@ and one call, without ncu; a failing call prints its traceback there
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -17,9 +18,9 @@ from nsightwrap.diagnose.result import TriageResult
 from nsightwrap.diagnose.run import TriageOptions, triage_command
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.paths import store_path
+from nsightwrap.store.opening import open_store
 
-__all__ = ["after_profile", "triage", "triage_callable"]
+__all__ = ["after_profile", "triage", "triage_callable", "with_store_notes"]
 
 
 def triage_callable(fn: Callable[..., Any], args: tuple, kwargs: dict, options: TriageOptions, config: RunConfig,
@@ -46,7 +47,8 @@ def triage(fn_or_command: Union[Callable[..., Any], Sequence[str]], *args: Any, 
     four), optionally the ncu walk, and a verdict (result.verdict, .status, .exit_code, .to_dict()).
 
     fn_or_command: a command (list of strings) or a callable, called as fn(*args, **kwargs) in a child
-    process. store: a HangStore, a path, None (the default store) or False (record nothing).
+    process. store: a HangStore, a path or a database URL, None (the default store) or False (record nothing);
+    a team's database that cannot be reached gives the local default file instead (its note in result.notes).
     """
     options = TriageOptions(runs=runs, tools=tuple(tools) if tools is not None else TriageOptions.tools,
                             kernel=kernel, walk=walk, set=set, ladder=ladder, blocking=blocking, timeout=timeout,
@@ -54,16 +56,25 @@ def triage(fn_or_command: Union[Callable[..., Any], Sequence[str]], *args: Any, 
     config = config or RunConfig()
     more = {"on_output": on_output} | ({"say": say} if say else {})
     own = store is None or isinstance(store, (str, os.PathLike))
-    opened = HangStore(store_path(store)) if own else (store or None)
+    opened = open_store(store) if own else (store or None)
     try:
         if callable(fn_or_command):
-            return triage_callable(fn_or_command, args, kwargs, options, config, opened, **more)
-        if args or kwargs:
+            result = triage_callable(fn_or_command, args, kwargs, options, config, opened, **more)
+        elif args or kwargs:
             raise TypeError("arguments after a command are for a callable: put them in the command's list")
-        return triage_command(list(fn_or_command), options, config, store=opened, **more)
+        else:
+            result = triage_command(list(fn_or_command), options, config, store=opened, **more)
+        return with_store_notes(result, opened if own else None)
     finally:
         if own and opened is not None:
             opened.close()
+
+
+def with_store_notes(result: TriageResult, store: Optional[HangStore]) -> TriageResult:
+    """`result` with the notes of the store it opened first (the team's database was down: recorded locally)."""
+    if store is None or not store.notes:
+        return result
+    return dataclasses.replace(result, notes=(*store.notes, *result.notes))
 
 
 def after_profile(result: Any, fn: Callable[..., Any], args: tuple, kwargs: dict,

@@ -148,10 +148,16 @@ def _triage(store: HangStore, kernel: str) -> Optional[dict]:
     return {"triage_runs": rows} if rows else None
 
 
+#: A run's id as nsightwrap makes it (the run's cookie, uuid4().hex): anything else (``../..``) names no run folder.
+_RUN_ID = re.compile(r"[0-9a-f]{8,64}")
+
+
 def _run_files(files: _Files, runs_folder: Optional[Path], run_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The run folders of `run_ids` into the bundle; an id that is not a plain cookie (a store row written by
+    hand, ``../..``) is never joined to a path: it counts as missing."""
     found, missing = [], []
     for run_id in run_ids:
-        folder = runs_folder / run_id if runs_folder else None
+        folder = runs_folder / run_id if runs_folder and _RUN_ID.fullmatch(run_id) else None
         if folder is None or not folder.is_dir():
             missing.append(run_id)
             continue

@@ -204,6 +204,15 @@ def interrupted_doc(reason: str = "interrupted (Ctrl-C or a termination signal) 
     return {"status": INTERRUPTED, "exit_code": EXIT_CODES[INTERRUPTED], "reason": reason, **more}
 
 
+def store_used(location: Any, store: Any = None) -> dict[str, Any]:
+    """An interrupted or failed document's store fields: the store actually used (`store`, a HangStore: the local
+    file when the team's database was down), else the `location` asked for (a StoreLocation; nothing opened
+    yet), shown with its password masked; and the store's notes (where the records went instead)."""
+    if store is not None:
+        return {"store": store.location.shown, "notes": list(store.notes)}
+    return {"store": location.shown, "notes": []}
+
+
 class LineLog(logging.Handler):
     """nsightwrap's log as lines through `write` (the screen), remembering what it printed."""
 

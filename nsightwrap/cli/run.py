@@ -21,6 +21,7 @@ from nsightwrap.cli.common import (
     positive,
     print_json,
     split_command,
+    store_used,
     without_logged,
 )
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
@@ -218,17 +219,18 @@ def _run_ladder(args: argparse.Namespace, session: Session, options: ProfileOpti
     # Lazy on purpose: the walk imports pandas and the report reader, which a plain `run` never needs.
     from nsightwrap.fallback.walk import walk_ladder
 
+    used = store_used(resolve_store(args.store), session.store)
     try:
         result = walk_ladder(session, options, args.profile, retry_known_hangs=args.retry_known_hangs)
-    except ProfileInterrupted as e:
+    except ProfileInterrupted as e:  # the store used (the local file when the database was down), its notes
         return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
-                                                               attempt=e.attempt.to_dict()))
+                                                               attempt=e.attempt.to_dict(), **used))
     except AttemptFailed as e:  # the first rung failed outright: nothing to step down from
         screen.close()
         print(f"\nnsightwrap: {e}", file=sys.stderr)
         if args.json:
             print_json({"status": e.attempt.status, "exit_code": e.attempt.exit_code, "ladder": args.profile,
-                        "reason": str(e), "attempt": e.attempt.to_dict()})
+                        "reason": str(e), "attempt": e.attempt.to_dict(), **used})
         return e.attempt.exit_code
     screen.close()
     if args.json:

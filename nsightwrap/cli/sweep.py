@@ -18,6 +18,7 @@ from nsightwrap.cli.common import (
     positive,
     print_json,
     split_command,
+    store_used,
 )
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import open_screen
@@ -29,6 +30,7 @@ from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.store.debuglog import debug_log
+from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.location import resolve_store
 from nsightwrap.store.opening import open_store
 from nsightwrap.watch.evidence import StallEvidence
@@ -84,8 +86,9 @@ def _add_executor(sweep: Any) -> None:
                        help="with --executor: a probe whose job failed or whose GPU kept processes runs again "
                             "elsewhere at most N times (default 2)")
     sweep.add_argument("--executor-folder", metavar="DIR",
-                       help="with --executor: the jobs' files (Slurm: a folder the nodes share; default "
-                            "~/.cache/nsightwrap/jobs/..., removed after the sweep)")
+                       help="with --executor: the jobs' files and logs, kept after the sweep (Slurm: a folder "
+                            "the nodes share). Default: a folder removed after the sweep, under "
+                            "~/.cache/nsightwrap/jobs/ for Slurm, under $TMPDIR (else /tmp) for local jobs")
 
 
 def _executor(args: argparse.Namespace) -> Optional[ExecutorSpec]:
@@ -140,6 +143,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                        stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit,
                        stuck_timeout=args.stuck_timeout, evidence=StallEvidence.default())
     path = resolve_store(args.store)
+    store: Optional[HangStore] = None
     screen = open_screen(args.quiet)
     configure_logging(args.verbose, screen.say)
 
@@ -163,9 +167,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                     jobs=_jobs(args), on_probe=said, executor=executor)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
+        used = store_used(path, store)  # the local file when the database was down, with its note
         return report_interrupt(args, screen, interrupted_doc(
-            f"sweep interrupted; every probe so far is in the store ({path})", store=str(path),
-            attempt=attempt))
+            f"sweep interrupted; every probe so far is in the store ({used['store']})", **used, attempt=attempt))
     finally:
         configure_logging(False, screen.line)
     # Hangs found: the sweep did its job (0); a program fault or nothing profiled: its own code.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, Optional
 
+from nsightwrap.call.triage import with_store_notes
 from nsightwrap.cli.common import (
     UsageError,
     add_calibration_limit,
@@ -13,6 +15,7 @@ from nsightwrap.cli.common import (
     positive,
     print_json,
     split_command,
+    store_used,
 )
 from nsightwrap.cli.outcome import report_interrupt
 from nsightwrap.cli.screen import open_screen
@@ -20,7 +23,8 @@ from nsightwrap.diagnose.run import SANITIZER_TOOLS, TriageOptions, triage_comma
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.paths import store_path
+from nsightwrap.store.location import resolve_store
+from nsightwrap.store.opening import open_store
 from nsightwrap.watch.locate import check_program
 from nsightwrap.watch.signals import interruptible
 
@@ -66,8 +70,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sanitizer", metavar="PATH", help="compute-sanitizer to use")
     p.add_argument("--ncu", metavar="PATH")
     add_calibration_limit(p)
-    p.add_argument("--store", metavar="PATH",
-                   help="hang store (default: $NSIGHTWRAP_STORE or ~/.cache/nsightwrap/hangs.db)")
+    p.add_argument("--store", metavar="PATH|URL",
+                   help="hang store, a file or a postgresql:// URL (default: $NSIGHTWRAP_STORE or "
+                        "~/.cache/nsightwrap/hangs.db)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no program output and no progress on stderr")
     p.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -82,16 +87,24 @@ def cmd_triage(args: argparse.Namespace) -> int:
                             set=args.section_set, ladder=args.profile, blocking=not args.no_blocking,
                             timeout=args.timeout, sanitizer=args.sanitizer)
     config = RunConfig(ncu=args.ncu, calibration_limit=args.calibration_limit)
-    path = store_path(args.store)
+    location = resolve_store(args.store)
     screen = open_screen(args.quiet)
+    store: Optional[HangStore] = None
     try:
-        with interruptible(), screen, HangStore(path) as store:
-            result = triage_command(command, options, config, store=store,
-                                    say=(lambda _: None) if args.quiet else (lambda s: screen.line(f"[triage] {s}")),
-                                    on_output=screen.on_output)
+        with interruptible(), screen:
+            store = open_store(location)  # the team's database down: this machine's file, with a note
+            for note in store.notes:
+                print(f"nsightwrap: {note}", file=sys.stderr)
+            result = with_store_notes(triage_command(
+                command, options, config, store=store, on_output=screen.on_output,
+                say=(lambda _: None) if args.quiet else (lambda s: screen.line(f"[triage] {s}"))), store)
     except KeyboardInterrupt:
+        used = store_used(location, store)  # the local file when the database was down, with its note
         return report_interrupt(args, screen, interrupted_doc(
-            f"triage interrupted; every run so far is in the store ({path})", store=str(path)))
+            f"triage interrupted; every run so far is in the store ({used['store']})", **used))
+    finally:
+        if store is not None:
+            store.close()
     if result.status == INTERRUPTED:
         return report_interrupt(args, screen, result.to_dict())
     print_json(result.to_dict()) if args.json else print(result.summary())

@@ -23,6 +23,7 @@ per GPU and gives a job the executor of a free GPU: one probe per GPU.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -35,10 +36,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted
+from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, StoreError
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -46,7 +47,7 @@ from nsightwrap.ncu.engine import SWEEP_VAR
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
-from nsightwrap.status import INTERRUPTED
+from nsightwrap.status import ERROR
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch import gpu
 
@@ -83,7 +84,11 @@ class ExecutorSpec:
 
 @dataclass(frozen=True)
 class StoreSetting:
-    """A store path or URL without its password; the password in a 0600 file, when there is one."""
+    """A store path or URL without its password; the password in a 0600 file, when there is one.
+
+    The password may be the URL's (``user:pw@host``) or its query's (``?password=pw``, as libpq takes it): both
+    leave the public setting, and go back where they were on the node. The file's name is unique (several
+    sweeps may share an --executor-folder); the engine that made it unlinks it when it closes."""
 
     public: str
     secret_file: Optional[str] = None
@@ -91,24 +96,40 @@ class StoreSetting:
     @classmethod
     def keep(cls, setting: str, folder: Path) -> "StoreSetting":
         parts = urlsplit(setting) if "://" in setting else None
-        if parts is None or parts.password is None:
+        if parts is None:
             return cls(setting)
-        secret = folder / "store-password"
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        secrets = {"netloc": parts.password, "query": [v for k, v in query if k.lower() == "password"]}
+        if secrets["netloc"] is None and not secrets["query"]:
+            return cls(setting)
+        secret = folder / f"store-password-{uuid.uuid4().hex}"
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(parts.password)
-        netloc = parts.netloc.rsplit("@", 1)[1]
+            json.dump(secrets, f)
+        netloc = parts.netloc.rsplit("@", 1)[-1]
         user = parts.username or ""
-        return cls(urlunsplit(parts._replace(netloc=f"{user}@{netloc}" if user else netloc)), str(secret))
+        public = parts._replace(netloc=f"{user}@{netloc}" if user else netloc,
+                                query=urlencode([(k, v) for k, v in query if k.lower() != "password"]))
+        return cls(urlunsplit(public), str(secret))
 
     def setting(self) -> str:
         """The full setting again (on the node, in memory only)."""
         if self.secret_file is None:
             return self.public
-        password = Path(self.secret_file).read_text()
+        secrets = json.loads(Path(self.secret_file).read_text())
         parts = urlsplit(self.public)
-        user, host = parts.netloc.rsplit("@", 1) if "@" in parts.netloc else ("", parts.netloc)
-        return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+        if secrets["netloc"] is not None:
+            user, host = parts.netloc.rsplit("@", 1) if "@" in parts.netloc else ("", parts.netloc)
+            parts = parts._replace(netloc=f"{user}:{secrets['netloc']}@{host}")
+        if secrets["query"]:
+            query = parse_qsl(parts.query, keep_blank_values=True) + [("password", v) for v in secrets["query"]]
+            parts = parts._replace(query=urlencode(query))
+        return urlunsplit(parts)
+
+    def forget(self) -> None:
+        """The password file removed (the engine closes: no job reads it any more)."""
+        if self.secret_file is not None:
+            Path(self.secret_file).unlink(missing_ok=True)
 
 
 def store_setting_of(store: HangStore) -> str:
@@ -134,30 +155,42 @@ class ProbeTask:
 
 
 def run_probe(task: ProbeTask) -> dict:
-    """On the node: the probe as a local sweep runs it, recorded in the store; the probe's dict.
+    """On the node: the probe as a local sweep runs it, recorded in the store as Session.attempt records (the
+    store leaves out an interrupted probe and a program fault); the probe's dict.
 
-    Not recorded (as in a local sweep): an interrupted probe, a program fault, and a probe whose GPU
-    still runs processes afterwards (the engine sets that GPU aside and runs the probe again).
+    A probe whose GPU still runs processes afterwards is recorded all the same (as Session.attempt does before
+    GpuKept); its reply's attempt says so (gpu_left_after) and the engine sets that GPU aside and runs the
+    probe again elsewhere. A store that cannot be opened here is no fault of the GPU or node: the reply's
+    ``store_error`` says why (no attempt is made) and the engine fails the probe without setting anything aside.
     """
     context = RunContext.create(task.config)
     own = {SWEEP_VAR: task.sweep} if task.sweep else {}
     if task.gpu is not None:
         own["CUDA_VISIBLE_DEVICES"] = task.gpu
     context = context.replace(env={**context.env, **own})
-    store = HangStore(task.store.setting()) if task.store is not None else None
+    reply = {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES")}
+    try:
+        store = HangStore(task.store.setting()) if task.store is not None else None
+    except (StoreError, OSError) as e:  # OSError: the password file is gone (the engine closed)
+        return {**reply, "status": ERROR, "recorded": False, "attempt": None, "store_error": mask_text(str(e))}
+    try:
+        attempt, recorded = _probe(task, context, store)
+    finally:
+        if store is not None:
+            store.close()
+    return {**reply, "status": attempt.status, "recorded": recorded, "attempt": attempt}
+
+
+def _probe(task: ProbeTask, context: RunContext, store: Optional[HangStore]) -> tuple[Any, bool]:
+    """The probe's attempt, and whether the store kept a record of it."""
     command = list(task.command)
     session = Session(command, context, store=store, calibrator=Calibrator(command, store=store, nsys=task.nsys))
     session.shape = task.shape  # as the sweep has learnt it
     try:
         attempt = session.run(task.options, what="the probe")
     except ProfileInterrupted as e:
-        attempt = e.attempt
-    recorded = (store is not None and attempt.status != INTERRUPTED and not attempt.program_fault
-                and not attempt.gpu_left_after)
-    if recorded:
-        session.record(attempt, task.options, Tag(ladder=task.ladder))
-    return {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES"),
-            "status": attempt.status, "recorded": recorded, "attempt": attempt}
+        return e.attempt, False
+    return attempt, bool(session.record(attempt, task.options, Tag(ladder=task.ladder)))
 
 
 # --- where jobs run ----------------------------------------------------------------
@@ -287,7 +320,9 @@ class ProbeEngine:
         self.finished = 0
         self.cond = threading.Condition()
         self.closed = False
+        self.failure: Optional[str] = None  # why the dispatcher stopped, if it died
         self._shown = (0, 0, 0)
+        self._kept: list[StoreSetting] = []  # their password files, unlinked at close
         self.thread = threading.Thread(target=self._loop, name="nsightwrap-probe-engine", daemon=True)
         self.thread.start()
 
@@ -295,6 +330,13 @@ class ProbeEngine:
     def parallel(self) -> int:
         """Probes worth waiting on at once."""
         return max(1, min(self.backend.room(), 64))
+
+    def keep_store(self, setting: str) -> StoreSetting:
+        """The store setting for this engine's tasks: its password in a 0600 file of the job folder, unlinked
+        when the engine closes (also when the folder is the user's --executor-folder)."""
+        kept = StoreSetting.keep(setting, self.folder)
+        self._kept.append(kept)
+        return kept
 
     def counts(self) -> tuple[int, int, int]:
         """(queued, running, finished) probes."""
@@ -304,6 +346,8 @@ class ProbeEngine:
     def run(self, task: ProbeTask) -> dict:
         ticket = _Ticket(task)
         with self.cond:
+            if self.failure is not None:
+                raise NsightwrapError(self.failure)
             if self.closed:
                 raise KeyboardInterrupt("the sweep was interrupted")
             self.pending.append(ticket)
@@ -317,6 +361,13 @@ class ProbeEngine:
 
     # The dispatcher thread.
     def _loop(self) -> None:
+        try:
+            self._dispatch()
+        except Exception as e:  # noqa: BLE001 - a bug or a backend's surprise: no caller may wait forever
+            self._abandon(f"the probe engine stopped ({type(e).__name__}: {_last_line(str(e))}); the sweep "
+                          "cannot go on: run it again (without --executor to run the probes here)")
+
+    def _dispatch(self) -> None:
         while True:
             with self.cond:
                 if self.closed:
@@ -331,6 +382,22 @@ class ProbeEngine:
             with self.cond:
                 if not self.closed:
                     self.cond.wait(self.spec.poll_s)
+
+    def _abandon(self, reason: str) -> None:
+        """The dispatcher died: every queued and running probe answered with `reason`, running jobs cancelled,
+        and later probes refused with it."""
+        with self.cond:
+            self.failure = reason
+            running, self.running = self.running, []
+            pending, self.pending = list(self.pending), deque()
+            for ticket in [t for _, _, t in running] + pending:
+                self._answer(ticket, error=NsightwrapError(reason))
+            self.cond.notify_all()
+        for job, _, _ in running:
+            try:
+                job.cancel(check=False)
+            except Exception:  # noqa: BLE001 - scancel failed: the job ends at its time limit
+                pass
 
     def _submit_some(self) -> None:
         """Pending tickets onto free room (called with the lock held)."""
@@ -354,6 +421,16 @@ class ProbeEngine:
             reply, failure = job.result(), None
         except Exception as e:  # noqa: BLE001 - the job failed (node failure, job error)
             reply, failure = None, f"job {job.job_id} failed: {_last_line(str(e))}"
+        if reply is not None and reply.get("store_error"):  # the store, not the GPU or node: nothing set aside
+            with self.cond:
+                self.running = [r for r in self.running if r[0] is not job]
+                self.backend.release(slot)
+                self._answer(ticket, error=NsightwrapError(
+                    f"the probe's job could not open the hang store on {reply['host']}: {reply['store_error']}; "
+                    "give a store the nodes can reach (--store: a file on a shared file system, or a database "
+                    "URL), or run without --executor"))
+                self.cond.notify_all()
+            return
         if reply is not None and reply["attempt"].gpu_left_after:
             failure = "the GPU still runs processes of the probe (" + ", ".join(reply["attempt"].gpu_left_after) + ")"
         with self.cond:
@@ -362,16 +439,27 @@ class ProbeEngine:
                 self.backend.release(slot)
                 self._answer(ticket, reply=reply)
                 return
-            where = self.backend.set_aside(slot, job, reply)
-            ticket.failures.append(f"{failure} on {where}")
-            ticket.tries += 1
-            if ticket.tries > self.spec.retries:
-                self._answer(ticket, error=NsightwrapError(
-                    f"the probe failed {ticket.tries} time(s), each set aside: {'; '.join(ticket.failures)}; "
-                    "see the job logs (--executor-folder) and free or fix those GPUs/nodes"))
-            else:
-                self.pending.appendleft(ticket)  # run again elsewhere, before the others
-            self.cond.notify_all()
+            self._set_aside(job, slot, ticket, failure, reply)
+
+    def _set_aside(self, job: Any, slot: Optional[str], ticket: _Ticket, failure: str, reply: Optional[dict]) -> None:
+        """A failed job's GPU or node set aside, its probe queued again or, out of retries, failed (lock held)."""
+        where = self.backend.set_aside(slot, job, reply)
+        ticket.failures.append(f"{failure} on {where}")
+        ticket.tries += 1
+        if ticket.tries > self.spec.retries:
+            self._answer(ticket, error=NsightwrapError(
+                f"the probe failed {ticket.tries} time(s), each set aside: {'; '.join(ticket.failures)}; "
+                f"{self._logs()} and free or fix those GPUs/nodes"))
+        else:
+            self.pending.appendleft(ticket)  # run again elsewhere, before the others
+        self.cond.notify_all()
+
+    def _logs(self) -> str:
+        """Where the job logs are: a folder of this engine's own goes when it closes."""
+        if self.owned:
+            return ("the job logs go with this sweep's job folder when it ends: run again with --executor-folder "
+                    "DIR to keep them")
+        return f"see the job logs in {self.folder}"
 
     def _answer(self, ticket: _Ticket, reply: Optional[dict] = None, error: Optional[BaseException] = None) -> None:
         ticket.reply, ticket.error = reply, error
@@ -408,6 +496,8 @@ class ProbeEngine:
             self.closed = True
             self.cond.notify_all()
         self.thread.join(timeout=5)
+        for kept in self._kept:
+            kept.forget()
         if self.owned:
             shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -17,7 +17,9 @@ when the GPU keeps processes of it. The store's answers for this program
 and machine are asked through the session.
 
 Worker threads (sweep --jobs) may share a session: SQLite connections stay
-in their thread, so each worker opens its own store on first use.
+in their thread, so each worker opens its own store on first use, with the
+main store's settings; Session.close() closes them (the main store is the
+caller's).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class Session:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._owner = threading.get_ident()
+        self._thread_stores: list[HangStore] = []  # the workers' own connections, closed by close()
         self.calibrator = calibrator or Calibrator(self.command, store=self.thread_store if store is not None else None)
 
     @classmethod
@@ -136,9 +139,21 @@ class Session:
         assert self.store is not None
         if threading.get_ident() == self._owner:
             return self.store
-        if not hasattr(self._local, "store"):
-            self._local.store = HangStore(self.store.path)
+        if getattr(self._local, "store", None) is None:
+            store = self.store.another()  # the main store's settings: busy_timeout, readonly, user, clock
+            with self._lock:
+                self._thread_stores.append(store)
+            self._local.store = store
         return self._local.store
+
+    def close(self) -> None:
+        """The stores the worker threads opened, closed (a database connection each); the session's own store
+        stays open: it is the caller's. A later thread_store() opens a new one."""
+        with self._lock:
+            stores, self._thread_stores = self._thread_stores, []
+            self._local = threading.local()
+        for store in stores:
+            store.close()
 
     def learn(self, attempt: Attempt) -> bool:
         """A program that no launcher announced may still run several processes: ncu's output says so.

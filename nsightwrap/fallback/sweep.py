@@ -31,7 +31,6 @@ from nsightwrap.fallback.executor import (
     ExecutorSpec,
     ProbeEngine,
     ProbeTask,
-    StoreSetting,
     open_engine,
     store_setting_of,
 )
@@ -367,14 +366,17 @@ def sweep_sections(
     """
     universe = sections_of_set(session.context.info, sections) if isinstance(sections, str) else list(sections)
     user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
-    if executor is not None:
-        result = _on_engine(session, on_probe, executor, jobs, universe, user_filter)
-    else:
-        result = SweepResult(tuple(universe))
-        try:
-            _sweep(_ProbeRunner(session, _gpu_ids(jobs), on_probe), universe, user_filter, result, jobs)
-        except _ProgramFault as e:  # the program hangs or fails by itself: nothing more to learn about ncu
-            result.program_fault = e.attempt
+    try:
+        if executor is not None:
+            result = _on_engine(session, on_probe, executor, jobs, universe, user_filter)
+        else:
+            result = SweepResult(tuple(universe))
+            try:
+                _sweep(_ProbeRunner(session, _gpu_ids(jobs), on_probe), universe, user_filter, result, jobs)
+            except _ProgramFault as e:  # the program hangs or fails by itself: nothing more to learn about ncu
+                result.program_fault = e.attempt
+    finally:
+        session.close()  # the worker threads' own store connections
     result.notes = list(session.store.notes) if session.store is not None else []
     return result
 
@@ -472,7 +474,7 @@ class _ProbeRunner:
         self.session, self.on_probe = session, on_probe
         self.context = session.context
         self.engine = engine
-        self.store_setting = (StoreSetting.keep(store_setting_of(session.store), engine.folder)
+        self.store_setting = (engine.keep_store(store_setting_of(session.store))
                               if engine is not None and session.store is not None else None)
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:

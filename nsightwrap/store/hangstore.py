@@ -79,6 +79,7 @@ class HangStore:
         self.path: Union[Path, StoreLocation] = self.location.path or self.location
         self.readonly = readonly
         self.user = user if user is not None else this_user()
+        self.busy_timeout = busy_timeout
         self._now = now
         #: What a caller should say about this store (open_store: "the database is down, recording here").
         self.notes: list[str] = []
@@ -137,6 +138,12 @@ class HangStore:
 
     def _records(self, *where: Any, limit: Optional[int] = None) -> list[Record]:
         return [row_to_record(r, self.path) for r in self._query(self._q.select_records(*where, limit=limit))]
+
+    def another(self) -> "HangStore":
+        """A second connection to this same store, opened with this one's settings (busy_timeout, readonly,
+        user, clock): for another thread (an SQLite connection stays in its thread). The caller closes it."""
+        return HangStore(self.location, now=self._now, busy_timeout=self.busy_timeout, readonly=self.readonly,
+                         user=self.user)
 
     def close(self) -> None:
         if self._db is not None:

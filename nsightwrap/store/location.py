@@ -8,9 +8,9 @@ The setting is found by one visible precedence (:func:`resolve_store`):
 4. the default file, ``$XDG_CACHE_HOME/nsightwrap/hangs.db`` (else ``~/.cache/nsightwrap/hangs.db``).
 
 A value with a scheme (``postgresql://user:pw@host/db``, ``postgresql+psycopg://...``) is a database URL;
-anything else is a file path (``~`` expanded). A URL's password is a secret: :class:`StoreLocation` keeps
-it for the connection only, and its ``str``, ``repr`` and every message show it masked
-(nsightwrap.secrets.MASK).
+anything else is a file path (``~`` expanded). A URL's password (``user:pw@`` or ``?password=pw``) is a
+secret: :class:`StoreLocation` keeps it for the connection only, and its ``str``, ``repr`` and every message
+show it masked (nsightwrap.secrets.MASK).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Union
+from urllib.parse import unquote, unquote_plus
 
 from nsightwrap.errors import StoreError
 from nsightwrap.paths import cache_dir
@@ -33,6 +34,8 @@ __all__ = ["POSTGRES_EXTRA", "StoreLocation", "StoreUnreachable", "is_url", "loc
 POSTGRES_EXTRA = "pip install 'nsightwrap[postgres]'"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+#: A password given in a URL's query (libpq takes ``?password=``): group 2 is its value, up to ``&`` or ``#``.
+_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)", re.IGNORECASE)
 
 class StoreUnreachable(StoreError):
     """The store's database server cannot be reached (down, wrong host or port, refused login)."""
@@ -76,17 +79,24 @@ class StoreLocation:
 
     @property
     def password(self) -> Optional[str]:
-        """The URL's password (for masking it in text that the driver wrote), if any."""
+        """The URL's password (for masking it in text that the driver wrote), if any: the one before ``@``,
+        else a ``?password=`` (or ``&password=``) of its query."""
         if self.url is None:
             return None
-        match = re.match(r"^[^:/]+://[^/@]*?:([^/@]*)@", self.url)
-        return match.group(1) if match and match.group(1) else None
+        before_at = re.match(r"^[^:/]+://[^/@]*?:([^/@]*)@", self.url)
+        if before_at and before_at.group(1):
+            return before_at.group(1)
+        query = _QUERY_PASSWORD.search(self.url)
+        return query.group(2) if query and query.group(2) else None
 
     def mask(self, text: str) -> str:
-        """`text` (a driver's message) with this location's password masked, wherever it appears."""
+        """`text` (a driver's message) with this location's password masked, wherever it appears (as written
+        in the URL, and percent-decoded as the driver got it)."""
         secret = self.password
         text = mask_text(text)
-        return text.replace(secret, MASK) if secret else text
+        for form in dict.fromkeys((secret, unquote(secret), unquote_plus(secret)) if secret else ()):
+            text = text.replace(form, MASK) if form else text
+        return text
 
     def sqlalchemy_url(self) -> str:
         """The URL for SQLAlchemy: PostgreSQL through psycopg 3 whatever the scheme's spelling."""
@@ -101,8 +111,9 @@ class StoreLocation:
 
 
 def mask_url(url: str) -> str:
-    """A URL with its password masked (``user:***@host``)."""
-    return re.sub(r"^([^:/]+://[^/@:]*:)[^/@]*@", lambda m: m.group(1) + MASK + "@", url)
+    """A URL with its password masked: ``user:***@host``, and ``?password=***`` in its query."""
+    url = re.sub(r"^([^:/]+://[^/@:]*:)[^/@]*@", lambda m: m.group(1) + MASK + "@", url)
+    return _QUERY_PASSWORD.sub(lambda m: m.group(1) + MASK, url)
 
 
 def local_default(env: Optional[Mapping[str, str]] = None) -> Path:

@@ -73,7 +73,7 @@ def migrate(conn: Connection, refuse_newer) -> int:
 
 
 def _give_uids(conn: Connection) -> None:
-    """Rows recorded before version 5 get a uid now, so that an export of them imports once."""
+    """Rows recorded before version 6 (which added records.uid) get a uid now: an export of them imports once."""
     ids = [rid for (rid,) in conn.execute(select(records.c.id).where(records.c.uid.is_(None)))]
     if ids:
         stmt = update(records).where(records.c.id == bindparam("rid")).values(uid=bindparam("new_uid"))

@@ -9,6 +9,7 @@ its mode: a store shared on purpose stays shared.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Mapping, Optional, Union
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 ENV_STORE = "NSIGHTWRAP_STORE"
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # as store.location.is_url, which imports this module
 #: The store when neither $NSIGHTWRAP_STORE nor $XDG_CACHE_HOME is set.
 STORE_NAME = "hangs.db"
 DEFAULT_STORE = f"{CACHE_FALLBACK}/nsightwrap/{STORE_NAME}"
@@ -42,7 +44,7 @@ def default_store_path(env: Optional[Mapping[str, str]] = None) -> Path:
     """
     env = os.environ if env is None else env
     if env.get(ENV_STORE):
-        return Path(env[ENV_STORE]).expanduser()
+        return _file(env[ENV_STORE], ENV_STORE)
     return cache_dir(env) / STORE_NAME
 
 
@@ -50,7 +52,17 @@ def store_path(path: Union[str, os.PathLike, None] = None, env: Optional[Mapping
     """The store file at ``path`` (``~`` expanded) when one is given (not None or empty), else
     :func:`default_store_path` of ``env``. Files only: the commands, ``HangStore(path)`` and doctor resolve the
     setting, a file or a database URL, with :func:`nsightwrap.store.location.resolve_store`."""
-    return Path(path).expanduser() if path else default_store_path(env)
+    return _file(path, "the store setting") if path else default_store_path(env)
+
+
+def _file(value: Union[str, os.PathLike], source: str) -> Path:
+    """`value` as a file path; a database URL (``scheme://``) is refused: it is no file."""
+    text = os.fspath(value)
+    if isinstance(text, str) and _URL.match(text.strip()):
+        raise StoreError(None, f"{source} is a database URL, not a file: open it with "
+                         "nsightwrap.store.opening.open_store (or HangStore(setting)), which take a file or a "
+                         "URL; give a file path here")
+    return Path(text).expanduser()
 
 
 def create_private(path: Path) -> None:

@@ -133,7 +133,7 @@ class Record:
     processes: int = 1
     gpus: Optional[int] = None
     ranks: str = ALL_RANKS
-    #: Schema version 5: the record's own id, the same in every store it is copied to, and who recorded it.
+    #: Schema version 6: the record's own id, the same in every store it is copied to, and who recorded it.
     uid: Optional[str] = None
     user: Optional[str] = None
 
