@@ -42,7 +42,8 @@ def sbatch(args):
         (STATE / "started").touch()
         body = "exit 1" if first and os.environ.get("FAKE_SLURM_FAIL_FIRST") == "1" else f"bash {script}"
         rc = STATE / f"{name}.rc"
-        p = subprocess.Popen(["sh", "-c", f'{body}; echo $? > "{rc}"'], env=env, start_new_session=True,
+        # The body in a subshell: its `exit 1` (a failed task) must not skip writing the rc (sacct: FAILED).
+        p = subprocess.Popen(["sh", "-c", f'({body}); echo $? > "{rc}"'], env=env, start_new_session=True,
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         (STATE / f"{name}.pid").write_text(str(p.pid))
     print(f"Submitted batch job {job}")
