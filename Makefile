@@ -37,8 +37,8 @@ run: install
 	$(PY) examples/make_run.py
 
 # Four workers on two cores: most tests wait on real processes (hangs on the fakes'
-# scaled clock), and four overlap those waits (~78 s for 648 tests on the 2-core CI
-# machine; one at a time, `pytest -q`, takes ~220 s). Two and six workers were measured slower
+# scaled clock), and four overlap those waits (238 s for 1211 tests on the 2-core CI machine, 2026-11-27;
+# ~78 s when there were 648). Two and six workers were measured slower
 # (tests/calibrate + tests/cli on the shared 2-core machine: -n 2 95 s, -n 6 99 s, -n 4 70-80 s).
 test: install-test
 	$(PY) -m ruff check .
