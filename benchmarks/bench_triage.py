@@ -37,7 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nsightwrap.diagnose.run import SANITIZER_TOOLS, TriageOptions, triage_command  # noqa: E402
+from nsightwrap.diagnose.run import TriageOptions, triage_command  # noqa: E402
+from nsightwrap.diagnose.sanitizer import TOOLS  # noqa: E402
 from nsightwrap.ncu.context import RunConfig  # noqa: E402
 from nsightwrap.store.hangstore import HangStore  # noqa: E402
 
@@ -137,7 +138,7 @@ def main() -> int:
             (work / "libfake_tracer.so").write_text("")
             os.environ.setdefault("FAKE_SAN_SCALE", "0.1")
         cases = cases if args.gpu else fake_cases(work)
-        print(f"# bench_triage ({'GPU' if args.gpu else 'fakes'}): tools {','.join(SANITIZER_TOOLS)}; "
+        print(f"# bench_triage ({'GPU' if args.gpu else 'fakes'}): tools {','.join(TOOLS)}; "
               f"overhead = wall - the runs' own wall time, limit {LIMIT_S:g} s", flush=True)
         over = []
         with HangStore(work / "hangs.db") as store:

@@ -34,6 +34,9 @@ FAKE_NCU = FAKE_DIR / "ncu"
 FAKE_APP = FAKE_DIR / "app.py"
 FAKE_NSYS = HERE / "fake_nsys" / "nsys"
 FAKE_SMI_DIR = HERE / "fake_nvidia_smi"
+FAKE_SANITIZER = HERE / "fake_sanitizer" / "compute-sanitizer"
+SAN_APP = HERE / "fake_sanitizer" / "app.py"  # the fake sanitizer's CUDA program with planted bugs
+FLAKY = HERE / "fake_triage" / "flaky.py"  # triage's seeded intermittent program
 DATA = HERE / "data"
 
 #: The tests' clock against the real tool's: the fakes' delays and the

@@ -19,7 +19,8 @@ from nsightwrap.cli.common import (
 )
 from nsightwrap.cli.outcome import report_interrupt
 from nsightwrap.cli.screen import open_screen
-from nsightwrap.diagnose.run import SANITIZER_TOOLS, TriageOptions, triage_command
+from nsightwrap.diagnose.run import TriageOptions, triage_command
+from nsightwrap.diagnose.sanitizer import TOOLS
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
@@ -36,10 +37,10 @@ def parse_tools(text: str) -> tuple[str, ...]:
     if text.strip() in ("", "none"):
         return ()
     tools = tuple(t.strip() for t in text.split(",") if t.strip())
-    unknown = [t for t in tools if t not in SANITIZER_TOOLS]
+    unknown = [t for t in tools if t not in TOOLS]
     if unknown:
         raise argparse.ArgumentTypeError(f"{','.join(unknown)} is not a compute-sanitizer tool; give some of "
-                                         f"{','.join(SANITIZER_TOOLS)}, or none")
+                                         f"{','.join(TOOLS)}, or none")
     return tools
 
 
@@ -57,8 +58,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("triage", help="is it ncu or my kernel? runs without ncu, compute-sanitizer, a verdict",
                        usage="%(prog)s [options] -- COMMAND [ARGS...]")
     p.add_argument("--runs", type=_runs, default=5, metavar="N", help="runs without ncu (default 5)")
-    p.add_argument("--tools", type=parse_tools, default=SANITIZER_TOOLS, metavar="T,T",
-                   help=f"compute-sanitizer tools (default {','.join(SANITIZER_TOOLS)}; `none` for none)")
+    p.add_argument("--tools", type=parse_tools, default=TOOLS, metavar="T,T",
+                   help=f"compute-sanitizer tools (default {','.join(TOOLS)}; `none` for none)")
     p.add_argument("--kernel", type=given, metavar="NAME", help="the kernel in question (sanitizer filter, walk)")
     p.add_argument("--walk", action="store_true", help="also walk the ncu fallback ladder for the kernel")
     p.add_argument("--set", dest="section_set", default="full", metavar="SET", help="the walk's settings (full)")

@@ -34,9 +34,8 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch.locate import check_program
 
-__all__ = ["SANITIZER_TOOLS", "TriageOptions", "triage_command"]
+__all__ = ["TriageOptions", "triage_command"]
 
-SANITIZER_TOOLS = TOOLS  # compute-sanitizer's tools, as nsightwrap.diagnose.sanitizer knows them
 #: A sanitizer run's total limit without --timeout: this x a run's limit without a tool (run_limit). The
 #: stall rule, scaled by each tool's slowdown, is the main guard; this bounds a run that keeps moving for ever.
 SANITIZER_RUNS_OF_LIMIT = 20.0
@@ -59,7 +58,7 @@ class TriageOptions:
     compute-sanitizer's path."""
 
     runs: int = 5
-    tools: tuple[str, ...] = SANITIZER_TOOLS
+    tools: tuple[str, ...] = TOOLS
     kernel: Optional[str] = None
     walk: bool = False
     set: str = "full"  # noqa: A003 - ncu's own word
@@ -71,10 +70,10 @@ class TriageOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.runs, int) or self.runs < 1:
             raise OptionsError(f"runs={self.runs!r}: give how many runs without ncu to make (1 or more)")
-        unknown = [t for t in self.tools if t not in SANITIZER_TOOLS]
+        unknown = [t for t in self.tools if t not in TOOLS]
         if unknown:
             raise OptionsError(f"tools={','.join(unknown)}: not a compute-sanitizer tool; give some of "
-                               f"{','.join(SANITIZER_TOOLS)} (or none)")
+                               f"{','.join(TOOLS)} (or none)")
         if self.kernel == "":
             raise OptionsError("kernel='' would filter nothing: give a kernel name, or leave it out")
         if self.timeout is not None and not self.timeout > 0:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 
-from helpers import HERE
+from helpers import FAKE_SANITIZER
 
 from nsightwrap.cli.versions import _sanitizer
-from nsightwrap.diagnose.run import SANITIZER_TOOLS
+from nsightwrap.diagnose.run import TriageOptions
 from nsightwrap.diagnose.sanitizer import TOOLS
-
-FAKE_SANITIZER = HERE / "fake_sanitizer" / "compute-sanitizer"
 
 
 def test_the_versions_find_compute_sanitizer_where_triage_does(tmp_path):
@@ -23,4 +21,4 @@ def test_the_versions_find_compute_sanitizer_where_triage_does(tmp_path):
 
 
 def test_triage_knows_the_tools_the_sanitizer_module_knows():
-    assert SANITIZER_TOOLS is TOOLS
+    assert TriageOptions().tools is TOOLS  # one list: the sanitizer module's

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_APP, HERE, no_leftovers, read_until, run_cli, start_cli
+from helpers import FAKE_APP, FAKE_SANITIZER, FLAKY, HERE, SAN_APP, no_leftovers, read_until, run_cli, start_cli
 
 import nsightwrap
 from nsightwrap.diagnose.plain import FAILED, FINISHED, HUNG
@@ -26,9 +26,6 @@ from nsightwrap.store.debuglog import debug_log
 from nsightwrap.store.keys import Environment
 from nsightwrap.store.triage import triage_rows
 
-FLAKY = HERE / "fake_triage" / "flaky.py"
-SAN_APP = HERE / "fake_sanitizer" / "app.py"
-FAKE_SANITIZER = HERE / "fake_sanitizer" / "compute-sanitizer"
 NONE = TriageOptions(tools=())
 
 
@@ -41,19 +38,6 @@ def failing(seed: str, rate: float, n: int) -> bool:
     import random
 
     return random.Random(f"{seed}:{n}").random() < rate
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """The fake tracer (any file as the library), a run counter, a seed; the fake sanitizer's fast clock."""
-    lib = tmp_path / "libfake_tracer.so"
-    lib.write_text("")
-    monkeypatch.setenv("NSIGHTWRAP_TRACER", str(lib))
-    monkeypatch.setenv("FAKE_TRIAGE_COUNTER", str(tmp_path / "counter"))
-    monkeypatch.setenv("FAKE_TRIAGE_SEED", "11")
-    monkeypatch.setenv("FAKE_SAN_SCALE", "0.1")
-    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
-    return dict(os.environ)
 
 
 def test_an_intermittent_failure_is_counted_with_its_cuda_error_and_kernel(env, monkeypatch, store):

@@ -3,14 +3,13 @@ cannot be executed, the verdict's words per tool, the CUDA error names, the kern
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import HERE, no_leftovers, run_cli
+from helpers import FAKE_SANITIZER, FLAKY, SAN_APP, no_leftovers, run_cli
 
 from nsightwrap.diagnose.cudaerrors import find_cuda_error
 from nsightwrap.diagnose.plain import FINISHED, PlainRun
@@ -50,22 +49,6 @@ def test_a_driver_name_maps_only_to_the_runtime_error_it_really_is(output, name)
 # ---- triage_command with the fakes (tests/fake_triage/flaky.py, tests/fake_sanitizer) ----
 
 
-FLAKY = HERE / "fake_triage" / "flaky.py"
-SAN_APP = HERE / "fake_sanitizer" / "app.py"
-FAKE_SANITIZER = HERE / "fake_sanitizer" / "compute-sanitizer"
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """The fake tracer, a run counter (absent until a run is made), the fake sanitizer's fast clock."""
-    lib = tmp_path / "libfake_tracer.so"
-    lib.write_text("")
-    monkeypatch.setenv("NSIGHTWRAP_TRACER", str(lib))
-    monkeypatch.setenv("FAKE_TRIAGE_COUNTER", str(tmp_path / "counter"))
-    monkeypatch.setenv("FAKE_TRIAGE_SEED", "11")
-    monkeypatch.setenv("FAKE_SAN_SCALE", "0.1")
-    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
-    return dict(os.environ)
 
 
 def _stub(calls: list, findings: tuple = (), status: str = "ok", reason: str = ""):
