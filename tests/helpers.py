@@ -137,6 +137,23 @@ def read_until(p: subprocess.Popen, stream: Any, needle: bytes, timeout: float =
     return buf
 
 
+def ctrl_c_sweep(argv: Sequence[str], env: dict, settle_s: float = 0.0) -> None:
+    """`nsightwrap ARGV` (a sweep on an executor): once a probe's job runs (and `settle_s` later), SIGINT; it must
+    end interrupted (130, JSON status `interrupted`)."""
+    import json
+
+    p = start_cli(argv, env)
+    try:
+        read_until(p, p.stderr, b"1 running", timeout=60)
+        time.sleep(settle_s)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err.decode()
+    assert json.loads(out)["status"] == "interrupted"
+
+
 def sigterm_once_hung(p: subprocess.Popen, stream: Any) -> tuple[bytes, bytes]:
     """Read `stream` until the fake kernel hangs at `0%..`, SIGTERM `p`; return (what was read, its stdout)."""
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
 import sys
 import threading
@@ -13,7 +12,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from helpers import FAKE_SMI_DIR, HERE, ROOT, app, read_until, run_cli, run_config, start_cli
+from helpers import FAKE_SMI_DIR, HERE, ROOT, app, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting, store_setting_of
@@ -218,17 +217,9 @@ def _alive_in_scope(scope: str) -> list[int]:
 
 def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(smi, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = start_cli(["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
-                   "--stall-timeout", "60", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
-                   *app("a@hang")], env)
-    try:
-        read_until(p, p.stderr, b"1 running", timeout=60)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    finally:
-        p.kill()
-    assert p.returncode == 130, err.decode()
-    assert json.loads(out)["status"] == "interrupted"
+    ctrl_c_sweep(["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
+                  "--stall-timeout", "60", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
+                  *app("a@hang")], env)
     deadline = time.monotonic() + 10
     while _alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
         assert time.monotonic() < deadline, "processes left after the sweep"

@@ -3,16 +3,14 @@ starts it and sets NSIGHTWRAP_SLURM_TEST=1); skipped elsewhere. The probes use t
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
 
 import pytest
-from helpers import FAKE_SMI_DIR, ROOT, app, read_until, run_config, start_cli
+from helpers import FAKE_SMI_DIR, ROOT, app, ctrl_c_sweep, run_config
 
 from nsightwrap.fallback.executor import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
@@ -50,19 +48,10 @@ def test_a_sweep_on_slurm_finds_the_culprits_and_records_them(env, tmp_path):
 
 
 def test_ctrl_c_cancels_the_slurm_jobs(env, tmp_path):
-    p = start_cli(["sweep-sections", "--executor", "slurm", "--slurm-partition", "debug", "--section",
-                   "SourceCounters", "--json", "--stall-timeout", "120", "--store", str(tmp_path / "hangs.db"),
-                   "--executor-folder", str(tmp_path / "jobs"), "--no-preflight", "--", *app("a@hang")],
-                  dict(os.environ))
-    try:
-        read_until(p, p.stderr, b"1 running", timeout=60)
-        time.sleep(2)  # the job has started on the node
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    finally:
-        p.kill()
-    assert p.returncode == 130, err.decode()
-    assert json.loads(out)["status"] == "interrupted"
+    ctrl_c_sweep(["sweep-sections", "--executor", "slurm", "--slurm-partition", "debug", "--section",
+                  "SourceCounters", "--json", "--stall-timeout", "120", "--store", str(tmp_path / "hangs.db"),
+                  "--executor-folder", str(tmp_path / "jobs"), "--no-preflight", "--", *app("a@hang")],
+                 dict(os.environ), settle_s=2)  # the job has started on the node
     deadline = time.monotonic() + 30
     while subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline, "jobs left in the queue"
