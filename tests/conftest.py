@@ -154,10 +154,13 @@ def tag(monkeypatch):
 @pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL server for this session (one per xdist worker, ~1.5 s to start; see tests/pg.py),
-    stopped and removed at the end; the tests that need it skip, saying why, where it cannot be started."""
+    stopped and removed at the end. Where it cannot be started the tests that need it skip, saying why, unless
+    NSIGHTWRAP_TEST_POSTGRES=required (CI's .ci/run): then they fail, since a skip proves nothing."""
     import pg
 
     why = pg.missing()
+    if why and os.environ.get("NSIGHTWRAP_TEST_POSTGRES") == "required":
+        pytest.fail(f"PostgreSQL is required here (NSIGHTWRAP_TEST_POSTGRES=required): {why}")
     if why:
         pytest.skip(why)
     server = pg.start_server()

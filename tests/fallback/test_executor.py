@@ -21,8 +21,6 @@ from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
 
-pytest.importorskip("submitit")
-
 FAKE_SLURM_DIR = HERE / "fake_slurm"
 SECTIONS = ["SourceCounters", "Occupancy", "LaunchStats"]
 PROGRAM = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
