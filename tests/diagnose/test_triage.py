@@ -40,6 +40,12 @@ def failing(seed: str, rate: float, n: int) -> bool:
     return random.Random(f"{seed}:{n}").random() < rate
 
 
+@pytest.fixture
+def env(triage_env):
+    """The triage tests' environment (conftest.triage_env)."""
+    return triage_env
+
+
 def test_an_intermittent_failure_is_counted_with_its_cuda_error_and_kernel(env, monkeypatch, store):
     monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.4")
     expected = sum(failing("11", 0.4, n) for n in range(1, 9))

@@ -36,6 +36,12 @@ from nsightwrap.store.triage import triage_rows
 from nsightwrap.watch.rules import Cancelled
 
 
+@pytest.fixture
+def env(triage_env):
+    """The triage tests' environment (conftest.triage_env)."""
+    return triage_env
+
+
 @pytest.mark.parametrize("output,name", [
     ("cuLaunchKernel: CUDA_ERROR_INVALID_VALUE", "cudaErrorInvalidValue"),
     ("cuStreamSynchronize: CUDA_ERROR_INVALID_HANDLE", "cudaErrorInvalidResourceHandle"),
