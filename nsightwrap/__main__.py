@@ -20,7 +20,9 @@ try:
     from nsightwrap.cli.main import main
 
     _code = main()
-except KeyboardInterrupt:  # before main owned the signals itself
+except (KeyboardInterrupt, RuntimeError) as _e:  # before main owned the signals itself
+    if isinstance(_e, RuntimeError) and not isinstance(_e.__cause__, KeyboardInterrupt):
+        raise  # (3.11 wraps a KeyboardInterrupt raised while a class is made in a RuntimeError)
     from nsightwrap.cli.main import answer_interrupted, exit_now
 
     exit_now(answer_interrupted(sys.argv[1:], "interrupted while starting; nothing was run"))

@@ -56,6 +56,10 @@ def _answer(argv: list[str]) -> int:
             return _command(argv)
     except KeyboardInterrupt:  # while the commands load, or outside one's own handling
         return answer_interrupted(argv)
+    except RuntimeError as e:  # Python 3.11 wraps one raised while a class is made (`__set_name__` of a field)
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            return answer_interrupted(argv)
+        raise
 
 
 def exit_now(code: int) -> NoReturn:
