@@ -13,13 +13,15 @@ compute-sanitizer at a tenth of real time):
 On the GPU machine, with the kernels of tests/gpu/triage_kernels.cu (built here with nvcc -lineinfo, or --exe):
 
     python3 benchmarks/bench_triage.py --gpu [--exe BUILD/triage_kernels] [--ncu /usr/local/cuda/bin/ncu] \\
-        [--sanitizer /usr/local/cuda/bin/compute-sanitizer] [--cases oob,race,uninit,flaky,selfhang,ncuhang,clean]
+        [--sanitizer /usr/local/cuda/bin/compute-sanitizer] [--app BUILD/kernels] \\
+        [--cases oob,race,uninit,flaky,selfhang,ncuhang,ncupasses,clean]
 
 Cases: clean (nothing to find: ok), oob (memcheck names oob_write and its line), race (racecheck: reduce_race),
 uninit (initcheck: read_uninit), flaky (fails in some of 20 runs: the rate), selfhang (hangs without ncu:
-wait_forever, called within the calibration limit), ncuhang (fine alone, hangs under ncu: profiler-induced,
-with the settings that work; --walk). Exit 1 when a case's overhead exceeds 1 s; the GPU is checked for
-compute processes left at the end.
+wait_forever, called within the calibration limit), ncuhang (fine alone, hangs under ncu with every setting:
+profiler-induced, no setting works; --walk), ncupasses (kernels.cu `passes 1`: hangs only when ncu replays it,
+profiler-induced, with the settings that work; --walk). Exit 1 when a case's overhead exceeds 1 s; the GPU is
+checked for compute processes left at the end.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from nsightwrap.store.hangstore import HangStore  # noqa: E402
 
 LIMIT_S = 1.0
 TESTS = ROOT / "tests"
-ALL = ("clean", "oob", "race", "uninit", "flaky", "selfhang", "ncuhang")
+ALL = ("clean", "oob", "race", "uninit", "flaky", "selfhang", "ncuhang", "ncupasses")
 
 
 def fake_cases(work: Path) -> dict[str, tuple[list[str], TriageOptions, RunConfig, dict[str, str]]]:
@@ -69,11 +71,16 @@ def fake_cases(work: Path) -> dict[str, tuple[list[str], TriageOptions, RunConfi
                     TriageOptions(runs=2, tools=(), walk=True, set="full"),
                     RunConfig(stall_timeout=0.5, stall_timeout_given=True),
                     {"NSIGHTWRAP_NCU": str(TESTS / "fake_ncu" / "ncu"), "FAKE_NCU_SCALE": "0.1"}),
+        # Hangs only when ncu needs many replay passes: the walk finds a setting that works.
+        "ncupasses": ([py, str(ncu_app), "a", "wait_for_count@hang-if=SpeedOfLight"],
+                      TriageOptions(runs=2, tools=(), walk=True, set="full"),
+                      RunConfig(stall_timeout=0.5, stall_timeout_given=True),
+                      {"NSIGHTWRAP_NCU": str(TESTS / "fake_ncu" / "ncu"), "FAKE_NCU_SCALE": "0.1"}),
     }
 
 
-def gpu_cases(exe: str, sanitizer: str | None, ncu: str | None) -> dict[str, tuple[list[str], TriageOptions,
-                                                                                     RunConfig, dict[str, str]]]:
+def gpu_cases(exe: str, app: str, sanitizer: str | None, ncu: str | None
+              ) -> dict[str, tuple[list[str], TriageOptions, RunConfig, dict[str, str]]]:
     every = TriageOptions(runs=5, sanitizer=sanitizer)
     plain = RunConfig(ncu=ncu)
     return {
@@ -86,13 +93,18 @@ def gpu_cases(exe: str, sanitizer: str | None, ncu: str | None) -> dict[str, tup
                      RunConfig(ncu=ncu, calibration_limit=10.0), {}),
         "ncuhang": ([exe, "ncuhang", "60"], TriageOptions(runs=3, tools=(), walk=True, set="full"),
                     RunConfig(ncu=ncu, calibration_limit=20.0), {}),
+        # tests/gpu/kernels.cu `passes 1`: wait_for_count is answered once per run, so it is fine alone and under
+        # one-pass collections and hangs when ncu replays it (FACTS.md): profiler-induced, with settings that work.
+        "ncupasses": ([app, "passes", "1", "60"], TriageOptions(runs=3, tools=(), walk=True, set="full"),
+                      RunConfig(ncu=ncu, calibration_limit=20.0), {}),
     }
 
 
-def build(work: Path) -> str:
+def build(work: Path, name: str) -> str:
+    """tests/gpu/NAME.cu built with nvcc -lineinfo into WORK."""
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    exe = work / "triage_kernels"
-    subprocess.run([nvcc, "-O2", "-arch=sm_90", "-lineinfo", "-o", str(exe), str(TESTS / "gpu" / "triage_kernels.cu")],
+    exe = work / name
+    subprocess.run([nvcc, "-O2", "-arch=sm_90", "-lineinfo", "-o", str(exe), str(TESTS / "gpu" / f"{name}.cu")],
                    check=True)
     return str(exe)
 
@@ -126,13 +138,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="the real kernels of tests/gpu/triage_kernels.cu")
     ap.add_argument("--exe", help="triage_kernels already built (else nvcc builds it)")
+    ap.add_argument("--app", help="tests/gpu/kernels.cu already built, for ncupasses (else nvcc builds it)")
     ap.add_argument("--ncu"), ap.add_argument("--sanitizer")
     ap.add_argument("--cases", default=",".join(ALL))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-triage-") as tmp:
         work = Path(tmp)
         if args.gpu:
-            cases = gpu_cases(args.exe or build(work), args.sanitizer, args.ncu)
+            app = args.app or (build(work, "kernels") if "ncupasses" in args.cases else "")
+            cases = gpu_cases(args.exe or build(work, "triage_kernels"), app, args.sanitizer, args.ncu)
         else:
             os.environ.setdefault("NSIGHTWRAP_TRACER", str(work / "libfake_tracer.so"))
             (work / "libfake_tracer.so").write_text("")
