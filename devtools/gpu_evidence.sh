@@ -15,7 +15,8 @@
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
 #          tracertests (tests/gpu/test_gpu_tracer.py)   lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
 #          verdicts (issue 19's benchmark: no nsys, the CUPTI tracer; CALIB_STEPS, CALIB_BUDGET)
-#          triagetests (tests/gpu/test_triage_gpu.py)   triage (issue 21's benchmark on the planted-bug kernels)
+#          triagetests (tests/gpu/test_triage_gpu.py)   triage (issue 21's benchmark on the planted-bug kernels; TRIAGE_CASES)
+#          perrank (issue 19: raw ncu per rank of a torchrun job, devtools/gpu_perrank.sh; PERRANK_STEPS; two GPUs)
 #          executor2 (issue 22: a sweep on 1 and 2 GPUs of the local executor; needs two GPUs)
 #          fnhang (profile(fn) on a hang, defaults)   ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
@@ -74,7 +75,8 @@ want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy 
 want gputests && step 480 gputests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py
 want tracertests && step 240 tracertests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu_tracer.py
 want triagetests && step 300 triagetests python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_triage_gpu.py
-want triage   && step 420 triage   python3 benchmarks/bench_triage.py --gpu --ncu /usr/local/cuda/bin/ncu --sanitizer /usr/local/cuda/bin/compute-sanitizer
+want triage   && step 420 triage   python3 benchmarks/bench_triage.py --gpu --ncu /usr/local/cuda/bin/ncu --sanitizer /usr/local/cuda/bin/compute-sanitizer --cases "${TRIAGE_CASES:-clean,oob,race,uninit,flaky,selfhang,ncuhang,ncupasses}"
+want perrank  && step 400 perrank  env STEPS="${PERRANK_STEPS:-}" bash devtools/gpu_perrank.sh "$W/perrank"
 want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn

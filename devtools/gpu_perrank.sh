@@ -7,6 +7,10 @@
 #   split      one attempt instead of two: rank 0 profiles only the collectives (LaunchStats, one pass),
 #              rank 1 every other kernel with --set basic
 #   onerank    today's second attempt: rank 0 profiles the collectives (LaunchStats), rank 1 runs plain
+#   perrankall one ncu per rank, NOTHING left out, --set basic: does the collective pass when each rank has its
+#              own ncu (each replays its own collective), or hang as under one ncu over the job? (limit 60 s)
+#   perrankls  one ncu per rank, nothing left out, --section LaunchStats (one pass) (limit 60 s)
+# STEPS="alone perrankall" picks steps (default: all).
 # Each step under timeout; after each: leftover processes and nvidia-smi's compute apps.
 #   bash devtools/gpu_perrank.sh OUTDIR
 set -u
@@ -22,6 +26,8 @@ r=\${LOCAL_RANK:?}; mode=\$1; [ "\$r" = 1 ] && mode=\$2
 case \$mode in
   plain) exec "$PY" -u "$PROG" ;;
   basic) exec "$NCU" --set basic -k '$NONCCL' -f -o "$W/\$3.r\$r" --log-file "$W/\$3.r\$r.log" "$PY" -u "$PROG" ;;
+  all)   exec "$NCU" --set basic -f -o "$W/\$3.r\$r" --log-file "$W/\$3.r\$r.log" "$PY" -u "$PROG" ;;
+  ls)    exec "$NCU" --section LaunchStats -f -o "$W/\$3.r\$r" --log-file "$W/\$3.r\$r.log" "$PY" -u "$PROG" ;;
   coll)  exec "$NCU" --section LaunchStats -k 'regex:^nccl' -f -o "$W/\$3.r\$r" --log-file "$W/\$3.r\$r.log" "$PY" -u "$PROG" ;;
 esac
 WRAP
@@ -30,13 +36,14 @@ after() {
   echo "== after $1: left: $(pgrep -f 'multi_allreduce|ncu|TreeLauncher' | grep -v $$ | tr '\n' ' ')"
   echo "== nvidia-smi: $(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader | tr '\n' ';')"
 }
-step() {  # step NAME CMD...
+step() {  # step NAME CMD...   (LIMIT=seconds, default 100)
   local name=$1; shift; local t0; t0=$(date +%s.%N)
-  timeout -k 5 100 "$@" > "$W/$name.out" 2>&1; local rc=$?
+  case " ${STEPS:-$name} " in *" $name "*) ;; *) return ;; esac
+  timeout -k 5 "${LIMIT:-100}" "$@" > "$W/$name.out" 2>&1; local rc=$?
   local dt; dt=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
   echo "== $name: rc=$rc in $dt s; profiled: $(cat "$W/$name".r*.log "$W/$name.out" 2>/dev/null | grep -c '==PROF== Profiling')"
   grep -h -E '==ERROR==|==WARNING==|multi_allreduce:' "$W/$name.out" "$W/$name".r*.log 2>/dev/null | sort | uniq -c | head -5
-  pkill -9 -f "$PROG" 2>/dev/null; sleep 2; after "$name"
+  pkill -9 -f "$PROG" 2>/dev/null; pkill -9 -f "$W/" 2>/dev/null; sleep 2; after "$name"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step alone   "$TORCHRUN" --nproc-per-node 2 "$PROG"
@@ -44,6 +51,8 @@ step single  "$NCU" --set basic -k "$NONCCL" --target-processes all -f -o "$W/si
 step perrank "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" basic basic perrank
 step split   "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" coll basic split
 step onerank "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" coll plain onerank
+LIMIT=60 step perrankall "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" all all perrankall
+LIMIT=60 step perrankls  "$TORCHRUN" --nproc-per-node 2 --no-python "$W/wrap.sh" ls ls perrankls
 step alone2  "$TORCHRUN" --nproc-per-node 2 "$PROG"
 ls -la "$W" | grep ncu-rep
 rm -rf "$W"
