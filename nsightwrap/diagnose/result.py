@@ -14,7 +14,8 @@ __all__ = ["TriageResult"]
 
 @dataclass(frozen=True)
 class TriageResult:
-    """runs: the runs without ncu; blocking: the CUDA_LAUNCH_BLOCKING=1 run, if one was made; sanitizers:
+    """runs: the runs without ncu; blocking: the last CUDA_LAUNCH_BLOCKING=1 run, if one was made (tries: all of
+    them, as an intermittent failure may take a few draws to show); sanitizers:
     (SanitizerView, diagnose.sanitizer's SanitizerRun) per tool; walk: (WalkView, LadderResult) with --walk;
     kernel: the kernel in question (--kernel, else the one the runs named, else the first sanitizer
     findings'); elapsed_s: the whole triage; runs_s: the runs it made (each program's wall time under the
@@ -32,6 +33,7 @@ class TriageResult:
     triage_id: str
     notes: tuple[str, ...] = ()
     walk_s: float = 0.0  # the ncu walk's wall time, its own set-up included (it counts as one run)
+    blocking_tries: tuple[PlainRun, ...] = ()  # every CUDA_LAUNCH_BLOCKING=1 run; blocking is the last
 
     @property
     def exit_code(self) -> int:
@@ -48,7 +50,8 @@ class TriageResult:
     @property
     def runs_s(self) -> float:
         """Wall time of the runs it made (the programs' own, under the watchdog)."""
-        total = sum(r.elapsed_s for r in self.runs) + (self.blocking.elapsed_s if self.blocking else 0.0)
+        tries = self.blocking_tries or ((self.blocking,) if self.blocking is not None else ())
+        total = sum(r.elapsed_s for r in self.runs) + sum(r.elapsed_s for r in tries)
         total += sum(getattr(run, "elapsed_s", 0.0) or 0.0 for _, run in self.sanitizers)
         return total + self.walk_s
 
@@ -67,8 +70,8 @@ class TriageResult:
     def summary(self) -> str:
         lines = [f"triage: {self.verdict}"]
         lines += [f"  run {r.index}: {r.reason}" for r in self.runs]
-        if self.blocking is not None:
-            lines.append(f"  CUDA_LAUNCH_BLOCKING=1: {self.blocking.reason}")
+        for r in self.blocking_tries or ((self.blocking,) if self.blocking is not None else ()):
+            lines.append(f"  CUDA_LAUNCH_BLOCKING=1 (run {r.index}): {r.reason}")
         lines += [f"  {v.tool}: {v.outcome}" + (f" ({v.count} finding(s))" if v.count else "")
                   for v, _ in self.sanitizers]
         if self.walk is not None:
@@ -93,6 +96,7 @@ class TriageResult:
             "command": mask_argv(self.command), "triage_id": self.triage_id,
             "runs": [r.to_dict() for r in self.runs], "failed": self.failed, "hung": self.hung,
             "of": len(self.runs), "blocking": self.blocking.to_dict() if self.blocking else None,
+            "blocking_tries": len(self.blocking_tries),
             "sanitizers": [sanitizer(v, r) for v, r in self.sanitizers], "walk": walk,
             "elapsed_s": round(self.elapsed_s, 3), "runs_s": round(self.runs_s, 3),
             "overhead_s": round(self.overhead_s, 3), "notes": list(self.notes)})

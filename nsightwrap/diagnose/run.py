@@ -132,6 +132,7 @@ class _Triage:
     triage_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     runs: list[PlainRun] = field(default_factory=list)
     blocking: Optional[PlainRun] = None
+    blocking_tries: list[PlainRun] = field(default_factory=list)
     sanitizers: list[tuple[SanitizerView, Any]] = field(default_factory=list)
     walk: Optional[tuple[WalkView, Any]] = None
     walk_s: float = 0.0
@@ -161,6 +162,7 @@ def _plain_runs(t: _Triage, cal: _Calibrated, env: dict, tracer: Any) -> None:
         t.say(f"runs with CUDA_LAUNCH_BLOCKING=1 ({asynchronous[0].error} is reported asynchronously)")
         for i in range(BLOCKING_TRIES):  # an intermittent failure may need more than one draw to show
             t.blocking = t.plain(cal, env, tracer, n + 1 + i, BLOCKING)
+            t.blocking_tries.append(t.blocking)
             t.say(f"CUDA_LAUNCH_BLOCKING=1: {t.blocking.reason}")
             t.record([records.blocking_record(t.triage_id, t.command, t.blocking, asynchronous[0])])
             if t.blocking.outcome == FAILED or len(asynchronous) == len(t.runs):
@@ -278,7 +280,8 @@ def _result(t: _Triage, started: float, interrupted: Optional[str]) -> TriageRes
     if interrupted:
         status, line = interrupted, f"interrupted after {len(t.runs)} run(s) without ncu; so far: {line}"
     result = TriageResult(t.command, status, line, _kernel_in_question(t), tuple(t.runs), t.blocking,
-                          tuple(t.sanitizers), t.walk, t.clock() - started, t.triage_id, tuple(t.notes), t.walk_s)
+                          tuple(t.sanitizers), t.walk, t.clock() - started, t.triage_id, tuple(t.notes), t.walk_s,
+                          tuple(t.blocking_tries))
     if t.store is not None and not interrupted:
         t.record([records.verdict_record(t.triage_id, t.command, result)])
     return replace(result, notes=tuple(t.notes))
