@@ -31,7 +31,7 @@ from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
-from nsightwrap.watch.signals import Interrupts
+from nsightwrap.watch.signals import Interrupts, child_signal_reset
 from nsightwrap.watch.tree import (
     COOKIE_VAR,
     OWNER_VAR,
@@ -140,7 +140,7 @@ class _Watch:
             self.guard = Guard(self.cookie, self.policy, self.frontend_names, tool_log=tool_log)
         self.proc = subprocess.Popen(
             self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, cwd=self.cwd, start_new_session=True, close_fds=True)
+            env=env, cwd=self.cwd, start_new_session=True, close_fds=True, preexec_fn=child_signal_reset())
         self.out = PipeReader(self.proc.stdout.fileno())
         self.tree = ProcessTree(self.proc.pid, self.cookie, self.frontend_names,
                                 root_running=lambda: self.proc.returncode is None)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 #: The signals that mean "stop what you are doing" to nsightwrap.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -142,3 +142,22 @@ def settle() -> None:
         while scope is not None:
             scope.delivered = True
             scope = scope.outer
+
+
+def _stop_signals_at_default() -> None:
+    """In a child between fork and exec: the stop signals at their defaults."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def child_signal_reset() -> Optional[Callable[[], None]]:
+    """A preexec_fn for a child nsightwrap must be able to stop, or None when none is needed.
+
+    A process started with a stop signal ignored (`cmd &` in a script ignores SIGINT, nohup SIGHUP) passes
+    SIG_IGN on through exec, while handlers are reset there. nsightwrap leaves its own disposition alone, but
+    its children must hear the SIGINT of a graceful stop (ncu writes its report on it), so for them the
+    ignored signals go back to default. Only then is a preexec_fn used (it makes Popen fork instead of
+    spawn)."""
+    if all(signal.getsignal(sig) is not signal.SIG_IGN for sig in STOP_SIGNALS):
+        return None
+    return _stop_signals_at_default
