@@ -1,0 +1,46 @@
+"""What a probe's job costs beyond its attempt on the local executor (issue 22): the node asks nvidia-smi only
+for the GPU checks (the machine is the sweep's own: its environment travels with the task), the engine looks at
+local jobs often (a poll of a process), and each job's timeline says where the time went."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from helpers import FAKE_SMI_DIR, app, run_config
+
+from nsightwrap.fallback.executor import LOCAL_POLL_S, POLL_S, ExecutorSpec
+from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.sweep import sweep_sections
+from nsightwrap.store.hangstore import HangStore
+
+
+@pytest.fixture
+def smi(fake_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    monkeypatch.setenv("FAKE_SMI_LOG", str(tmp_path / "smi.log"))
+    return tmp_path / "smi.log"
+
+
+def test_local_jobs_ask_nvidia_smi_only_for_the_gpu_checks(smi, tmp_path):
+    """One --query-gpu in all (the sweep's own environment, asked once), none per probe; every record keeps
+    that environment."""
+    with HangStore(tmp_path / "hangs.db") as store:
+        config = run_config(tmp_path, env=dict(os.environ), check_gpu=True)
+        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), config, store=store),
+                           sections=["SourceCounters", "Occupancy"], jobs=2, executor=ExecutorSpec("local"))
+        assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
+        records = store.records()
+    calls = smi.read_text().splitlines()
+    jobs = len(r.whole_runs) + sum(k.probes_run for k in r.kernels)
+    assert jobs >= 3 and sum(c.startswith("--query-gpu") for c in calls) == 1, calls
+    assert len({(x.gpu, x.driver, x.host, x.gpus) for x in records}) == 1 and records[0].gpu == "NVIDIA H200"
+
+
+def test_local_jobs_are_looked_at_often_slurm_jobs_as_before():
+    assert ExecutorSpec("local").poll == LOCAL_POLL_S < 0.05 and ExecutorSpec("slurm").poll == POLL_S
+    assert ExecutorSpec("local", poll_s=0.3).poll == 0.3
