@@ -178,12 +178,15 @@ def run_probe(task: ProbeTask) -> dict:
     """On the node: the probe as a local sweep runs it, recorded in the store as Session.attempt records (the
     store leaves out an interrupted probe and a program fault); the probe's dict.
 
-    A probe whose GPU still runs processes afterwards is recorded all the same (as Session.attempt does before
-    GpuKept); its reply's attempt says so (gpu_left_after) and the engine sets that GPU aside and runs the
-    probe again elsewhere. A store that cannot be opened here is no fault of the GPU or node: the reply's
-    ``store_error`` says why (no attempt is made) and the engine fails the probe without setting anything aside.
+    The store opens beside the attempt's start (_Opening: opening it imports the database library, a few tenths
+    of a second of every job). A probe whose GPU still runs processes afterwards is recorded all the same (as
+    Session.attempt does before GpuKept); its reply's attempt says so (gpu_left_after) and the engine sets that
+    GPU aside and runs the probe again elsewhere. A store that cannot be opened here is no fault of the GPU or
+    node: the attempt is stopped at once, the reply's ``store_error`` says why (no attempt in it) and the engine
+    fails the probe without setting anything aside.
     """
     began = time.time()
+    opening = _Opening(task.store)
     context = RunContext.create(task.config)
     own = {SWEEP_VAR: task.sweep} if task.sweep else {}
     if task.gpu is not None:
@@ -192,33 +195,69 @@ def run_probe(task: ProbeTask) -> dict:
     reply: dict[str, Any] = {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES"),
                              "node_s": {"began": began}}
     try:
-        store = HangStore(task.store.setting()) if task.store is not None else None
-    except (StoreError, OSError) as e:  # OSError: the password file is gone (the engine closed)
+        attempt, recorded = _probe(task, context, opening, reply["node_s"])
+    except StoreError as e:
         return {**reply, "status": ERROR, "recorded": False, "attempt": None, "store_error": mask_text(str(e))}
-    try:
-        attempt, recorded = _probe(task, context, store, reply["node_s"])
     finally:
-        if store is not None:
-            store.close()
+        opening.close()
     reply["node_s"]["ended"] = time.time()
     return {**reply, "status": attempt.status, "recorded": recorded, "attempt": attempt}
 
 
-def _probe(task: ProbeTask, context: RunContext, store: Optional[HangStore], times: dict) -> tuple[Any, bool]:
+def _probe(task: ProbeTask, context: RunContext, opening: "_Opening", times: dict) -> tuple[Any, bool]:
     """The probe's attempt, and whether the store kept a record of it; `times` gets the attempt's start and end
-    (wall clock, seconds since the epoch: the engine sets them beside its own)."""
+    (wall clock, seconds since the epoch: the engine sets them beside its own). StoreError: the store could not
+    be opened (the attempt was stopped as soon as that was known)."""
     command = list(task.command)
-    session = Session(command, context, store=store, calibrator=Calibrator(command, store=store, nsys=task.nsys),
-                      environment=task.environment)
+    env = task.environment
+    if env is None and task.store is not None:
+        env = task.shape.environment(context)  # the node's own (Slurm), asked once
+    calibrator = Calibrator(command, store=opening.get if task.store is not None else None, env=env, nsys=task.nsys)
+    session = Session(command, context, calibrator=calibrator, environment=env)
     session.shape = task.shape  # as the sweep has learnt it
     times["attempt_start"] = time.time()
     try:
-        attempt = session.run(task.options, what="the probe")
+        attempt = session.run(task.options, what="the probe", cancel=opening.failed)
     except ProfileInterrupted as e:
+        opening.get()  # the store's error, when that was what stopped it
         return e.attempt, False
     finally:
         times["attempt_end"] = time.time()
+    session.store = opening.get()
     return attempt, bool(session.record(attempt, task.options, Tag(ladder=task.ladder)))
+
+
+class _Opening:
+    """The probe's store, opened in a thread of its own from the job's start; `failed` is set when it cannot be.
+    (The store's SQLite connection may be used by another thread, one at a time: check_same_thread is off.)"""
+
+    def __init__(self, setting: Optional[StoreSetting]) -> None:
+        self.store: Optional[HangStore] = None
+        self.error: Optional[StoreError] = None
+        self.failed = threading.Event()
+        self.thread = threading.Thread(target=self._open, args=(setting,), name="nsightwrap-store-open", daemon=True)
+        self.thread.start()
+
+    def _open(self, setting: Optional[StoreSetting]) -> None:
+        if setting is None:
+            return
+        try:
+            self.store = HangStore(setting.setting())
+        except (StoreError, OSError) as e:  # OSError: the password file is gone (the engine closed)
+            self.error = e if isinstance(e, StoreError) else StoreError(str(e))
+            self.failed.set()
+
+    def get(self) -> Optional[HangStore]:
+        """The store once open (None: no store given); StoreError when it could not be opened."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.store
+
+    def close(self) -> None:
+        self.thread.join()
+        if self.store is not None:
+            self.store.close()
 
 
 # --- where jobs run ----------------------------------------------------------------

@@ -30,6 +30,7 @@ from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.executor import (
     LOCAL,
     ExecutorSpec,
+    JobTimes,
     ProbeEngine,
     ProbeTask,
     open_engine,
@@ -103,6 +104,8 @@ class SweepResult:
     #: The probe that found the program hanging or failing by itself, without ncu: the sweep stopped there.
     program_fault: Optional[Attempt] = None
     notes: list[str] = field(default_factory=list)  # the store's, e.g. the team's database was down
+    #: On a cluster engine: each job's timeline (executor.JobTimes: where, submitted, node times, seen).
+    jobs: list[JobTimes] = field(default_factory=list)
 
     @property
     def first(self) -> Optional[Attempt]:
@@ -401,6 +404,8 @@ def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], ex
             _pipelined(runner, universe, user_filter, result, engine)
         except _ProgramFault as e:
             result.program_fault = e.attempt
+        finally:
+            result.jobs = list(engine.timeline)
         return result
 
 

@@ -5,6 +5,7 @@ local jobs often (a poll of a process), and each job's timeline says where the t
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -44,3 +45,29 @@ def test_local_jobs_ask_nvidia_smi_only_for_the_gpu_checks(smi, tmp_path):
 def test_local_jobs_are_looked_at_often_slurm_jobs_as_before():
     assert ExecutorSpec("local").poll == LOCAL_POLL_S < 0.05 and ExecutorSpec("slurm").poll == POLL_S
     assert ExecutorSpec("local", poll_s=0.3).poll == 0.3
+
+
+def test_the_store_opens_beside_the_attempt_not_before_it(tmp_path, fake_env, monkeypatch):
+    """Opening the store (importing the database library: tenths of a second a job) delays no attempt; the
+    probe is recorded once both are done."""
+    from nsightwrap.fallback import executor as executor_module
+    from nsightwrap.fallback.collectives import JobShape
+    from nsightwrap.fallback.executor import ProbeTask, StoreSetting, run_probe
+    from nsightwrap.ncu.options import ProfileOptions
+
+    real = executor_module.HangStore
+
+    def slow_store(setting):
+        time.sleep(1.0)
+        return real(setting)
+
+    monkeypatch.setattr(executor_module, "HangStore", slow_store)
+    command = app("vec_add")
+    task = ProbeTask(tuple(command), ProfileOptions(set="basic"), run_config(tmp_path, env=fake_env),
+                     StoreSetting(str(tmp_path / "h.db")), JobShape.of(command))
+    reply = run_probe(task)
+    times = reply["node_s"]
+    assert reply["status"] == "ok" and reply["recorded"]
+    assert times["attempt_start"] - times["began"] < 0.9 <= times["ended"] - times["began"]
+    with real(tmp_path / "h.db", readonly=True) as store:
+        assert [r.kernel for r in store.records()] == ["vec_add"]
