@@ -297,7 +297,7 @@ class _Local:
             g = self.free.pop(0)
             job = self.executors[g].submit(run_probe, replace(task, gpu=g))
             job._results_timeout_s = 0  # a local job's result is there at once, or never (no shared file system)
-            out.append((job, g))
+            out.append((_LocalJob(job), g))
         return out
 
     def release(self, slot: Optional[str]) -> None:
@@ -312,6 +312,33 @@ class _Local:
             return None
         return (f"every GPU was set aside (GPUs {', '.join(self.aside)}: a failed job or processes left on it); "
                 "free the GPUs (nvidia-smi) and run again")
+
+
+class _LocalJob:
+    """A local submitit job, done once its result file is there (submitit writes it whole: a temporary file
+    renamed). The job's process takes tenths of a second more to exit (it imported the store's database
+    library), and the probe's tree has ended before the result is written, so its GPU is free again."""
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self.job_id = job.job_id
+
+    @property
+    def _process(self) -> Any:  # for _wait_local
+        return getattr(self.job, "_process", None)
+
+    def done(self) -> bool:
+        return self.job.paths.result_pickle.exists() or self.job.done()
+
+    def result(self) -> Any:
+        if self.job.paths.result_pickle.exists():
+            outcome, value = self.job._get_outcome_and_result()  # submitit's reader, without waiting for the exit
+            if outcome == "success":
+                return value
+        return self.job.result()  # the job's error, raised by submitit once its process has ended
+
+    def cancel(self, check: bool = True) -> None:
+        self.job.cancel(check=check)
 
 
 class _Slurm:

@@ -71,3 +71,34 @@ def test_the_store_opens_beside_the_attempt_not_before_it(tmp_path, fake_env, mo
     assert times["attempt_start"] - times["began"] < 0.9 <= times["ended"] - times["began"]
     with real(tmp_path / "h.db", readonly=True) as store:
         assert [r.kernel for r in store.records()] == ["vec_add"]
+
+
+def test_a_local_job_is_done_once_its_result_is_written_not_once_its_process_exits(tmp_path):
+    """The job's process may take a while to exit (an interpreter with the database library to tear down):
+    its result is read at once; a job's error is still raised as submitit raises it."""
+    import submitit
+
+    from nsightwrap.fallback.executor import _LocalJob
+
+    def slow_exit(x):  # a closure: pickled by value, so the job's process needs no test module
+        import atexit
+        import time as t
+
+        atexit.register(t.sleep, 5)
+        if x < 0:
+            raise ValueError("boom")
+        return x + 1
+
+    ex = submitit.LocalExecutor(folder=tmp_path)
+    ex.update_parameters(timeout_min=1)
+    job = _LocalJob(ex.submit(slow_exit, 1))
+    start = time.monotonic()
+    while not job.done():
+        assert time.monotonic() - start < 20
+        time.sleep(0.01)
+    assert job.result() == 2 and not job.job.done()  # its process is still exiting
+    failing = _LocalJob(ex.submit(slow_exit, -1))
+    with pytest.raises(Exception, match="boom"):
+        while not failing.done():
+            time.sleep(0.01)
+        failing.result()
