@@ -186,15 +186,15 @@ def run_probe(task: ProbeTask) -> dict:
     fails the probe without setting anything aside.
     """
     began = time.time()
-    opening = _Opening(task.store)
-    context = RunContext.create(task.config)
     own = {SWEEP_VAR: task.sweep} if task.sweep else {}
     if task.gpu is not None:
         own["CUDA_VISIBLE_DEVICES"] = task.gpu
-    context = context.replace(env={**context.env, **own})
-    reply: dict[str, Any] = {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES"),
-                             "node_s": {"began": began}}
+    reply: dict[str, Any] = {"host": socket.gethostname(), "gpu": None, "node_s": {"began": began}}
+    opening = _Opening(task.store)
     try:
+        context = RunContext.create(task.config)
+        context = context.replace(env={**context.env, **own})
+        reply["gpu"] = context.env.get("CUDA_VISIBLE_DEVICES")
         attempt, recorded = _probe(task, context, opening, reply["node_s"])
     except StoreError as e:
         return {**reply, "status": ERROR, "recorded": False, "attempt": None, "store_error": mask_text(str(e))}
