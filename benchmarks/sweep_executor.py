@@ -10,7 +10,11 @@ the culprits match.
     python3 benchmarks/sweep_executor.py --app /tmp/nsightwrap-bench/app          # twohang 60, set basic
     python3 benchmarks/sweep_executor.py --fake                                   # the fakes (no GPU)
 
-Goal (issue 22): 2 GPUs <= 0.6x the one-GPU time, same culprits.
+Goal (issue 22): 2 GPUs <= 0.6x the one-GPU time, same culprits. Each sweep's table ends with the engine's
+own time per job (medians: submission to the attempt's start, the attempt's end to the reply seen) and the
+GPU of each job in the order submitted. The bound of `twohang`'s shape: the 2-GPU sweep cannot end before the
+first two whole-program runs plus the second kernel's three probes (0.59 of the 1-GPU time with the real
+timings and ~1-3 s of overhead a job; 0.60 with none; tests/fallback/test_sweep_schedule.py).
 """
 
 from __future__ import annotations
@@ -48,6 +52,19 @@ def culprits(result) -> dict:
     return {k.kernel: (sorted(k.singles), sorted(map(tuple, k.combinations))) for k in result.kernels}
 
 
+def overhead(result) -> str:
+    """Where the engine's own time went (median over the jobs): submission to the attempt's start on the node
+    (the job's processes and imports), the attempt's end to the reply seen here; the GPU of each job."""
+    times = [j.overhead() for j in result.jobs]
+    start = [t["to_start_s"] for t in times if t["to_start_s"] is not None]
+    seen = [t["to_seen_s"] for t in times if t["to_seen_s"] is not None]
+    def med(xs: list[float]) -> str:
+        return f"{statistics.median(xs):.2f} s" if xs else "-"
+
+    gpus = " ".join(f"{j.chain or 'whole'}@{j.where}" for j in result.jobs)
+    return f"{len(times)} jobs; submit -> attempt start {med(start)}, attempt end -> seen {med(seen)}; {gpus}"
+
+
 def one(command: list[str], sections: list[str], section_set: str, gpus: int, work: Path, n: int,
         stall_timeout: float) -> tuple[float, dict, str]:
     config = RunConfig(report_dir=str(work / f"r{gpus}-{n}"), cache_dir=str(work / "cache"), env=dict(os.environ),
@@ -57,7 +74,7 @@ def one(command: list[str], sections: list[str], section_set: str, gpus: int, wo
         r = sweep_sections(Session.open(command, config, store=store), sections=sections or section_set, jobs=gpus,
                            executor=ExecutorSpec("local"))
         took = time.monotonic() - t
-    return took, culprits(r), r.table()
+    return took, culprits(r), r.table() + "\nengine: " + overhead(r)
 
 
 def main() -> int:

@@ -10,7 +10,15 @@ the node.
 
 One dispatcher thread owns the submitit jobs (ProbeEngine). The sweep's
 threads hand it tasks and wait; it submits them (at once, as one job array on
-Slurm: executor.batch()), polls the jobs, and answers each caller. A job that
+Slurm: executor.batch()), polls the jobs, and answers each caller. Each task
+belongs to a chain (the whole-program runs are one, each kernel's probes
+another: a chain's jobs depend on each other, so it has one at a time); when
+tasks wait for a GPU, the chain that has had the fewest jobs goes first (a
+chain just begun has the most work left: on 2 GPUs the last kernel found
+starts at once instead of waiting behind the whole-program run that may find
+nothing), a retried probe before all. The engine keeps each job's timeline
+(JobTimes: where it ran, when it was submitted, started and ended on the
+node, and seen here). A job that
 fails (node failure, job error) or whose GPU keeps processes is set aside (the
 local GPU is no longer used; the Slurm node is excluded) and its probe runs
 again elsewhere, at most `retries` times. cancel() (Ctrl-C) cancels every
@@ -49,12 +57,16 @@ from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import ERROR
 from nsightwrap.store.hangstore import HangStore
+from nsightwrap.store.keys import Environment
 from nsightwrap.watch import gpu
 
 LOCAL, SLURM = "local", "slurm"
 EXECUTORS = (LOCAL, SLURM)
-#: How often the dispatcher looks at its jobs (seconds).
+#: How often the dispatcher looks at its jobs (seconds): Slurm's (sacct, cached by submitit).
 POLL_S = 0.2
+#: Local jobs: a look is a poll() of the job's process, so the dispatcher looks often (a probe's end is seen
+#: within this, not within POLL_S: 0.1 s a probe on average).
+LOCAL_POLL_S = 0.02
 #: A local job's own time limit (submitit's default is 2 minutes): a probe is bounded by its watch instead.
 LOCAL_JOB_MINUTES = 24 * 60
 
@@ -70,13 +82,18 @@ class ExecutorSpec:
     options: tuple[tuple[str, str], ...] = ()  # more sbatch options (--slurm-opt KEY=VALUE)
     retries: int = 2  # a probe set aside is run again at most this many times
     folder: Optional[str] = None  # job files (Slurm: must be shared with the nodes); default a folder made here
-    poll_s: float = POLL_S
+    poll_s: Optional[float] = None  # how often the jobs are looked at; default LOCAL_POLL_S or POLL_S (Slurm)
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
             raise OptionsError(f"unknown executor {self.kind!r}; use one of {', '.join(EXECUTORS)}")
         if self.retries < 0:
             raise OptionsError(f"retries must be 0 or more, not {self.retries}")
+
+    @property
+    def poll(self) -> float:
+        """Seconds between two looks at the jobs."""
+        return self.poll_s if self.poll_s is not None else LOCAL_POLL_S if self.kind == LOCAL else POLL_S
 
 
 # --- the probe, on the node ------------------------------------------------------
@@ -152,45 +169,95 @@ class ProbeTask:
     gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe (local jobs); None: the node's own
     ladder: str = SWEEP
     sweep: str = ""  # the sweep's token (SWEEP_VAR): its other probes on the node's GPUs are not foreign
+    #: The machine as the sweep's store knows it, where the job runs on that machine (local jobs): the node
+    #: need not ask nvidia-smi again. None: the node detects its own (Slurm).
+    environment: Optional[Environment] = None
 
 
 def run_probe(task: ProbeTask) -> dict:
     """On the node: the probe as a local sweep runs it, recorded in the store as Session.attempt records (the
     store leaves out an interrupted probe and a program fault); the probe's dict.
 
-    A probe whose GPU still runs processes afterwards is recorded all the same (as Session.attempt does before
-    GpuKept); its reply's attempt says so (gpu_left_after) and the engine sets that GPU aside and runs the
-    probe again elsewhere. A store that cannot be opened here is no fault of the GPU or node: the reply's
-    ``store_error`` says why (no attempt is made) and the engine fails the probe without setting anything aside.
+    The store opens beside the attempt's start (_Opening: opening it imports the database library, a few tenths
+    of a second of every job). A probe whose GPU still runs processes afterwards is recorded all the same (as
+    Session.attempt does before GpuKept); its reply's attempt says so (gpu_left_after) and the engine sets that
+    GPU aside and runs the probe again elsewhere. A store that cannot be opened here is no fault of the GPU or
+    node: the attempt is stopped at once, the reply's ``store_error`` says why (no attempt in it) and the engine
+    fails the probe without setting anything aside.
     """
-    context = RunContext.create(task.config)
+    began = time.time()
     own = {SWEEP_VAR: task.sweep} if task.sweep else {}
     if task.gpu is not None:
         own["CUDA_VISIBLE_DEVICES"] = task.gpu
-    context = context.replace(env={**context.env, **own})
-    reply = {"host": socket.gethostname(), "gpu": context.env.get("CUDA_VISIBLE_DEVICES")}
+    reply: dict[str, Any] = {"host": socket.gethostname(), "gpu": None, "node_s": {"began": began}}
+    opening = _Opening(task.store)
     try:
-        store = HangStore(task.store.setting()) if task.store is not None else None
-    except (StoreError, OSError) as e:  # OSError: the password file is gone (the engine closed)
+        context = RunContext.create(task.config)
+        context = context.replace(env={**context.env, **own})
+        reply["gpu"] = context.env.get("CUDA_VISIBLE_DEVICES")
+        attempt, recorded = _probe(task, context, opening, reply["node_s"])
+    except StoreError as e:
         return {**reply, "status": ERROR, "recorded": False, "attempt": None, "store_error": mask_text(str(e))}
-    try:
-        attempt, recorded = _probe(task, context, store)
     finally:
-        if store is not None:
-            store.close()
+        opening.close()
+    reply["node_s"]["ended"] = time.time()
     return {**reply, "status": attempt.status, "recorded": recorded, "attempt": attempt}
 
 
-def _probe(task: ProbeTask, context: RunContext, store: Optional[HangStore]) -> tuple[Any, bool]:
-    """The probe's attempt, and whether the store kept a record of it."""
+def _probe(task: ProbeTask, context: RunContext, opening: "_Opening", times: dict) -> tuple[Any, bool]:
+    """The probe's attempt, and whether the store kept a record of it; `times` gets the attempt's start and end
+    (wall clock, seconds since the epoch: the engine sets them beside its own). StoreError: the store could not
+    be opened (the attempt was stopped as soon as that was known)."""
     command = list(task.command)
-    session = Session(command, context, store=store, calibrator=Calibrator(command, store=store, nsys=task.nsys))
+    env = task.environment
+    if env is None and task.store is not None:
+        env = task.shape.environment(context)  # the node's own (Slurm), asked once
+    calibrator = Calibrator(command, store=opening.get if task.store is not None else None, env=env, nsys=task.nsys)
+    session = Session(command, context, calibrator=calibrator, environment=env)
     session.shape = task.shape  # as the sweep has learnt it
+    times["attempt_start"] = time.time()
     try:
-        attempt = session.run(task.options, what="the probe")
+        attempt = session.run(task.options, what="the probe", cancel=opening.failed)
     except ProfileInterrupted as e:
+        opening.get()  # the store's error, when that was what stopped it
         return e.attempt, False
+    finally:
+        times["attempt_end"] = time.time()
+    session.store = opening.get()
     return attempt, bool(session.record(attempt, task.options, Tag(ladder=task.ladder)))
+
+
+class _Opening:
+    """The probe's store, opened in a thread of its own from the job's start; `failed` is set when it cannot be.
+    (The store's SQLite connection may be used by another thread, one at a time: check_same_thread is off.)"""
+
+    def __init__(self, setting: Optional[StoreSetting]) -> None:
+        self.store: Optional[HangStore] = None
+        self.error: Optional[StoreError] = None
+        self.failed = threading.Event()
+        self.thread = threading.Thread(target=self._open, args=(setting,), name="nsightwrap-store-open", daemon=True)
+        self.thread.start()
+
+    def _open(self, setting: Optional[StoreSetting]) -> None:
+        if setting is None:
+            return
+        try:
+            self.store = HangStore(setting.setting())
+        except (StoreError, OSError) as e:  # OSError: the password file is gone (the engine closed)
+            self.error = e if isinstance(e, StoreError) else StoreError(str(e))
+            self.failed.set()
+
+    def get(self) -> Optional[HangStore]:
+        """The store once open (None: no store given); StoreError when it could not be opened."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.store
+
+    def close(self) -> None:
+        self.thread.join()
+        if self.store is not None:
+            self.store.close()
 
 
 # --- where jobs run ----------------------------------------------------------------
@@ -230,7 +297,7 @@ class _Local:
             g = self.free.pop(0)
             job = self.executors[g].submit(run_probe, replace(task, gpu=g))
             job._results_timeout_s = 0  # a local job's result is there at once, or never (no shared file system)
-            out.append((job, g))
+            out.append((_LocalJob(job), g))
         return out
 
     def release(self, slot: Optional[str]) -> None:
@@ -245,6 +312,33 @@ class _Local:
             return None
         return (f"every GPU was set aside (GPUs {', '.join(self.aside)}: a failed job or processes left on it); "
                 "free the GPUs (nvidia-smi) and run again")
+
+
+class _LocalJob:
+    """A local submitit job, done once its result file is there (submitit writes it whole: a temporary file
+    renamed). The job's process takes tenths of a second more to exit (it imported the store's database
+    library), and the probe's tree has ended before the result is written, so its GPU is free again."""
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self.job_id = job.job_id
+
+    @property
+    def _process(self) -> Any:  # for _wait_local
+        return getattr(self.job, "_process", None)
+
+    def done(self) -> bool:
+        return self.job.paths.result_pickle.exists() or self.job.done()
+
+    def result(self) -> Any:
+        if self.job.paths.result_pickle.exists():
+            outcome, value = self.job._get_outcome_and_result()  # submitit's reader, without waiting for the exit
+            if outcome == "success":
+                return value
+        return self.job.result()  # the job's error, raised by submitit once its process has ended
+
+    def cancel(self, check: bool = True) -> None:
+        self.job.cancel(check=check)
 
 
 class _Slurm:
@@ -298,8 +392,29 @@ def _node_of(job: Any) -> Optional[str]:
 
 
 @dataclass
+class JobTimes:
+    """One job's timeline (wall clock, seconds since the epoch): submitted and seen here, began and ended on
+    the node (run_probe), the attempt's own start and end there; what ran it (the GPU, or host:GPU)."""
+
+    chain: str
+    where: Optional[str]
+    submitted: float
+    seen: Optional[float] = None
+    node: dict = field(default_factory=dict)  # began, attempt_start, attempt_end, ended (run_probe's reply)
+
+    def overhead(self) -> dict[str, Optional[float]]:
+        """Seconds from the submission to the attempt's start, and from its end to the reply seen here."""
+        start, end = self.node.get("attempt_start"), self.node.get("attempt_end")
+        return {"to_start_s": None if start is None else start - self.submitted,
+                "to_seen_s": None if end is None or self.seen is None else self.seen - end}
+
+
+@dataclass
 class _Ticket:
     task: ProbeTask
+    chain: str = ""  # the whole-program runs (""), or a kernel's probes: one job at a time each
+    seq: int = 0  # order of arrival
+    queued: Optional[Callable[[], None]] = None  # told once the ticket waits in the queue
     tries: int = 0
     reply: Optional[dict] = None
     error: Optional[BaseException] = None
@@ -318,6 +433,10 @@ class ProbeEngine:
         self.pending: deque[_Ticket] = deque()
         self.running: list[tuple[Any, Optional[str], _Ticket]] = []
         self.finished = 0
+        self.served: dict[str, int] = {}  # jobs submitted per chain
+        self.timeline: list[JobTimes] = []  # every job submitted, in order
+        self._times: dict[int, JobTimes] = {}  # id(job) -> its entry
+        self._seq = 0
         self.cond = threading.Condition()
         self.closed = False
         self.failure: Optional[str] = None  # why the dispatcher stopped, if it died
@@ -343,15 +462,20 @@ class ProbeEngine:
         with self.cond:
             return len(self.pending), len(self.running), self.finished
 
-    def run(self, task: ProbeTask) -> dict:
-        ticket = _Ticket(task)
+    def run(self, task: ProbeTask, chain: str = "", queued: Optional[Callable[[], None]] = None) -> dict:
+        """The probe's reply, once its job is done. chain: what the task belongs to (see the module docstring);
+        queued: called once the task waits in the queue (a caller that starts a chain waits for that)."""
         with self.cond:
             if self.failure is not None:
                 raise NsightwrapError(self.failure)
             if self.closed:
                 raise KeyboardInterrupt("the sweep was interrupted")
+            self._seq += 1
+            ticket = _Ticket(task, chain, self._seq, queued)
             self.pending.append(ticket)
             self.cond.notify_all()
+        if queued is not None:
+            queued()
         while not ticket.done.wait(0.5):  # short waits: Ctrl-C reaches the main thread between them
             pass
         if ticket.error is not None:
@@ -381,7 +505,7 @@ class ProbeEngine:
             self._show()
             with self.cond:
                 if not self.closed:
-                    self.cond.wait(self.spec.poll_s)
+                    self.cond.wait(self.spec.poll)
 
     def _abandon(self, reason: str) -> None:
         """The dispatcher died: every queued and running probe answered with `reason`, running jobs cancelled,
@@ -400,27 +524,40 @@ class ProbeEngine:
                 pass
 
     def _submit_some(self) -> None:
-        """Pending tickets onto free room (called with the lock held)."""
+        """Pending tickets onto free room, the first by _first (called with the lock held)."""
         n = min(len(self.pending), self.backend.room())
         if n == 0:
             reason = self.backend.exhausted() if self.pending else None
             while reason and self.pending:
                 self._answer(self.pending.popleft(), error=NsightwrapError(reason))
             return
-        tickets = [self.pending.popleft() for _ in range(n)]
+        tickets = sorted(self.pending, key=self._first)[:n]
+        for t in tickets:
+            self.pending.remove(t)
+            self.served[t.chain] = self.served.get(t.chain, 0) + 1
         try:
             jobs = self.backend.submit([t.task for t in tickets])
         except Exception as e:  # noqa: BLE001 - sbatch refused: every caller hears why
             for t in tickets:
                 self._answer(t, error=NsightwrapError(f"the probe could not be submitted: {mask_text(str(e))}"))
             return
-        self.running.extend((job, slot, t) for (job, slot), t in zip(jobs, tickets))
+        now = time.time()
+        for (job, slot), t in zip(jobs, tickets):
+            self._times[id(job)] = times = JobTimes(t.chain, slot, now)
+            self.timeline.append(times)
+            self.running.append((job, slot, t))
+
+    def _first(self, ticket: _Ticket) -> tuple[int, int, int]:
+        """Which waiting ticket gets a GPU first: a retried probe, then the chain with the fewest jobs so far
+        (least attained service: a chain just begun has the most left), then the oldest."""
+        return (0 if ticket.tries else 1, self.served.get(ticket.chain, 0), ticket.seq)
 
     def _collect(self, job: Any, slot: Optional[str], ticket: _Ticket) -> None:
         try:
             reply, failure = job.result(), None
         except Exception as e:  # noqa: BLE001 - the job failed (node failure, job error)
             reply, failure = None, f"job {job.job_id} failed: {_last_line(str(e))}"
+        self._timed(job, reply)
         if reply is not None and reply.get("store_error"):  # the store, not the GPU or node: nothing set aside
             with self.cond:
                 self.running = [r for r in self.running if r[0] is not job]
@@ -440,6 +577,17 @@ class ProbeEngine:
                 self._answer(ticket, reply=reply)
                 return
             self._set_aside(job, slot, ticket, failure, reply)
+
+    def _timed(self, job: Any, reply: Optional[dict]) -> None:
+        """The job's timeline completed: seen now; the node's times; where it ran (Slurm: host:GPU)."""
+        times = self._times.pop(id(job), None)
+        if times is None:
+            return
+        times.seen = time.time()
+        if isinstance(reply, dict):
+            times.node = dict(reply.get("node_s") or {})
+            if self.spec.kind != LOCAL and reply.get("host"):
+                times.where = f"{reply['host']}:{reply.get('gpu') or '-'}"
 
     def _set_aside(self, job: Any, slot: Optional[str], ticket: _Ticket, failure: str, reply: Optional[dict]) -> None:
         """A failed job's GPU or node set aside, its probe queued again or, out of retries, failed (lock held)."""

@@ -28,7 +28,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.executor import (
+    LOCAL,
     ExecutorSpec,
+    JobTimes,
     ProbeEngine,
     ProbeTask,
     open_engine,
@@ -98,9 +100,12 @@ class SweepResult:
     kernels: list[KernelSweep] = field(default_factory=list)
     clean: bool = False  # the whole set worked on every kernel
     whole_runs: list[Attempt] = field(default_factory=list)  # step 1: the whole set on the whole program
+    whole_gpus: list[Optional[str]] = field(default_factory=list)  # where each whole run ran (as Probe.gpu)
     #: The probe that found the program hanging or failing by itself, without ncu: the sweep stopped there.
     program_fault: Optional[Attempt] = None
     notes: list[str] = field(default_factory=list)  # the store's, e.g. the team's database was down
+    #: On a cluster engine: each job's timeline (executor.JobTimes: where, submitted, node times, seen).
+    jobs: list[JobTimes] = field(default_factory=list)
 
     @property
     def first(self) -> Optional[Attempt]:
@@ -123,12 +128,16 @@ class SweepResult:
         own (a program fault, nothing profiled)."""
         return EXIT_CODES[self.status] if self.status not in (OK, HANG) else 0
 
+    def _whole_gpus(self) -> list[Optional[str]]:
+        return self.whole_gpus + [None] * (len(self.whole_runs) - len(self.whole_gpus))
+
     def table(self) -> str:
         lines = [f"{'kernel':<32} {'sections':<60} {'outcome':<7} {'passes':>6} {'s':>6}"]
-        for a in self.whole_runs:
+        for a, where in zip(self.whole_runs, self._whole_gpus()):
             lines.append(f"{'(whole program)':<32} {'all ' + str(len(self.sets)) + ' sections':<60} "
                          f"{a.status[:7]:<7} {'':>6} {a.elapsed_s:>6.1f}"
-                         + (f"  on {a.stalled_kernel}" if a.status == HANG and a.stalled_kernel else ""))
+                         + (f"  on {a.stalled_kernel}" if a.status == HANG and a.stalled_kernel else "")
+                         + (f"  GPU {where}" if where else ""))
         for k in self.kernels:
             for p in k.probes:
                 first, *rest = wrap_sections(p.label())
@@ -173,7 +182,8 @@ class SweepResult:
                         "gpu": p.gpu}
                        for p in k.probes]} for k in self.kernels],
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
-                                    "seconds": round(a.elapsed_s, 2)} for a in self.whole_runs],
+                                    "seconds": round(a.elapsed_s, 2), "gpu": where}
+                                   for a, where in zip(self.whole_runs, self._whole_gpus())],
             "notes": list(self.notes)})
 
 
@@ -394,18 +404,28 @@ def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], ex
             _pipelined(runner, universe, user_filter, result, engine)
         except _ProgramFault as e:
             result.program_fault = e.attempt
+        finally:
+            result.jobs = list(engine.timeline)
         return result
 
 
 def _pipelined(runner: "_ProbeRunner", universe: list[str], user_filter: Optional[KernelFilter],
                result: SweepResult, engine: ProbeEngine) -> None:
     """_sweep, each hanging kernel investigated as soon as a whole-program run finds it, beside the next
-    whole-program run (the engine gives each job its own GPU, so the whole-program runs wait for none)."""
-    with cf.ThreadPoolExecutor(max_workers=engine.parallel) as pool:
+    whole-program run (the engine gives each job its own GPU). The next whole-program run is queued only once
+    the new kernel's first probe is: when both wait for one GPU, the engine's order (the chain with the fewest
+    jobs first) then gives it to the probe, whose chain has the most work left."""
+    # A thread per kernel's chain (they wait on the engine, which alone bounds the GPUs): a chain never waits
+    # for another to end before it starts.
+    with cf.ThreadPoolExecutor(max_workers=max(engine.parallel, CHAINS_AT_ONCE)) as pool:
         futures: list[cf.Future] = []
 
         def found(kernel: str) -> None:
-            futures.append(pool.submit(investigate, kernel, universe, runner.probe, least=runner.least))
+            started = threading.Event()
+            futures.append(pool.submit(runner.chain, started, investigate, kernel, universe, runner.probe,
+                                       least=runner.least))
+            while not started.wait(0.5):  # short waits: Ctrl-C reaches this thread between them
+                pass
 
         try:
             if not _hanging_kernels(runner, frozenset(universe), user_filter, result, on_found=found):
@@ -415,6 +435,10 @@ def _pipelined(runner: "_ProbeRunner", universe: list[str], user_filter: Optiona
             runner.cancel.set()  # no new probe; the jobs running now are cancelled, their callers told
             engine.cancel()
             raise
+
+
+#: Kernels investigated at once on the engine (threads that wait on it; its GPUs bound the probes).
+CHAINS_AT_ONCE = 64
 
 
 class _ProgramFault(Exception):
@@ -450,8 +474,9 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
         families = sorted({collective_family(k) for k in hanging} - {None}) if runner.shape.multi else []
         runner.context.listener.stage(f"whole program, all {len(full)} sections"
                                       + (f", without {', '.join(hanging)}" if hanging else ""))
-        a, _ = runner.watched(_options(full, exclude_kernels(user_filter, hanging, families)))
+        a, where = runner.watched(_options(full, exclude_kernels(user_filter, hanging, families)))
         result.whole_runs.append(a)
+        result.whole_gpus.append(where)
         if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
             hanging.append(a.stalled_kernel)
             if on_found is not None:
@@ -480,6 +505,7 @@ class _ProbeRunner:
         for g in gpus:
             self.gpus.put(g)
         self.cancel = threading.Event()
+        self._local = threading.local()  # per chain's thread: who waits for its first job to be queued
 
     @property
     def shape(self) -> JobShape:
@@ -490,10 +516,21 @@ class _ProbeRunner:
         """The rank probes profile alone, or None to profile the whole program."""
         return self.session.rank if self.shape.multi and self.shape.one_rank_possible else None
 
-    def watched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
-        """One attempt of the session on a free GPU, recorded in the store; (attempt, the GPU it ran on)."""
+    def chain(self, started: threading.Event, investigation: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """investigation(*args, **kw) in this thread, `started` set once its first job is queued on the engine
+        (or once it ends without one)."""
+        self._local.queued = started.set
+        try:
+            return investigation(*args, **kw)
+        finally:
+            self._local.queued = None
+            started.set()
+
+    def watched(self, opts: ProfileOptions, chain: str = "") -> tuple[Attempt, Optional[str]]:
+        """One attempt of the session on a free GPU, recorded in the store; (attempt, the GPU it ran on).
+        chain: the kernel whose probe it is ("" for a whole-program run): the engine's order of jobs."""
         if self.engine is not None:
-            return self._dispatched(opts)
+            return self._dispatched(opts, chain)
         gpu_id = self.gpus.get()
         try:
             if self.cancel.is_set():
@@ -506,22 +543,26 @@ class _ProbeRunner:
             raise _ProgramFault(attempt)
         return attempt, gpu_id
 
-    def _dispatched(self, opts: ProfileOptions) -> tuple[Attempt, Optional[str]]:
+    def _dispatched(self, opts: ProfileOptions, chain: str) -> tuple[Attempt, Optional[str]]:
         """watched() as a job of the engine: the node runs and records it (run_probe); (attempt, where)."""
         if self.cancel.is_set():
             raise KeyboardInterrupt("the sweep was interrupted")
         assert self.engine is not None
         calibrator = self.session.calibrator
+        environment = self.session.environment  # asked once, and handed to the calibrator before it looks
         config = calibrator.apply(self.context).config  # the calibration known here travels with the probe
-        reply = self.engine.run(ProbeTask(tuple(self.session.command), opts, config, self.store_setting, self.shape,
-                                          nsys=calibrator.nsys, sweep=self.engine.token))
+        local = self.engine.spec.kind == LOCAL  # this machine: the node need not ask nvidia-smi again
+        task = ProbeTask(tuple(self.session.command), opts, config, self.store_setting, self.shape,
+                         nsys=calibrator.nsys, sweep=self.engine.token, environment=environment if local else None)
+        queued, self._local.queued = getattr(self._local, "queued", None), None
+        reply = self.engine.run(task, chain, queued)
         attempt = reply["attempt"]
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
         if attempt.program_fault:
             raise _ProgramFault(attempt)
         self.session.learn(attempt)
-        where = reply["gpu"] if self.engine.spec.kind == "local" else f"{reply['host']}:{reply['gpu'] or '-'}"
+        where = reply["gpu"] if local else f"{reply['host']}:{reply['gpu'] or '-'}"
         return attempt, where
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
@@ -539,7 +580,7 @@ class _ProbeRunner:
             p = Probe(kernel, sections, known, 0.0, from_store=True, reason="from the hang store", metrics=metrics)
         else:
             self.context.listener.stage(f"probe {kernel}: {len(sections)} section(s) {'+'.join(sorted(sections))}")
-            a, gpu_id = self.watched(opts)
+            a, gpu_id = self.watched(opts, kernel)
             outcome = HUNG if a.status == HANG else WORKS if a.status == OK else FAILED
             passes = a.kernels[0].passes if a.kernels else None
             p = Probe(kernel, sections, outcome, a.elapsed_s, passes, reason=a.reason, gpu=gpu_id, metrics=metrics)
