@@ -210,7 +210,8 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
     folder = tmp_path / "jobs"
     argv = ["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS), []), "--json",
-            "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder), "--", *PROGRAM]
+            "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
+            "--stall-timeout", "0.6", "--", *PROGRAM]  # hangs calibrated on a node: the Slurm tests
     r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
     doc = json.loads(r.stdout)
     assert r.returncode == 0, r.stderr
