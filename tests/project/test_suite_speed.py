@@ -34,16 +34,23 @@ def test_a_fake_program_starts_without_site_but_keeps_its_command_line_shape():
     assert done.stdout.split() == ["1", sys.executable]
 
 
-def test_the_fake_ncu_front_end_is_named_ncu_as_the_real_binary(fake_env, tmp_path):
+def test_the_fake_ncu_front_end_is_named_ncu_as_the_real_binary(tag, fake_env, tmp_path):
     """It runs with -S (argv[1] is then no longer the script): nsightwrap's front-end lookup finds it by name."""
     p = subprocess.Popen([str(FAKE_NCU), "--export", str(tmp_path / "r"), *app("k@hang")], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env=fake_env, start_new_session=True)
+                         stderr=subprocess.STDOUT, env=fake_env)
+    tree = []
     try:
         read_until(p, p.stdout, b"0%..")
-        names = {c.name(): c.cmdline() for c in psutil.Process(p.pid).children(recursive=True)}
+        tree = psutil.Process(p.pid).children(recursive=True)  # the front end left the launcher's group (setsid)
+        names = {c.name(): c.cmdline() for c in tree}
         assert "ncu" in names and "-S" in names["ncu"][:2] and names["ncu"][2].endswith("target/ncu")
     finally:
-        os.killpg(p.pid, signal.SIGKILL)
+        for c in [psutil.Process(p.pid), *tree]:
+            try:
+                c.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(tree, timeout=10)
         p.wait()
 
 
