@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import HERE, app, assert_clean, fast_stop, run_cli, run_config, sigterm_once_hung
+from helpers import HERE, app, assert_clean, cli_main, fast_stop, run_cli, run_config, sigterm_once_hung
 
 from nsightwrap.errors import OptionsError, ProfileInterrupted
 from nsightwrap.ncu.context import RunConfig
@@ -266,15 +266,15 @@ def test_cli_json_on_hang(fake_env, tmp_path):
     assert processes_with(COOKIE_VAR, d["cookie"]) == []
 
 
-def test_cli_exit_codes(fake_env, tmp_path):
-    ok = run_cli(["run", "-q", "--json", "-o", str(tmp_path / "ok"), "--", *app("vec_add")], fake_env)
-    assert ok.returncode == 0 and json.loads(ok.stdout)["status"] == "ok"
-    none = run_cli(["run", "-q", "--json", "--", *app()], fake_env)
-    assert none.returncode == 6
-    bad = run_cli(["run", "--section", "NoSuchSection", "--", *app()], fake_env)
-    assert bad.returncode == 2 and "NoSuchSection" in bad.stderr and "Traceback" not in bad.stderr
-    empty = run_cli(["run"], fake_env)
-    assert empty.returncode == 2 and "--" in empty.stderr
+def test_cli_exit_codes(fake_env, tmp_path, capsys):
+    """main(argv) in this process: the exit codes are its answers (a real process's: test_cli_json_on_hang)."""
+    code, out, _ = cli_main(["run", "-q", "--json", "-o", str(tmp_path / "ok"), "--", *app("vec_add")], capsys)
+    assert code == 0 and json.loads(out)["status"] == "ok"
+    assert cli_main(["run", "-q", "--json", "--", *app()], capsys)[0] == 6
+    code, _, err = cli_main(["run", "--section", "NoSuchSection", "--", *app()], capsys)
+    assert code == 2 and "NoSuchSection" in err and "Traceback" not in err
+    code, _, err = cli_main(["run"], capsys)
+    assert code == 2 and "--" in err
 
 
 def test_cli_without_ncu_says_what_is_missing(tmp_path):
