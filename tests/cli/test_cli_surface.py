@@ -119,23 +119,28 @@ def test_sweep_json_has_a_status(fake_env, tmp_path, capsys):
 
 
 @pytest.fixture
-def foreign_gpu_user(fake_env):
-    """A fake GPU that already holds a process which is not ours: the run notes (and logs) a warning."""
+def foreign_gpu_user(fake_env, monkeypatch):
+    """A fake GPU that already holds a process which is not ours: the run notes (and logs) a warning. The
+    environment is this process's too (main(argv) here)."""
     scope = uuid.uuid4().hex
-    env = dict(fake_env, PATH=f"{FAKE_SMI}{os.pathsep}{fake_env['PATH']}", FAKE_SMI_SCOPE=scope)
+    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{fake_env['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", scope)
+    env = dict(os.environ)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(env, FAKE_GPU_USER="1"))
     yield env
     other.kill()
     other.wait()
 
 
-@pytest.mark.parametrize("verbose", [False, True])
-def test_each_message_is_printed_once(foreign_gpu_user, tmp_path, verbose):
-    done = cli(["run", "-q", *(["--verbose"] if verbose else []), "-o", str(tmp_path / "r"), "--",
-                *app("vec_add")], foreign_gpu_user)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.count("the GPU already holds compute processes") == 1, done.stderr
-    assert ("nsightwrap: warning:" in done.stderr) == verbose
+def test_each_message_is_printed_once(foreign_gpu_user, tmp_path, capsys):
+    """Without --verbose and with it, one after the other in this process: the second run's log is not doubled by
+    the first's handler."""
+    for verbose in (False, True):
+        code, _, err = cli_main(["run", "-q", *(["--verbose"] if verbose else []), "-o", str(tmp_path / f"r{verbose}"),
+                                 "--", *app("vec_add")], capsys)
+        assert code == 0, err
+        assert err.count("the GPU already holds compute processes") == 1, err
+        assert ("nsightwrap: warning:" in err) == verbose
 
 
 # --- interrupts: at any moment, one JSON object, exit 130, nothing left behind -------------------
@@ -242,7 +247,7 @@ def test_live_progress_shows_the_kernel_its_passes_and_the_silence(fake_env, tmp
 
 def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path):
     """Also: a ladder walk answers with a top-level status (its JSON alone on stdout)."""
-    rc, screen, out = run_on_a_terminal(["run", "--json", "--profile", "quick", "--stall-timeout", "1.5", "--store",
+    rc, screen, out = run_on_a_terminal(["run", "--json", "--profile", "quick", "--stall-timeout", "1", "--store",
                                          str(tmp_path / "s.db"), "-o", str(tmp_path / "r" / "walk"), "--",
                                          *app("vec_add", "k@hang", "vec_add")], fake_env)
     doc = one_json(out)
@@ -253,10 +258,11 @@ def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path):
     assert "hang(s): k (rung 1/" in screen
 
 
-def test_no_live_progress_with_quiet_or_without_a_terminal(fake_env, tmp_path):
+def test_no_live_progress_with_quiet_or_without_a_terminal(fake_env, tmp_path, capsys):
     rc, screen, _ = run_on_a_terminal(["run", "-q", "--stall-timeout", "1", "-o", str(tmp_path / "q"), "--",
                                        *app("vec_add", "k@hang")], fake_env)
     live = re.compile(r"silent \d+ s of")  # the live line; the verdict's "silent 1.0 s; allowance" is not it
     assert rc == 3 and not live.search(screen) and "==PROF==" not in screen
-    done = cli(["run", "--stall-timeout", "1", "-o", str(tmp_path / "p"), "--", *app("vec_add", "k@hang")], fake_env)
-    assert done.returncode == 3 and not live.search(done.stderr) and "==PROF== Profiling" in done.stderr
+    code, _, err = cli_main(["run", "--stall-timeout", "1", "-o", str(tmp_path / "p"), "--", *app("vec_add", "k@hang")],
+                            capsys)  # stderr is pytest's capture here, no terminal
+    assert code == 3 and not live.search(err) and "==PROF== Profiling" in err
