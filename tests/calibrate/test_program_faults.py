@@ -226,10 +226,12 @@ def test_cli_a_calibration_run_that_cannot_start_is_an_error_not_a_traceback(cli
     assert "could not be started without ncu" in d["reason"] and "executable" in d["reason"]
 
 
-def test_cli_help_states_the_calibration_limit():
+def test_cli_help_states_the_calibration_limit(capsys):
     for command in ("run", "sweep-sections"):
-        done = run_cli([command, "--help"])
-        text = " ".join(done.stdout.split())
+        with pytest.raises(SystemExit) as done:  # argparse's --help, in this process
+            cli_main([command, "--help"], capsys)
+        assert done.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
         assert "--calibration-limit SEC" in text and "(default 50)" in text
 
 
