@@ -37,13 +37,20 @@ ROOT = HERE.parent
 
 
 @pytest.fixture
-def gpu_box(fake_env, monkeypatch, tmp_path):
+def gpu_box(fake_env, monkeypatch, tmp_path, probe_cache):
     """The fake ncu and a fake GPU (nvidia-smi), this test's processes only, a private store and cache
-    (the counter probe caches its success beside the session's ncu probe)."""
+    (the counter probe caches its success beside the session's ncu probe). The private cache starts with the
+    session's answers of the ncu probe (ncu-*.json; made here if no test made them yet): probing the fake ncu
+    again in each test costs three starts of it, and its answer never changes."""
+    RunContext.create(RunConfig(check_gpu=False))  # the session's probe cache (fake_env's), probed once
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for answer in probe_cache.glob("ncu-*.json"):
+        shutil.copy2(answer, cache / answer.name)
     monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
     monkeypatch.setenv("NSIGHTWRAP_STORE", str(tmp_path / "store" / "hangs.db"))
-    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(cache))
     return tmp_path
 
 
