@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import app
+from helpers import cli_main
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -164,30 +163,30 @@ def test_sweep_on_a_kernel_that_hangs_with_anything_costs_fewer_probes_than_one_
     assert r.whole_runs[0].stall.calibrated  # confirmed by calibration before anything was recorded
 
 
-def test_sweep_that_profiles_nothing_says_no_kernels(cfg, tmp_path):
+def test_sweep_that_profiles_nothing_says_no_kernels(cfg, tmp_path, capsys, monkeypatch):
     r = sweep_sections(Session.open(app("vec_add", "block_reduce"), cfg.replace(stall_timeout_given=True)),
                        sections=BASIC, kernel="no_such_kernel")
     assert r.status == NO_KERNELS and not r.clean and "nothing was profiled" in r.table()
-    done = subprocess.run([sys.executable, "-m", "nsightwrap", "sweep-sections", "-q", "--kernel", "no_such_kernel",
-                           "--store", str(tmp_path / "s.db"), "--section", "SpeedOfLight", "--",
-                           *app("vec_add")], capture_output=True, text=True, env=cfg.env, timeout=120, cwd=tmp_path)
-    assert done.returncode == EXIT_CODES[NO_KERNELS], done.stderr
-    assert "nothing was profiled" in done.stdout
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli_main(["sweep-sections", "-q", "--kernel", "no_such_kernel", "--store", str(tmp_path / "s.db"),
+                               "--section", "SpeedOfLight", "--", *app("vec_add")], capsys)
+    assert code == EXIT_CODES[NO_KERNELS], err
+    assert "nothing was profiled" in out
 
 
-def test_cli_run_calibrate(env, tmp_path):
+def test_cli_run_calibrate(env, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "nsightwrap", "run", "-q", "--json", "--store",
-                               str(tmp_path / "h.db"), "--calibrate", *args], capture_output=True, text=True, env=env,
-                              timeout=120, cwd=tmp_path)
+        return cli_main(["run", "-q", "--json", "--store", str(tmp_path / "h.db"), "--calibrate", *args], capsys)
 
-    done = run("--metrics", "gpu__time_duration.sum", "--", *app("vec_add", "k@spin=0.3"))
-    assert done.returncode == 0, done.stderr
-    d = json.loads(done.stdout)
+    code, out, err = run("--metrics", "gpu__time_duration.sum", "--", *app("vec_add", "k@spin=0.3"))
+    assert code == 0, err
+    d = json.loads(out)
     assert d["status"] == "ok" and d["calibration"]["source"] == "nsys" and "k" in d["calibration"]["kernels"]
     assert d["allowance_basis"] is None and d["detection_s"] is None
     with HangStore(tmp_path / "h.db") as store:
         assert len(store.conn.execute("SELECT * FROM calibrations").fetchall()) == 3  # vec_add, k, "*"
-    hung = run("--timeout", "1.5", "--", *app("k@always"))
-    assert hung.returncode == EXIT_CODES[TIMEOUT], hung.stderr
-    assert "not an ncu hang" in json.loads(hung.stdout)["reason"]
+    code, out, err = run("--timeout", "1.5", "--", *app("k@always"))
+    assert code == EXIT_CODES[TIMEOUT], err
+    assert "not an ncu hang" in json.loads(out)["reason"]

@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from helpers import FAKE_APP, FakeContext, app, no_leftovers, run_cli, run_config
+from helpers import FAKE_APP, FakeContext, app, cli_main, no_leftovers, run_cli, run_config
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.calibrate.confirm import confirm_limit
@@ -194,13 +194,15 @@ def cli_env(fake_env, monkeypatch):
 
 
 @pytest.mark.parametrize("profile", [False, True])
-def test_cli_a_program_that_hangs_by_itself_exits_4_with_the_fault(cli_env, tmp_path, profile):
+def test_cli_a_program_that_hangs_by_itself_exits_4_with_the_fault(cli_env, tmp_path, profile, capsys, monkeypatch):
+    """In this process (main(argv)): the exit code is main's."""
     store = tmp_path / "h.db"
+    monkeypatch.chdir(tmp_path)
     args = ["run", "-q", "--json", "--store", str(store), "--calibration-limit", "1", "--set", "basic",
             *(["--profile", "quick"] if profile else []), "--", *app("vec_add", "k@always")]
-    done = run_cli(args, env=cli_env, cwd=tmp_path)
-    assert done.returncode == EXIT_CODES[TIMEOUT], done.stderr
-    d = json.loads(done.stdout)
+    code, out, err = cli_main(args, capsys)
+    assert code == EXIT_CODES[TIMEOUT], err
+    d = json.loads(out)
     assert d["status"] == TIMEOUT and d["exit_code"] == 4 and '"k"' in d["program_fault"]
     assert "calibration limit of 1 s" in d["program_fault"]
     if store.exists():
@@ -224,20 +226,23 @@ def test_cli_a_calibration_run_that_cannot_start_is_an_error_not_a_traceback(cli
     assert "could not be started without ncu" in d["reason"] and "executable" in d["reason"]
 
 
-def test_cli_help_states_the_calibration_limit():
+def test_cli_help_states_the_calibration_limit(capsys):
     for command in ("run", "sweep-sections"):
-        done = run_cli([command, "--help"])
-        text = " ".join(done.stdout.split())
+        with pytest.raises(SystemExit) as done:  # argparse's --help, in this process
+            cli_main([command, "--help"], capsys)
+        assert done.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
         assert "--calibration-limit SEC" in text and "(default 50)" in text
 
 
-def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, tmp_path):
+def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, tmp_path, capsys, monkeypatch):
     store = tmp_path / "s.db"
-    done = run_cli(["sweep-sections", "-q", "--json", "--no-preflight", "--store", str(store), "--section",
-                    "SpeedOfLight", "--calibration-limit", "1", "--", *app("vec_add", "k@always")],
-                   env=cli_env, cwd=tmp_path)
-    assert done.returncode == EXIT_CODES[TIMEOUT], done.stderr
-    d = json.loads(done.stdout)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli_main(["sweep-sections", "-q", "--json", "--no-preflight", "--store", str(store), "--section",
+                               "SpeedOfLight", "--calibration-limit", "1", "--",
+                               *app("vec_add", "k@always")], capsys)
+    assert code == EXIT_CODES[TIMEOUT], err
+    d = json.loads(out)
     assert d["status"] == TIMEOUT and d["exit_code"] == 4 and '"k"' in d["program_fault"] and d["kernels"] == []
     with HangStore(store) as s:
         assert len(s) == 0

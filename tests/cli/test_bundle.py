@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, run_cli
+from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, cli_main, run_cli
 
 from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.store import Environment, HangStore, ProfileKey
@@ -42,10 +42,15 @@ def tools_on_path(tmp_path: Path, extra: str = "") -> Path:
 
 
 @pytest.fixture
-def bundle_env(fake_env, tmp_path):
+def bundle_env(fake_env, tmp_path, monkeypatch):
+    """The store, the run evidence and the tools, in this process's environment too (for main(argv) here), and
+    its working folder tmp_path."""
     env = dict(fake_env, NSIGHTWRAP_STORE=str(tmp_path / "hangs.db"), NSIGHTWRAP_EVIDENCE=str(tmp_path / "runs"),
                PYTHONPATH=str(ROOT))
     env["PATH"] = f"{tools_on_path(tmp_path)}:{env['PATH']}"
+    for name in ("NSIGHTWRAP_STORE", "NSIGHTWRAP_EVIDENCE", "PATH"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.chdir(tmp_path)
     return env
 
 
@@ -58,11 +63,13 @@ def members(archive: Path) -> dict[str, str]:
         return {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode() for m in tar.getmembers()}
 
 
-def test_bundle_of_a_swept_kernel_holds_everything_named_in_its_readme(bundle_env, tmp_path):
-    sweep = run_cli(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S), "--section", "SourceCounters",
-                     "--section", "Occupancy", "--section", "LaunchStats", "--",
-                     *app("vec_add", "k@hang-if=SourceCounters")], bundle_env, cwd=tmp_path)
-    assert sweep.returncode == 0, sweep.stderr
+def test_bundle_of_a_swept_kernel_holds_everything_named_in_its_readme(bundle_env, tmp_path, capsys):
+    """The sweep through main(argv) in this process (the evidence it keeps is the library's), the bundle through a
+    real process."""
+    code, _, err = cli_main(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S), "--section",
+                             "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
+                             *app("vec_add", "k@hang-if=SourceCounters")], capsys)
+    assert code == 0, err
     out = tmp_path / "k-bundle.tar.gz"
     done = run_cli(["hangs", "bundle", "k", "-o", str(out), "--json"], bundle_env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -131,15 +138,15 @@ def test_no_triage_file_without_triage_results(tmp_path):
     assert "triage.json" not in made.files and made.to_dict()["status"] == "ok"
 
 
-def test_refusals_write_nothing(bundle_env, tmp_path):
+def test_refusals_write_nothing(bundle_env, tmp_path, capsys, monkeypatch):
     store = _store_with_a_hang(tmp_path)
-    env = dict(bundle_env, NSIGHTWRAP_STORE=str(store))
-    none = run_cli(["hangs", "bundle", "nope", "-o", str(tmp_path / "x.tar.gz"), "--json"], env, cwd=tmp_path)
-    assert none.returncode == 2 and "no records of nope" in json.loads(none.stdout)["error"]
+    monkeypatch.setenv("NSIGHTWRAP_STORE", str(store))
+    code, out, _ = cli_main(["hangs", "bundle", "nope", "-o", str(tmp_path / "x.tar.gz"), "--json"], capsys)
+    assert code == 2 and "no records of nope" in json.loads(out)["error"]
     assert not (tmp_path / "x.tar.gz").exists()
     (tmp_path / "taken.tar.gz").write_text("mine")
-    taken = run_cli(["hangs", "bundle", "k", "-o", str(tmp_path / "taken.tar.gz")], env, cwd=tmp_path)
-    assert taken.returncode == 2 and "exists" in taken.stderr and (tmp_path / "taken.tar.gz").read_text() == "mine"
+    code, _, err = cli_main(["hangs", "bundle", "k", "-o", str(tmp_path / "taken.tar.gz")], capsys)
+    assert code == 2 and "exists" in err and (tmp_path / "taken.tar.gz").read_text() == "mine"
     missing = hang_bundle("k", tmp_path / "y.tar.gz", store=tmp_path / "no.db", env={}, versions=lambda env: {})
     assert missing.exit_code == 2 and "no hang store" in missing.error
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".", "x", "y"))) == []

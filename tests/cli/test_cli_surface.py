@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import app
-from helpers import run_read_only
+from helpers import cli_main, run_read_only
 
 from nsightwrap import __version__
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
@@ -57,12 +57,12 @@ def test_version(fake_env):
     ["doctor", "--json", "--no-such-flag"],
     ["hangs", "show", "--json"],                                     # KERNEL missing
 ])
-def test_usage_errors_answer_with_one_json_object(fake_env, args):
-    done = cli(args, fake_env)
-    assert done.returncode == 2, done.stderr
-    doc = one_json(done.stdout)
+def test_usage_errors_answer_with_one_json_object(fake_env, args, capsys):
+    code, out, err = cli_main(args, capsys)  # in this process: a traceback would be an exception here
+    assert code == 2, err
+    doc = one_json(out)
     assert doc["status"] == "error" and doc["exit_code"] == 2 and doc["error"]
-    assert "Traceback" not in done.stderr and done.stderr.strip()
+    assert "Traceback" not in err and err.strip()
 
 
 def test_a_set_up_error_answers_with_one_json_object(tmp_path):
@@ -72,22 +72,13 @@ def test_a_set_up_error_answers_with_one_json_object(tmp_path):
     assert done.returncode == 2 and doc["status"] == "error" and "ncu was not found" in doc["error"]
 
 
-def test_a_ladder_walk_answers_with_a_top_level_status(fake_env, tmp_path):
-    done = cli(["run", "--json", "-q", "--profile", "quick", "--stall-timeout", "0.6", "--store",
-                str(tmp_path / "s.db"), "-o", str(tmp_path / "r" / "walk"), "--", *app("vec_add", "k@hang", "vec_add")],
-               fake_env)
-    doc = one_json(done.stdout)
-    assert doc["status"] == "hang" and doc["exit_code"] == 3 == done.returncode, done.stderr
-    assert doc["unprofiled"] == ["k"] and doc["steps"]
-
-
-def test_report_folder_that_cannot_be_created_is_refused_before_launching(fake_env, tmp_path):
+def test_report_folder_that_cannot_be_created_is_refused_before_launching(fake_env, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    done = cli(["run", "--json", "-o", str(blocker / "sub" / "r"), "--", *app("vec_add")], fake_env)
-    doc = one_json(done.stdout)
-    assert done.returncode == 2 and "cannot write the report" in doc["error"] and "-o/--export" in doc["error"]
-    assert "==PROF==" not in done.stderr and "Traceback" not in done.stderr
+    code, out, err = cli_main(["run", "--json", "-o", str(blocker / "sub" / "r"), "--", *app("vec_add")], capsys)
+    doc = one_json(out)
+    assert code == 2 and "cannot write the report" in doc["error"] and "-o/--export" in doc["error"]
+    assert "==PROF==" not in err and "Traceback" not in err
 
 
 def test_unwritable_report_folder_is_refused_before_launching(fake_env, tmp_path):
@@ -100,50 +91,56 @@ def test_unwritable_report_folder_is_refused_before_launching(fake_env, tmp_path
     assert "==PROF==" not in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_report_ncu_did_not_write_is_an_error(fake_env, tmp_path):
-    done = cli(["run", "--json", "-q", "-o", str(tmp_path / "r"), "--", *app("vec_add")],
-               dict(fake_env, FAKE_NCU_NO_REPORT="1"))
-    doc = one_json(done.stdout)
-    assert doc["status"] == "error" and done.returncode == 5
+def test_a_report_ncu_did_not_write_is_an_error(fake_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_NO_REPORT", "1")
+    code, out, _ = cli_main(["run", "--json", "-q", "-o", str(tmp_path / "r"), "--", *app("vec_add")], capsys)
+    doc = one_json(out)
+    assert doc["status"] == "error" and code == 5
     assert "did not write the report" in doc["reason"] and doc["report"] is None
 
 
-def test_sweep_markdown_to_a_bad_path_is_refused_before_the_sweep(fake_env, tmp_path):
+def test_sweep_markdown_to_a_bad_path_is_refused_before_the_sweep(fake_env, tmp_path, capsys):
     t0 = time.monotonic()
-    done = cli(["sweep-sections", "--json", "-q", "--markdown", str(tmp_path / "no" / "such" / "dir" / "x.md"),
-                "--section", "SourceCounters", "--", *app("k@hang-if=SourceCounters")], fake_env)
-    doc = one_json(done.stdout)
-    assert done.returncode == 2 and "--markdown" in doc["error"] and "==PROF==" not in done.stderr
-    assert time.monotonic() - t0 < 30 and "Traceback" not in done.stderr
+    code, out, err = cli_main(["sweep-sections", "--json", "-q", "--markdown",
+                               str(tmp_path / "no" / "such" / "dir" / "x.md"), "--section", "SourceCounters", "--",
+                               *app("k@hang-if=SourceCounters")], capsys)
+    doc = one_json(out)
+    assert code == 2 and "--markdown" in doc["error"] and "==PROF==" not in err
+    assert time.monotonic() - t0 < 30 and "Traceback" not in err
 
 
-def test_sweep_json_has_a_status(fake_env, tmp_path):
-    done = cli(["sweep-sections", "--json", "-q", "--stall-timeout", "0.6", "--store", str(tmp_path / "s.db"),
-                "--section", "SourceCounters", "--section", "LaunchStats", "--",
-                *app("vec_add", "k@hang-if=SourceCounters")], fake_env)
-    doc = one_json(done.stdout)
+def test_sweep_json_has_a_status(fake_env, tmp_path, capsys):
+    code, out, _ = cli_main(["sweep-sections", "--json", "-q", "--stall-timeout", "0.6", "--store",
+                             str(tmp_path / "s.db"), "--section", "SourceCounters", "--section", "LaunchStats", "--",
+                             *app("vec_add", "k@hang-if=SourceCounters")], capsys)
+    doc = one_json(out)
     # The sweep did its job (exit 0); its status says what it found: k hangs with SourceCounters.
-    assert doc["status"] == "hang" and doc["exit_code"] == 0 == done.returncode and doc["kernels"][0]["kernel"] == "k"
+    assert doc["status"] == "hang" and doc["exit_code"] == 0 == code and doc["kernels"][0]["kernel"] == "k"
 
 
 @pytest.fixture
-def foreign_gpu_user(fake_env):
-    """A fake GPU that already holds a process which is not ours: the run notes (and logs) a warning."""
+def foreign_gpu_user(fake_env, monkeypatch):
+    """A fake GPU that already holds a process which is not ours: the run notes (and logs) a warning. The
+    environment is this process's too (main(argv) here)."""
     scope = uuid.uuid4().hex
-    env = dict(fake_env, PATH=f"{FAKE_SMI}{os.pathsep}{fake_env['PATH']}", FAKE_SMI_SCOPE=scope)
+    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{fake_env['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", scope)
+    env = dict(os.environ)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(env, FAKE_GPU_USER="1"))
     yield env
     other.kill()
     other.wait()
 
 
-@pytest.mark.parametrize("verbose", [False, True])
-def test_each_message_is_printed_once(foreign_gpu_user, tmp_path, verbose):
-    done = cli(["run", "-q", *(["--verbose"] if verbose else []), "-o", str(tmp_path / "r"), "--",
-                *app("vec_add")], foreign_gpu_user)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.count("the GPU already holds compute processes") == 1, done.stderr
-    assert ("nsightwrap: warning:" in done.stderr) == verbose
+def test_each_message_is_printed_once(foreign_gpu_user, tmp_path, capsys):
+    """Without --verbose and with it, one after the other in this process: the second run's log is not doubled by
+    the first's handler."""
+    for verbose in (False, True):
+        code, _, err = cli_main(["run", "-q", *(["--verbose"] if verbose else []), "-o", str(tmp_path / f"r{verbose}"),
+                                 "--", *app("vec_add")], capsys)
+        assert code == 0, err
+        assert err.count("the GPU already holds compute processes") == 1, err
+        assert ("nsightwrap: warning:" in err) == verbose
 
 
 # --- interrupts: at any moment, one JSON object, exit 130, nothing left behind -------------------
@@ -249,19 +246,23 @@ def test_live_progress_shows_the_kernel_its_passes_and_the_silence(fake_env, tmp
 
 
 def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path):
-    rc, screen, _ = run_on_a_terminal(["run", "--profile", "quick", "--stall-timeout", "1.5", "--store",
-                                       str(tmp_path / "s.db"), "-o", str(tmp_path / "r"), "--",
-                                       *app("vec_add", "k@hang", "vec_add")], fake_env)
-    assert rc == 3
+    """Also: a ladder walk answers with a top-level status (its JSON alone on stdout)."""
+    rc, screen, out = run_on_a_terminal(["run", "--json", "--profile", "quick", "--stall-timeout", "1", "--store",
+                                         str(tmp_path / "s.db"), "-o", str(tmp_path / "r" / "walk"), "--",
+                                         *app("vec_add", "k@hang", "vec_add")], fake_env)
+    doc = one_json(out)
+    assert doc["status"] == "hang" and doc["exit_code"] == 3 == rc, screen
+    assert doc["unprofiled"] == ["k"] and doc["steps"]
     assert "[nsightwrap] rung 1/" in screen and "for main" in screen and "for k" in screen
     assert re.search(r'\[rung 1/\d+ .requested. for main\]  kernel "k" #1', screen), screen
     assert "hang(s): k (rung 1/" in screen
 
 
-def test_no_live_progress_with_quiet_or_without_a_terminal(fake_env, tmp_path):
+def test_no_live_progress_with_quiet_or_without_a_terminal(fake_env, tmp_path, capsys):
     rc, screen, _ = run_on_a_terminal(["run", "-q", "--stall-timeout", "1", "-o", str(tmp_path / "q"), "--",
                                        *app("vec_add", "k@hang")], fake_env)
     live = re.compile(r"silent \d+ s of")  # the live line; the verdict's "silent 1.0 s; allowance" is not it
     assert rc == 3 and not live.search(screen) and "==PROF==" not in screen
-    done = cli(["run", "--stall-timeout", "1", "-o", str(tmp_path / "p"), "--", *app("vec_add", "k@hang")], fake_env)
-    assert done.returncode == 3 and not live.search(done.stderr) and "==PROF== Profiling" in done.stderr
+    code, _, err = cli_main(["run", "--stall-timeout", "1", "-o", str(tmp_path / "p"), "--", *app("vec_add", "k@hang")],
+                            capsys)  # stderr is pytest's capture here, no terminal
+    assert code == 3 and not live.search(err) and "==PROF== Profiling" in err

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import app
+from helpers import cli_main
 
 from nsightwrap.cli.preflight import (
     FAIL,
@@ -36,13 +37,20 @@ ROOT = HERE.parent
 
 
 @pytest.fixture
-def gpu_box(fake_env, monkeypatch, tmp_path):
+def gpu_box(fake_env, monkeypatch, tmp_path, probe_cache):
     """The fake ncu and a fake GPU (nvidia-smi), this test's processes only, a private store and cache
-    (the counter probe caches its success beside the session's ncu probe)."""
+    (the counter probe caches its success beside the session's ncu probe). The private cache starts with the
+    session's answers of the ncu probe (ncu-*.json; made here if no test made them yet): probing the fake ncu
+    again in each test costs three starts of it, and its answer never changes."""
+    RunContext.create(RunConfig(check_gpu=False))  # the session's probe cache (fake_env's), probed once
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for answer in probe_cache.glob("ncu-*.json"):
+        shutil.copy2(answer, cache / answer.name)
     monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
     monkeypatch.setenv("NSIGHTWRAP_STORE", str(tmp_path / "store" / "hangs.db"))
-    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(cache))
     return tmp_path
 
 
@@ -56,7 +64,8 @@ def doctor_cli(*args, env=None):
                           env=env, timeout=120)
 
 
-def test_doctor_on_a_working_box_says_ok_line_by_line(gpu_box):
+def test_doctor_on_a_working_box_says_ok_line_by_line(gpu_box, capsys):
+    """The text through a real process; the JSON through main(argv) in this process."""
     done = doctor_cli()
     lines = {line[6:17].strip(): line[:5].strip() for line in done.stdout.splitlines() if line[:1] in "oFws"}
     assert lines["ncu"] == OK and lines["driver"] == OK and lines["ncu/driver"] == OK and lines["store"] == OK
@@ -64,24 +73,24 @@ def test_doctor_on_a_working_box_says_ok_line_by_line(gpu_box):
     # The default probe program needs libcuda.so.1, which is not here: inconclusive, never a FAIL.
     assert lines["counters"] in (OK, WARN)
     assert done.returncode == 0, done.stdout + done.stderr
-    js = doctor_cli("--json")
-    doc = json.loads(js.stdout)
-    assert doc["status"] == "ok" and doc["exit_code"] == 0 and js.returncode == 0
+    code, out, _ = cli_main(["doctor", "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["status"] == "ok" and doc["exit_code"] == 0 and code == 0
     assert [c["name"] for c in doc["checks"]] == ["ncu", "driver", "ncu/driver", "counters", "gpu procs", "nsys",
                                                   "timing", "store"]
     assert all(set(c) == {"name", "status", "detail", "remedy"} for c in doc["checks"])
 
 
-def test_counter_permission_refused_is_a_fail_with_the_fix(gpu_box, monkeypatch):
+def test_counter_permission_refused_is_a_fail_with_the_fix(gpu_box, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_NCU_CTRPERM", "1")
     check = CounterProbe(program=app("vec_add"))(facts())
     assert check.status == FAIL and "ERR_NVGPUCTRPERM" in check.detail
     assert "NVreg_RestrictProfilingToAdminUsers=0" in check.remedy and "root" in check.remedy
-    done = doctor_cli("--json")
-    doc = json.loads(done.stdout)
-    assert done.returncode == 2 and doc["status"] == "error"
+    code, out, err = cli_main(["doctor", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 2 and doc["status"] == "error"
     assert {c["name"]: c["status"] for c in doc["checks"]}["counters"] == FAIL
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in err
 
 
 def test_counter_permission_granted_is_cached(gpu_box):

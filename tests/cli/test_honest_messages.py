@@ -135,21 +135,21 @@ def test_walk_and_sweep_raise_before_launching(fake_env, programs):
 
 # --- report names ------------------------------------------------------------------------------------------------
 
-def test_a_missing_report_folder_is_created_and_said(fake_env, tmp_path):
+def test_a_missing_report_folder_is_created_and_said(fake_env, tmp_path, cli_here):
     target = tmp_path / "new" / "deeper" / "r"
-    done = cli(["run", "--json", "-q", "-o", str(target), "--", *app("vec_add")], fake_env)
+    done = cli_here(["run", "--json", "-q", "-o", str(target), "--", *app("vec_add")], fake_env)
     doc = one_json(done.stdout)
     assert doc["status"] == "ok" and Path(doc["report"]).parent == target.parent
     said = f"created the folder {target.parent} for the report"
     assert any(said in n for n in doc["notes"]) and said in done.stderr
-    again = cli(["run", "--json", "-q", "-o", str(target), "--", *app("vec_add")], fake_env)
+    again = cli_here(["run", "--json", "-q", "-o", str(target), "--", *app("vec_add")], fake_env)
     assert not any("created the folder" in n for n in one_json(again.stdout)["notes"])  # it exists now
 
 
-def test_a_walk_says_the_report_folder_it_created(fake_env, tmp_path):
+def test_a_walk_says_the_report_folder_it_created(fake_env, tmp_path, cli_here):
     target = tmp_path / "walk" / "r"
-    done = cli(["run", "--json", "-q", "--profile", "quick", "--no-preflight", "--store", str(tmp_path / "s.db"),
-                "-o", str(target), "--", *app("vec_add")], fake_env)
+    done = cli_here(["run", "--json", "-q", "--profile", "quick", "--no-preflight", "--store", str(tmp_path / "s.db"),
+                     "-o", str(target), "--", *app("vec_add")], fake_env)
     doc = one_json(done.stdout)
     assert doc["status"] == "ok" and done.returncode == 0
     said = f"created the folder {target.parent} for the report"
@@ -205,8 +205,8 @@ def test_kernel_filter_of_nothing_raises():
         KernelFilter("")
 
 
-def test_run_names_the_flag_of_an_empty_pattern(fake_env):
-    done = cli(["run", "--json", "--kernel", "regex:", "--", *app("vec_add")], fake_env)
+def test_run_names_the_flag_of_an_empty_pattern(fake_env, cli_here):
+    done = cli_here(["run", "--json", "--kernel", "regex:", "--", *app("vec_add")], fake_env)
     doc = refused(done, "--kernel 'regex:'", "names no kernel")
     assert "kernel=" not in doc["error"]
 

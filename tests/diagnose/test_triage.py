@@ -15,7 +15,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_APP, FAKE_SANITIZER, FLAKY, HERE, SAN_APP, no_leftovers, read_until, run_cli, start_cli
+from helpers import (
+    FAKE_APP,
+    FAKE_SANITIZER,
+    FLAKY,
+    HERE,
+    SAN_APP,
+    cli_main,
+    no_leftovers,
+    read_until,
+    run_cli,
+    start_cli,
+)
 
 import nsightwrap
 from nsightwrap.diagnose.plain import FAILED, FINISHED, HUNG
@@ -165,7 +176,7 @@ def test_a_store_that_cannot_be_written_costs_a_note_not_the_triage(env, tmp_pat
     assert r.status == OK and any("not recorded in the hang store" in n for n in r.notes)
 
 
-def test_the_command_line_prints_one_json_object_and_exits_with_the_verdicts_code(env, tmp_path):
+def test_the_command_line_prints_one_json_object_and_exits_with_the_verdicts_code(env, tmp_path, capsys):
     cmd = ["triage", "--runs", "2", "--tools", "none", "--store", str(tmp_path / "h.db"), "--json", "--",
            *flaky("a", "b@fault=misaligned", "sync")]
     p = run_cli(cmd, env=env)
@@ -173,14 +184,14 @@ def test_the_command_line_prints_one_json_object_and_exits_with_the_verdicts_cod
     assert p.returncode == 8 and doc["status"] == PROGRAM_FAULT and doc["exit_code"] == 8
     assert doc["failed"] == 2 and doc["of"] == 2 and doc["runs"][0]["error"]["name"] == "cudaErrorMisalignedAddress"
     assert "overhead_s" in doc and doc["verdict"].endswith("not a profiler problem")
-    shown = run_cli(["hangs", "show", "b", "--markdown", "--store", str(tmp_path / "h.db")], env=env)
-    assert shown.returncode == 0 and "### Triage attempt 1: plain (failed)" in shown.stdout
+    code, out, _ = cli_main(["hangs", "show", "b", "--markdown", "--store", str(tmp_path / "h.db")], capsys)
+    assert code == 0 and "### Triage attempt 1: plain (failed)" in out
 
 
 @pytest.mark.parametrize("args", [["--runs", "0"], ["--tools", "memcheck,bogus"], ["--kernel", ""]])
-def test_bad_options_are_refused_before_anything_runs(env, args):
-    p = run_cli(["triage", *args, "--json", "--", *flaky("a")], env=env)
-    assert p.returncode == 2 and json.loads(p.stdout)["status"] == "error"
+def test_bad_options_are_refused_before_anything_runs(env, args, capsys):
+    code, out, _ = cli_main(["triage", *args, "--json", "--", *flaky("a")], capsys)
+    assert code == 2 and json.loads(out)["status"] == "error"
 
 
 def test_nsightwrap_triage_takes_a_callable_and_stays_the_package(env, tmp_path, monkeypatch):

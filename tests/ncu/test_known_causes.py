@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import FAST_ALLOWANCE, app, fast_stop, run_config
+from helpers import FAST_ALLOWANCE, app, cli_main, fast_stop, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.calibrate.measure import measure
@@ -263,24 +261,25 @@ def test_sweep_finds_the_collective_by_its_known_cause_without_calibrating(cfg, 
     assert k.kernel == AR and k.singles == ["SourceCounters"] and k.largest_working == ("LaunchStats",)
 
 
-def test_cli_run_of_a_torchrun_job_leaves_the_collectives_out_and_says_so(fake_env, tmp_path, tag):
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "--json", "--set", "basic", "--grace", "1",
-                        "--", *torchrun(*STEPS)], capture_output=True, text=True, env=dict(os.environ),
-                       timeout=120, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+def test_cli_run_of_a_torchrun_job_leaves_the_collectives_out_and_says_so(fake_env, tmp_path, tag, capsys,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli_main(["run", "--json", "--set", "basic", "--grace", "1", "--", *torchrun(*STEPS)], capsys)
+    assert code == 0, err
+    d = json.loads(out)
     assert d["status"] == "ok" and sorted(k["name"] for k in d["kernels"]) == ["gemm"] * 4 + ["softmax"] * 4
     assert d["command"][d["command"].index("--kernel-name") + 1] == "regex:^(?!nccl|nvshmem).*"
     assert any("are left out of the run" in n and "--profile default" in n for n in d["notes"])
-    assert "are left out of the run" in r.stderr  # said before the run, on stderr
+    assert "are left out of the run" in err  # said before the run, on stderr
 
 
-def test_cli_run_of_one_collective_named_exactly_is_run_as_given_and_called_at_once(fake_env, tmp_path, tag):
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "--json", "-q", "--set", "basic", "--kernel-name",
-                        AR, "--grace", "1", "--", *torchrun(*STEPS)], capture_output=True, text=True,
-                       env=dict(os.environ), timeout=120, cwd=tmp_path)
-    d = json.loads(r.stdout)
-    assert r.returncode == 3 and d["status"] == "hang" and d["stalled_kernel"] == AR, r.stderr
+def test_cli_run_of_one_collective_named_exactly_is_run_as_given_and_called_at_once(fake_env, tmp_path, tag, capsys,
+                                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli_main(["run", "--json", "-q", "--set", "basic", "--kernel-name", AR, "--grace", "1", "--",
+                               *torchrun(*STEPS)], capsys)
+    d = json.loads(out)
+    assert code == 3 and d["status"] == "hang" and d["stalled_kernel"] == AR, err
     assert d["stall"]["known_cause"] and d["allowance_basis"] == EVIDENCE and d["calibration"] is None
     assert d["detection_s"] < 3.0  # the grace (1 s), not the 3 s suspicion and a calibration
     assert not any("are left out of the run" in n for n in d["notes"])

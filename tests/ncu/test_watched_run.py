@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import HERE, app, assert_clean, fast_stop, run_cli, run_config, sigterm_once_hung
+from helpers import HERE, app, assert_clean, cli_main, fast_stop, run_cli, run_config, sigterm_once_hung
 
 from nsightwrap.errors import OptionsError, ProfileInterrupted
 from nsightwrap.ncu.context import RunConfig
@@ -205,11 +205,12 @@ def test_crash_of_the_program_keeps_earlier_kernels(fake_env, tmp_path):
 
 
 def test_application_replay(fake_env, tmp_path):
-    a = profile_command(app("vec_add", "block_reduce"), ProfileOptions(set="basic", replay_mode="application"),
+    """The nvlink set: 4 passes, so 4 runs of the program (basic's 10 cost 10)."""
+    a = profile_command(app("vec_add", "block_reduce"), ProfileOptions(set="nvlink", replay_mode="application"),
                         config(tmp_path))
     assert a.status == "ok", a.describe()
     assert [(k.name, k.passes, k.replay) for k in a.kernels] == [
-        ("vec_add", 10, "application"), ("block_reduce", 10, "application")]
+        ("vec_add", 4, "application"), ("block_reduce", 4, "application")]
 
 
 def test_application_replay_hang(fake_env, tmp_path):
@@ -266,15 +267,15 @@ def test_cli_json_on_hang(fake_env, tmp_path):
     assert processes_with(COOKIE_VAR, d["cookie"]) == []
 
 
-def test_cli_exit_codes(fake_env, tmp_path):
-    ok = run_cli(["run", "-q", "--json", "-o", str(tmp_path / "ok"), "--", *app("vec_add")], fake_env)
-    assert ok.returncode == 0 and json.loads(ok.stdout)["status"] == "ok"
-    none = run_cli(["run", "-q", "--json", "--", *app()], fake_env)
-    assert none.returncode == 6
-    bad = run_cli(["run", "--section", "NoSuchSection", "--", *app()], fake_env)
-    assert bad.returncode == 2 and "NoSuchSection" in bad.stderr and "Traceback" not in bad.stderr
-    empty = run_cli(["run"], fake_env)
-    assert empty.returncode == 2 and "--" in empty.stderr
+def test_cli_exit_codes(fake_env, tmp_path, capsys):
+    """main(argv) in this process: the exit codes are its answers (a real process's: test_cli_json_on_hang)."""
+    code, out, _ = cli_main(["run", "-q", "--json", "-o", str(tmp_path / "ok"), "--", *app("vec_add")], capsys)
+    assert code == 0 and json.loads(out)["status"] == "ok"
+    assert cli_main(["run", "-q", "--json", "--", *app()], capsys)[0] == 6
+    code, _, err = cli_main(["run", "--section", "NoSuchSection", "--", *app()], capsys)
+    assert code == 2 and "NoSuchSection" in err and "Traceback" not in err
+    code, _, err = cli_main(["run"], capsys)
+    assert code == 2 and "--" in err
 
 
 def test_cli_without_ncu_says_what_is_missing(tmp_path):

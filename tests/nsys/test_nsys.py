@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import stat
 import sys
@@ -331,11 +332,25 @@ def test_parse_unknown_report_shape_and_thousands():
 # ----------------------------------------------------------------- nsys stats / export via the fake
 
 
-@pytest.fixture
-def report(tmp_path, nsys_env):
-    run = profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "torch")), config(tmp_path))
+@pytest.fixture(scope="module")
+def made_report(tmp_path_factory):
+    """One fake nsys run for the tests that only read its report (each reads its own copy: `report`)."""
+    folder = tmp_path_factory.mktemp("nsys-made")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NSIGHTWRAP_NSYS", str(FAKE_NSYS))
+        for knob in ("HANG", "WEDGED", "IMPORTER_FAILS", "PRETEND_EXISTS", "NO_KERNELS", "STATS_TITLES"):
+            mp.delenv(f"FAKE_NSYS_{knob}", raising=False)
+        run = profile_nsys(PY_OK, NsysOptions(output=str(folder / "torch")), config(folder))
     assert run.ok, run.describe()
     return run.report
+
+
+@pytest.fixture
+def report(tmp_path, nsys_env, made_report):
+    """A copy of the module's report in this test's folder (an export writes beside it)."""
+    copy = tmp_path / made_report.name
+    shutil.copy2(made_report, copy)
+    return copy
 
 
 def test_nsys_stats_via_fake(report):

@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from helpers import app, run_cli
+from helpers import app, cli_main
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.writer import OutputWriter, TextOut
@@ -105,11 +105,13 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
     assert took < 8, f"the 1 s timeout fired after {took:.1f} s"
 
 
-def test_nothing_is_said_lost_when_stderr_is_read(env, tmp_path):
-    r = run_cli(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("print:hello", "vec_add")], env)
-    doc = json.loads(r.stdout)
-    assert r.returncode == 0 and "hello" in r.stderr
-    assert "could not be written" not in r.stderr + json.dumps(doc["warnings"])
+def test_nothing_is_said_lost_when_stderr_is_read(env, tmp_path, capfd):
+    """main(argv) in this process, its stderr a file descriptor (capfd) read by pytest: the writer of its own."""
+    code, out, err = cli_main(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("print:hello", "vec_add")],
+                              capfd)
+    doc = json.loads(out)
+    assert code == 0 and "hello" in err
+    assert "could not be written" not in err + json.dumps(doc["warnings"])
 
 
 # -- the writer itself -----------------------------------------------------------------

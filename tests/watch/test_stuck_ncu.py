@@ -17,7 +17,7 @@ import textwrap
 import time
 
 import pytest
-from helpers import ROOT, app, assert_clean, fast_stop, no_leftovers, run_cli, run_config
+from helpers import app, assert_clean, cli_main, fast_stop, no_leftovers, run_config
 
 from nsightwrap import ProfileOptions, profile_command
 from nsightwrap.ncu.context import RunConfig
@@ -139,29 +139,30 @@ def test_the_stop_moves_on_once_the_front_end_has_exited(tmp_path):
     no_leftovers()
 
 
-def test_the_cli_sets_the_limit_and_says_ncu_is_stuck(fake_env, tmp_path):
-    env = dict(fake_env, FAKE_NCU_STUCK="wedge", PYTHONPATH=str(ROOT))
-    done = run_cli(["run", "--json", "-q", "--stuck-timeout", "0.5", "--timeout", "30", "--set", "basic",
-                    "-o", str(tmp_path / "r"), "--", *app("vec_add")], env=env, timeout=60)
-    d = json.loads(done.stdout)
-    assert done.returncode == 5 and d["status"] == ERROR and "ncu itself is stuck" in d["reason"], done.stderr
+def test_the_cli_sets_the_limit_and_says_ncu_is_stuck(fake_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_STUCK", "wedge")
+    code, out, err = cli_main(["run", "--json", "-q", "--stuck-timeout", "0.5", "--timeout", "30", "--set", "basic",
+                               "-o", str(tmp_path / "r"), "--", *app("vec_add")], capsys)
+    d = json.loads(out)
+    assert code == 5 and d["status"] == ERROR and "ncu itself is stuck" in d["reason"], err
     assert d["kernel_count"] == 1 and d["stop"]["graceful"]
-    assert run_cli(["run", "--stuck-timeout", "0", "--", *app("vec_add")], env=env).returncode == 2
+    assert cli_main(["run", "--stuck-timeout", "0", "--", *app("vec_add")], capsys)[0] == 2
 
 
-def test_sweep_sections_takes_the_limit_its_reason_names(fake_env, tmp_path):
+def test_sweep_sections_takes_the_limit_its_reason_names(fake_env, tmp_path, capsys, monkeypatch):
     """The stuck reason says "raise the limit with --stuck-timeout SEC": sweep-sections has the flag too, and
     its probes' RunConfig gets it (without it, the sweep would wait the default 60 s)."""
-    env = dict(fake_env, FAKE_NCU_STUCK="wedge", PYTHONPATH=str(ROOT), NSIGHTWRAP_STORE=str(tmp_path / "s.db"))
+    monkeypatch.setenv("FAKE_NCU_STUCK", "wedge")
+    monkeypatch.setenv("NSIGHTWRAP_STORE", str(tmp_path / "s.db"))
     t0 = time.monotonic()
-    done = run_cli(["sweep-sections", "--json", "-q", "--no-preflight", "--stuck-timeout", "0.5",
-                    "--stall-timeout", "0.4", "--set", "basic", "--", *app("vec_add")], env=env, timeout=50)
+    code, out, err = cli_main(["sweep-sections", "--json", "-q", "--no-preflight", "--stuck-timeout", "0.5",
+                               "--stall-timeout", "0.4", "--set", "basic", "--", *app("vec_add")], capsys)
     took = time.monotonic() - t0
-    d = json.loads(done.stdout)
-    assert "ncu itself is stuck" in d["error"] and "--stuck-timeout SEC" in d["error"], done.stderr
+    d = json.loads(out)
+    assert "ncu itself is stuck" in d["error"] and "--stuck-timeout SEC" in d["error"], err
     assert "stuck_timeout=SEC in Python" in d["error"]  # the Python hint is kept as it is
     assert took < 30, took
-    assert run_cli(["sweep-sections", "--stuck-timeout", "0", "--", *app("vec_add")], env=env).returncode == 2
+    assert cli_main(["sweep-sections", "--stuck-timeout", "0", "--", *app("vec_add")], capsys)[0] == 2
 
 
 def test_run_and_sweep_share_one_stuck_timeout_option():
