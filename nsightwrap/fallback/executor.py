@@ -47,54 +47,25 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, StoreError
+from nsightwrap.errors import NsightwrapError, ProfileInterrupted, StoreError
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.session import SWEEP, Session, Tag
+from nsightwrap.fallback.spec import EXECUTORS, LOCAL, LOCAL_POLL_S, POLL_S, SLURM, ExecutorSpec
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import SWEEP_VAR
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
-from nsightwrap.status import ERROR
+from nsightwrap.status import ERROR, INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch import gpu
 
-LOCAL, SLURM = "local", "slurm"
-EXECUTORS = (LOCAL, SLURM)
-#: How often the dispatcher looks at its jobs (seconds): Slurm's (sacct, cached by submitit).
-POLL_S = 0.2
-#: Local jobs: a look is a poll() of the job's process, so the dispatcher looks often (a probe's end is seen
-#: within this, not within POLL_S: 0.1 s a probe on average).
-LOCAL_POLL_S = 0.02
+__all__ = ["EXECUTORS", "LOCAL", "LOCAL_POLL_S", "POLL_S", "SLURM", "EngineAttempts", "ExecutorSpec", "JobTimes",
+           "ProbeEngine", "ProbeTask", "StoreSetting", "local_gpus", "open_engine", "run_probe", "store_setting_of"]
+
 #: A local job's own time limit (submitit's default is 2 minutes): a probe is bounded by its watch instead.
 LOCAL_JOB_MINUTES = 24 * 60
-
-
-@dataclass(frozen=True)
-class ExecutorSpec:
-    """Where the probes run: `kind` local (one per local GPU) or slurm (a job array, one GPU per probe)."""
-
-    kind: str = LOCAL
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    time: Optional[str] = None  # sbatch --time (e.g. 30, 1:00:00)
-    options: tuple[tuple[str, str], ...] = ()  # more sbatch options (--slurm-opt KEY=VALUE)
-    retries: int = 2  # a probe set aside is run again at most this many times
-    folder: Optional[str] = None  # job files (Slurm: must be shared with the nodes); default a folder made here
-    poll_s: Optional[float] = None  # how often the jobs are looked at; default LOCAL_POLL_S or POLL_S (Slurm)
-
-    def __post_init__(self) -> None:
-        if self.kind not in EXECUTORS:
-            raise OptionsError(f"unknown executor {self.kind!r}; use one of {', '.join(EXECUTORS)}")
-        if self.retries < 0:
-            raise OptionsError(f"retries must be 0 or more, not {self.retries}")
-
-    @property
-    def poll(self) -> float:
-        """Seconds between two looks at the jobs."""
-        return self.poll_s if self.poll_s is not None else LOCAL_POLL_S if self.kind == LOCAL else POLL_S
-
 
 # --- the probe, on the node ------------------------------------------------------
 
@@ -172,6 +143,8 @@ class ProbeTask:
     #: The machine as the sweep's store knows it, where the job runs on that machine (local jobs): the node
     #: need not ask nvidia-smi again. None: the node detects its own (Slurm).
     environment: Optional[Environment] = None
+    kernel: Optional[str] = None  # a walk's: the kernel the attempt is for (None: the program), as Tag records it
+    rung: Optional[str] = None  # a walk's: the rung's name
 
 
 def run_probe(task: ProbeTask) -> dict:
@@ -217,14 +190,15 @@ def _probe(task: ProbeTask, context: RunContext, opening: "_Opening", times: dic
     session.shape = task.shape  # as the sweep has learnt it
     times["attempt_start"] = time.time()
     try:
-        attempt = session.run(task.options, what="the probe", cancel=opening.failed)
+        what = f"rung {task.rung!r}" if task.rung else "the probe"  # as Session.attempt says it
+        attempt = session.run(task.options, what=what, cancel=opening.failed)
     except ProfileInterrupted as e:
         opening.get()  # the store's error, when that was what stopped it
         return e.attempt, False
     finally:
         times["attempt_end"] = time.time()
     session.store = opening.get()
-    return attempt, bool(session.record(attempt, task.options, Tag(ladder=task.ladder)))
+    return attempt, bool(session.record(attempt, task.options, Tag(task.kernel, task.rung, task.ladder)))
 
 
 class _Opening:
@@ -258,6 +232,37 @@ class _Opening:
         self.thread.join()
         if self.store is not None:
             self.store.close()
+
+
+class EngineAttempts:
+    """Session.attempt as jobs of an engine (the sweep's probes, the walk's attempts): the task made here (the
+    calibration known here travels with it), run and recorded on the node by run_probe under the same Tag as
+    Session.attempt records; the job's shape learnt here. A GPU that keeps processes is the engine's to set
+    aside (the attempt runs again elsewhere), never a GpuKept."""
+
+    def __init__(self, session: Session, engine: "ProbeEngine") -> None:
+        self.session, self.engine = session, engine
+        self.store = engine.keep_store(store_setting_of(session.store)) if session.store is not None else None
+
+    def task(self, options: ProfileOptions, tag: Tag, context: Optional[RunContext] = None) -> ProbeTask:
+        session, calibrator = self.session, self.session.calibrator
+        environment = session.environment  # asked once, and handed to the calibrator before it looks
+        config = calibrator.apply(context or session.context).config
+        local = self.engine.spec.kind == LOCAL  # this machine: the node need not ask nvidia-smi again
+        return ProbeTask(tuple(session.command), options, config, self.store, session.shape, nsys=calibrator.nsys,
+                         ladder=tag.ladder or SWEEP, sweep=self.engine.token,
+                         environment=environment if local else None, kernel=tag.kernel, rung=tag.rung)
+
+    def attempt(self, options: ProfileOptions, tag: Tag, context: Optional[RunContext] = None,
+                chain: str = "", queued: Optional[Callable[[], None]] = None) -> tuple[Any, Optional[str]]:
+        """(the attempt, where it ran: the GPU, or host:GPU on Slurm); ProfileInterrupted when it was stopped."""
+        reply = self.engine.run(self.task(options, tag, context), chain, queued)
+        attempt = reply["attempt"]
+        if attempt.status == INTERRUPTED:
+            raise ProfileInterrupted(attempt)
+        self.session.learn(attempt)
+        where = reply["gpu"] if self.engine.spec.kind == LOCAL else f"{reply['host']}:{reply['gpu'] or '-'}"
+        return attempt, where
 
 
 # --- where jobs run ----------------------------------------------------------------

@@ -25,24 +25,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
+from nsightwrap.errors import NsightwrapError, OptionsError, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
-from nsightwrap.fallback.executor import (
-    LOCAL,
-    ExecutorSpec,
-    JobTimes,
-    ProbeEngine,
-    ProbeTask,
-    open_engine,
-    store_setting_of,
-)
+from nsightwrap.fallback.executor import EngineAttempts, ExecutorSpec, JobTimes, ProbeEngine, open_engine
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.secrets import mask_doc, mask_text
-from nsightwrap.status import ERROR, EXIT_CODES, HANG, INTERRUPTED, NO_KERNELS, OK
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, NO_KERNELS, OK
 from nsightwrap.watch import gpu
 
 #: A probe's outcomes, in the one vocabulary of statuses.
@@ -499,8 +491,7 @@ class _ProbeRunner:
         self.session, self.on_probe = session, on_probe
         self.context = session.context
         self.engine = engine
-        self.store_setting = (engine.keep_store(store_setting_of(session.store))
-                              if engine is not None and session.store is not None else None)
+        self.dispatch = EngineAttempts(session, engine) if engine is not None else None
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
@@ -547,22 +538,11 @@ class _ProbeRunner:
         """watched() as a job of the engine: the node runs and records it (run_probe); (attempt, where)."""
         if self.cancel.is_set():
             raise KeyboardInterrupt("the sweep was interrupted")
-        assert self.engine is not None
-        calibrator = self.session.calibrator
-        environment = self.session.environment  # asked once, and handed to the calibrator before it looks
-        config = calibrator.apply(self.context).config  # the calibration known here travels with the probe
-        local = self.engine.spec.kind == LOCAL  # this machine: the node need not ask nvidia-smi again
-        task = ProbeTask(tuple(self.session.command), opts, config, self.store_setting, self.shape,
-                         nsys=calibrator.nsys, sweep=self.engine.token, environment=environment if local else None)
+        assert self.dispatch is not None
         queued, self._local.queued = getattr(self._local, "queued", None), None
-        reply = self.engine.run(task, chain, queued)
-        attempt = reply["attempt"]
-        if attempt.status == INTERRUPTED:
-            raise ProfileInterrupted(attempt)
+        attempt, where = self.dispatch.attempt(opts, Tag(ladder=SWEEP), chain=chain, queued=queued)
         if attempt.program_fault:
             raise _ProgramFault(attempt)
-        self.session.learn(attempt)
-        where = reply["gpu"] if local else f"{reply['host']}:{reply['gpu'] or '-'}"
         return attempt, where
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
