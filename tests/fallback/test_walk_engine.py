@@ -61,6 +61,5 @@ def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap
     assert serial.jobs == [] and len(engine.jobs) == len(engine.attempts)
     assert {j.where for j in engine.jobs} == {"0", "1"}
     # a's and b's lines ran at once, each on its own GPU (the engine's timeline: the attempts' times on the node).
-    span = {j.chain: (j.node["attempt_start"], j.node["attempt_end"], j.where) for j in engine.jobs}
-    assert any(s1 < e2 and s2 < e1 and w1 != w2 for c1, (s1, e1, w1) in span.items()
-               for c2, (s2, e2, w2) in span.items() if c1 != c2)
+    span = [(j.chain, j.node["attempt_start"], j.node["attempt_end"], j.where) for j in engine.jobs]
+    assert any(s1 < e2 and s2 < e1 and w1 != w2 for c1, s1, e1, w1 in span for c2, s2, e2, w2 in span if c1 != c2)
