@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nsightwrap import HangStore, RunConfig, Session, sweep_sections  # noqa: E402
-from nsightwrap.fallback.executor import ExecutorSpec  # noqa: E402
+from nsightwrap.fallback.spec import ExecutorSpec  # noqa: E402
 
 GOAL = 0.6
 

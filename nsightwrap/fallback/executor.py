@@ -50,7 +50,7 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted, StoreError
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.session import SWEEP, Session, Tag
-from nsightwrap.fallback.spec import EXECUTORS, LOCAL, LOCAL_POLL_S, POLL_S, SLURM, ExecutorSpec
+from nsightwrap.fallback.spec import LOCAL, ExecutorSpec
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import SWEEP_VAR
 from nsightwrap.ncu.options import ProfileOptions
@@ -61,8 +61,8 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
 from nsightwrap.watch import gpu
 
-__all__ = ["EXECUTORS", "LOCAL", "LOCAL_POLL_S", "POLL_S", "SLURM", "EngineAttempts", "ExecutorSpec", "JobTimes",
-           "ProbeEngine", "ProbeTask", "StoreSetting", "local_gpus", "open_engine", "run_probe", "store_setting_of"]
+__all__ = ["EngineAttempts", "JobTimes", "ProbeEngine", "ProbeTask", "StoreSetting", "local_gpus", "open_engine",
+           "run_probe", "store_setting_of"]
 
 #: A local job's own time limit (submitit's default is 2 minutes): a probe is bounded by its watch instead.
 LOCAL_JOB_MINUTES = 24 * 60

@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError, OptionsError, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
-from nsightwrap.fallback.executor import EngineAttempts, ExecutorSpec, JobTimes, ProbeEngine, open_engine
+from nsightwrap.fallback.executor import EngineAttempts, JobTimes, ProbeEngine, open_engine
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.fallback.session import SWEEP, Session, Tag
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions

@@ -11,8 +11,8 @@ import uuid
 import pytest
 from helpers import FAKE_SMI_DIR, app, run_config
 
-from nsightwrap.fallback.executor import LOCAL_POLL_S, POLL_S, ExecutorSpec
 from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import LOCAL_POLL_S, POLL_S, ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 

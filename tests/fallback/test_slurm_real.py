@@ -12,7 +12,7 @@ import uuid
 import pytest
 from helpers import FAKE_SMI_DIR, ROOT, app, ctrl_c_sweep, run_config
 
-from nsightwrap.fallback.executor import ExecutorSpec
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 

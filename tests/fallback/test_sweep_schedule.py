@@ -17,8 +17,9 @@ import pytest
 from helpers import app, run_config
 
 from nsightwrap.fallback import sweep as sweep_module
-from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine
+from nsightwrap.fallback.executor import ProbeEngine
 from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.progress import Stall
