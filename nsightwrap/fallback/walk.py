@@ -174,6 +174,8 @@ class _Walk:
         self.first = True  # the walk's first line: its first attempt is the walk's
         self.pops: list[tuple[int, int]] = []  # (steps, unprofiled) before each job taken from the queue
         self.origin: Optional[_Job] = None  # a line's first job
+        #: (pop, step index, step, frame index, frame) before a later job of the pop changed them (_supersede)
+        self.undo: list[tuple[int, int, Step, int, pd.DataFrame]] = []
         self.chain = ""  # a line's name on the engine (its jobs depend on each other: one at a time)
         self._note_shape()
         self.floor = floor_index(ladder, options)
@@ -354,7 +356,9 @@ class _Walk:
     def _supersede(self, job: _Job, rung: Rung) -> None:
         """A rung above the floor worked: the floor's rows, tried first, give way."""
         i = job.provisional
-        self.result.frames[sum(1 for s in self.result.steps[:i] if s.attempt is not None)] = pd.DataFrame()
+        f = sum(1 for s in self.result.steps[:i] if s.attempt is not None)  # the floor attempt's frame
+        self.undo.append((len(self.pops) - 1, i, self.result.steps[i], f, self.result.frames[f]))
+        self.result.frames[f] = pd.DataFrame()
         step = self.result.steps[i]
         self.result.steps[i] = replace(step, notes=step.notes + (
             f"its rows give way to rung {rung.name!r}, above it, which worked too",))
@@ -488,6 +492,7 @@ class _Lines:
         """A line of its own for `job`, started at once (the engine gives it a GPU when one is free)."""
         line = copy.copy(self.walk)
         line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
+        line.undo = []
         line.lines, line.origin = self, job
         with self.lock:
             line.first = not self.lines
@@ -540,8 +545,12 @@ class _Lines:
             part = line.result
             cut = self._cut(line, len(result.attempts))
             steps, unprofiled = line.pops[cut] if cut is not None else (len(part.steps), len(part.unprofiled))
-            base, kept = len(result.steps), part.steps[:steps]
-            for frame in part.frames[:sum(1 for s in kept if s.attempt is not None)]:
+            kept, frames = list(part.steps[:steps]), list(part.frames)
+            for pop, i, step, f, frame in reversed(line.undo if cut is not None else []):
+                if pop >= cut and i < len(kept):  # a job past the cut changed an earlier step: never run serially
+                    kept[i], frames[f] = step, frame
+            base = len(result.steps)
+            for frame in frames[:sum(1 for s in kept if s.attempt is not None)]:
                 if len(frame):
                     frame = frame.copy()
                     frame[ATTEMPT_COLUMN] = frame[ATTEMPT_COLUMN] + base

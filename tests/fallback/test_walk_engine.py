@@ -177,3 +177,29 @@ def _alive_in_scope(scope: str) -> list[int]:
         if f"FAKE_SMI_SCOPE={scope}".encode() in env and state != "Z":
             found.append(int(d))
     return found
+
+
+def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(smi, tmp_path):
+    """j hangs everywhere (its rungs above the floor are skipped as implied), then k's floor rows give way to
+    basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before)."""
+    program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
+    serial = walk_ladder(Session.open(program, cfg(tmp_path)), ProfileOptions(set="full"), "default",
+                         reader=attempt_rows)
+    assert any(s.job == "j" and s.skipped for s in serial.steps)
+    assert sorted(zip(serial.df["function"], serial.df["rung"])) == [
+        ("block_reduce", "requested"), ("k", "basic"), ("vec_add", "requested")]
+    assert "give way to rung 'basic'" in next(s for s in serial.steps if s.job == "k").notes[-1]
+
+
+def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(smi, tmp_path):
+    """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
+    lines are put together (here within k's line, after j's skipped steps)."""
+    program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
+    results = [walk_ladder(Session.open(program, cfg(tmp_path), executor=executor), ProfileOptions(set="full"),
+                           "default", reader=attempt_rows, max_attempts=6)
+               for executor in (None, ExecutorSpec("local", jobs=2))]
+    serial, engine = results
+    assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
+    assert steps(engine) == steps(serial) and engine.stopped == serial.stopped
+    assert sorted(zip(engine.df["function"], engine.df["rung"], engine.df["attempt"])) == sorted(
+        zip(serial.df["function"], serial.df["rung"], serial.df["attempt"]))
