@@ -71,8 +71,8 @@ def one(command: list[str], sections: list[str], section_set: str, gpus: int, wo
                        stall_timeout=stall_timeout, timeout=120.0)
     with HangStore(work / f"gpus{gpus}-{n}.db") as store:  # apart: no sweep answers from another's probes
         t = time.monotonic()
-        r = sweep_sections(Session.open(command, config, store=store), sections=sections or section_set, jobs=gpus,
-                           executor=ExecutorSpec("local"))
+        r = sweep_sections(Session.open(command, config, store=store, executor=ExecutorSpec("local", jobs=gpus)),
+                           sections=sections or section_set)
         took = time.monotonic() - t
     return took, culprits(r), r.table() + "\nengine: " + overhead(r)
 

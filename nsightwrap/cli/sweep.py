@@ -115,9 +115,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             for note in store.notes:  # the team's database is down: recording in the local file instead
                 print(f"nsightwrap: {note}", file=sys.stderr)
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
-            session = Session(command, context, store=store, calibrator=calibrator, rank=args.rank)
+            session = Session(command, context, store=store, calibrator=calibrator, rank=args.rank, executor=executor)
             result = sweep_sections(session, kernel=args.kernel, sections=args.section or args.section_set,
-                                    jobs=jobs_of(args), on_probe=said, executor=executor)
+                                    jobs=jobs_of(args), on_probe=said)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         used = store_used(path, store)  # the local file when the database was down, with its note

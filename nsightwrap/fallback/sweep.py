@@ -351,7 +351,6 @@ def sweep_sections(
     sections: "str | Sequence[str]" = "full",
     jobs: int = 1,
     on_probe: Optional[Callable[[Probe], None]] = None,
-    executor: Optional[ExecutorSpec] = None,
 ) -> SweepResult:
     """Find which sections hang on which kernels of the session's program.
 
@@ -363,15 +362,16 @@ def sweep_sections(
     calibrated allowances (stored, else measured at the first stall; see
     nsightwrap.calibrate), for every later probe too. The verdict is the
     result's: status, exit_code, to_dict().
-    jobs: probes at once, one per GPU. executor: run the probes as jobs of a
-    cluster engine (nsightwrap.fallback.executor) instead of threads here:
-    local (one per local GPU) or slurm.
+    jobs: probes at once here, one per GPU. With session.executor (an
+    ExecutorSpec), the probes run as jobs of a cluster engine
+    (nsightwrap.fallback.executor) instead of threads here: local (one per
+    local GPU: the spec's `jobs` says how many) or slurm.
     """
     universe = sections_of_set(session.context.info, sections) if isinstance(sections, str) else list(sections)
     user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
     try:
-        if executor is not None:
-            result = _on_engine(session, on_probe, executor, jobs, universe, user_filter)
+        if session.executor is not None:
+            result = _on_engine(session, on_probe, session.executor, universe, user_filter)
         else:
             result = SweepResult(tuple(universe))
             try:
@@ -387,10 +387,10 @@ def sweep_sections(
 # --- the hook of the cluster engine (nsightwrap.fallback.executor): probes dispatched as jobs ----------
 
 
-def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], executor: ExecutorSpec, jobs: int,
+def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], executor: ExecutorSpec,
                universe: list[str], user_filter: Optional[KernelFilter]) -> SweepResult:
     """The sweep with every probe a job of the engine; the engine's jobs cancelled on Ctrl-C."""
-    with open_engine(executor, jobs, on_counts=session.context.listener.stage) as engine:
+    with open_engine(executor, executor.jobs, on_counts=session.context.listener.stage) as engine:
         runner = _ProbeRunner(session, [None], on_probe, engine=engine)
         result = SweepResult(tuple(universe))
         try:

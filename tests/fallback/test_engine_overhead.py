@@ -32,8 +32,9 @@ def test_local_jobs_ask_nvidia_smi_only_for_the_gpu_checks(smi, tmp_path):
     that environment."""
     with HangStore(tmp_path / "hangs.db") as store:
         config = run_config(tmp_path, env=dict(os.environ), check_gpu=True)
-        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), config, store=store),
-                           sections=["SourceCounters", "Occupancy"], jobs=2, executor=ExecutorSpec("local"))
+        session = Session.open(app("a@hang-if=SourceCounters"), config, store=store,
+                               executor=ExecutorSpec("local", jobs=2))
+        r = sweep_sections(session, sections=["SourceCounters", "Occupancy"])
         assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
         records = store.records()
     calls = smi.read_text().splitlines()

@@ -44,8 +44,8 @@ def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
     folder = tmp_path / "jobs"
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS, jobs=2,
-                           executor=ExecutorSpec("local", folder=str(folder)))
+        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store,
+                                        executor=ExecutorSpec("local", folder=str(folder), jobs=2)), sections=SECTIONS)
         assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
         probes = [p for k in r.kernels for p in k.probes if not p.from_store]
         assert probes and {p.gpu for p in probes} <= {"0", "1"}
@@ -53,15 +53,15 @@ def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
         assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
     # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
     with HangStore(tmp_path / "hangs.db") as store:
-        again = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS,
-                               executor=ExecutorSpec("local"))
+        again = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store, executor=ExecutorSpec("local")),
+                               sections=SECTIONS)
     assert all(p.from_store for k in again.kernels for p in k.probes)
 
 
 def test_local_executor_refuses_more_jobs_than_gpus(smi, tmp_path):
     with pytest.raises(NsightwrapError, match="needs 3 GPU"):
-        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"], jobs=3,
-                       executor=ExecutorSpec("local"))
+        sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local", jobs=3)),
+                       sections=["SourceCounters"])
 
 
 def test_a_store_password_travels_in_a_0600_file_never_in_the_task(tmp_path):
@@ -256,7 +256,7 @@ def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slur
     spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS, executor=spec)
+        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store, executor=spec), sections=SECTIONS)
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
@@ -270,8 +270,8 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
     monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
     spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store),
-                           sections=["SourceCounters", "Occupancy"], executor=spec)
+        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
+                           sections=["SourceCounters", "Occupancy"])
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
@@ -280,8 +280,8 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
 def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
     with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
-        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"],
-                       executor=ExecutorSpec("local"))
+        sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local")),
+                       sections=["SourceCounters"])
 
 
 def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_program_run(tmp_path):

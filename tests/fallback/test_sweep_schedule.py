@@ -128,10 +128,10 @@ def simulate(monkeypatch, tmp_path: Path, gpus: int, overhead: float):
         return backend.engine
 
     monkeypatch.setattr(sweep_module, "open_engine", open_engine)
-    session = Session.open(app("A", "B"), run_config(tmp_path))
+    session = Session.open(app("A", "B"), run_config(tmp_path), executor=ExecutorSpec("local", poll_s=0.001, jobs=gpus))
     out = {}
     sweep = threading.Thread(target=lambda: out.setdefault("r", sweep_sections(
-        session, sections=BASIC, jobs=gpus, executor=ExecutorSpec("local", poll_s=0.001))))
+        session, sections=BASIC)))
     sweep.start()
     moved = time.monotonic()
     while sweep.is_alive():
