@@ -51,18 +51,18 @@ def test_local_jobs_are_looked_at_often_slurm_jobs_as_before():
 def test_the_store_opens_beside_the_attempt_not_before_it(tmp_path, fake_env, monkeypatch):
     """Opening the store (importing the database library: tenths of a second a job) delays no attempt; the
     probe is recorded once both are done."""
-    from nsightwrap.fallback import executor as executor_module
+    from nsightwrap.fallback import probejob as probejob_module
     from nsightwrap.fallback.collectives import JobShape
-    from nsightwrap.fallback.executor import ProbeTask, StoreSetting, run_probe
+    from nsightwrap.fallback.probejob import ProbeTask, StoreSetting, run_probe
     from nsightwrap.ncu.options import ProfileOptions
 
-    real = executor_module.HangStore
+    real = probejob_module.HangStore
 
     def slow_store(setting):
         time.sleep(1.0)
         return real(setting)
 
-    monkeypatch.setattr(executor_module, "HangStore", slow_store)
+    monkeypatch.setattr(probejob_module, "HangStore", slow_store)
     command = app("vec_add")
     task = ProbeTask(tuple(command), ProfileOptions(set="basic"), run_config(tmp_path, env=fake_env),
                      StoreSetting(str(tmp_path / "h.db")), JobShape.of(command))
@@ -79,7 +79,7 @@ def test_a_local_job_is_done_once_its_result_is_written_not_once_its_process_exi
     its result is read at once; a job's error is still raised as submitit raises it."""
     import submitit
 
-    from nsightwrap.fallback.executor import _LocalJob
+    from nsightwrap.fallback.probejob import _LocalJob
 
     def slow_exit(x):  # a closure: pickled by value, so the job's process needs no test module
         import atexit

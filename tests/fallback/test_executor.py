@@ -15,7 +15,8 @@ import pytest
 from helpers import FAKE_SMI_DIR, HERE, ROOT, app, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.fallback.executor import ProbeEngine, StoreSetting, store_setting_of
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import StoreSetting, store_setting_of
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections

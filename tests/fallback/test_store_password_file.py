@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from nsightwrap.fallback.executor import ProbeEngine, StoreSetting
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import StoreSetting
 from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.store.location import StoreLocation
 

@@ -13,7 +13,8 @@ import pytest
 from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.fallback import walk as walk_module
-from nsightwrap.fallback.executor import ProbeEngine, run_probe
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import run_probe
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.walk import walk_ladder
