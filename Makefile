@@ -40,6 +40,10 @@ run: install
 # scaled clock), and four overlap those waits (238 s for 1211 tests on the 2-core CI machine, 2026-11-27;
 # ~78 s when there were 648). Two and six workers were measured slower
 # (tests/calibrate + tests/cli on the shared 2-core machine: -n 2 95 s, -n 6 99 s, -n 4 70-80 s).
+# The suite is CPU-bound (issue 20): 353 s of CPU (289 user + 64 sys) for 1211 tests, then 254 s (209 + 45)
+# once child processes started cheaply (tests/conftest.py pytest_configure: the fakes' python3 is this
+# interpreter, not a version manager's shim; children keep bytecode; stdlib-only fakes run without site)
+# and the command line loaded only the command given (2026-11-27, same machine, 4 workers).
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 4 --dist worksteal

@@ -68,7 +68,7 @@ want nsys     && step 170 nsys     env NSYS_GPU_BUDGET_S=165 bash devtools/nsys_
 want extras   && step 30  extras   python3 devtools/extras_probe.py /usr/local/cuda/bin/ncu
 want crash    && step 120 crash    python3 devtools/extras_crash.py "$PWD/tests/data/reports/basic_ok.ncu-rep"
 want jobs     && step 240 jobs     python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_gpu.py -k jobs_2
-want executor2 && step 420 executor2 bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && python3 benchmarks/sweep_executor.py --app /tmp/nsightwrap-bench/app -o "$0/sweep_executor.txt"' "$W"
+want executor2 && step ${EXECUTOR_LIMIT:-420} executor2 bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && python3 benchmarks/sweep_executor.py --app /tmp/nsightwrap-bench/app -o "$0/sweep_executor.txt" ${EXECUTOR_ARGS:-}' "$W"
 want many     && step 120 many     bash -c 'mkdir -p /tmp/nw "$0" && nvcc -O2 -arch=sm_90 -o /tmp/nw/app tests/gpu/kernels.cu && cd /tmp/nw && /usr/local/cuda/bin/ncu --set basic -o "$0/many300" /tmp/nw/app many 300 | tail -3' "$W/fx"
 want torchfx  && step 150 torchfx  bash devtools/make_fixtures.sh "$W/fx" torch_nvtx csv
 want examples && step 300 examples bash -c 'for e in profile_torch profile_cupy profile_triton profile_hang; do echo "### $e"; s=$SECONDS; timeout 150 python3 examples/$e.py; echo "### $e: rc=$? in $((SECONDS - s)) s"; done; nvidia-smi --query-compute-apps=pid --format=csv,noheader; ps -eo pid,cmd | grep -E "ncu|python3 -m nsightwrap" | grep -v grep'

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -31,6 +34,47 @@ def checkout_files(root: Path = HERE.parent) -> set[str]:
         except FileNotFoundError:
             pass
     return names
+
+
+#: Set (to the folder of the tests' `python3`) once the session made its child processes start cheaply.
+FAST_PYTHON_VAR = "NSIGHTWRAP_TEST_PYTHON_DIR"
+#: Its subfolder where this interpreter's name runs it without site (helpers.app's interpreter).
+NO_SITE = "no-site"
+_SAVED_ENV = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    """Child processes start cheaply (the suite starts thousands: issue 20). The fakes' `#!/usr/bin/env python3`
+    finds this interpreter first on PATH (a two-line sh script), not a version manager's shim (pyenv's costs
+    0.06 s of bash per start); the fake programs of helpers.app run it with -S (no site: 0.02 s less); and
+    children write and read bytecode as Python does by default: with PYTHONDONTWRITEBYTECODE=1 inherited,
+    every `python -m nsightwrap` compiled its 110 modules again (0.13 s). Done once, in the first process
+    (xdist's workers inherit it); undone at the end."""
+    if os.environ.get(FAST_PYTHON_VAR):
+        return
+    folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
+    for where, name, flags in (("", "python3", ""), (NO_SITE, Path(sys.executable).name, " -S")):
+        script = Path(folder, where, name)
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{flags} "$@"\n')
+        script.chmod(0o755)
+    names = ("PATH", "PYTHONDONTWRITEBYTECODE", FAST_PYTHON_VAR)
+    config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in names}
+    os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
+    os.environ[FAST_PYTHON_VAR] = folder
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+def pytest_unconfigure(config):
+    saved = config.stash.get(_SAVED_ENV, None)
+    if saved is None:
+        return
+    shutil.rmtree(os.environ[FAST_PYTHON_VAR], ignore_errors=True)
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

@@ -62,8 +62,16 @@ def fast_stop(**kw: float) -> StopPolicy:
 
 
 def app(*steps: str) -> list[str]:
-    """The command line of a fake CUDA program (see tests/fake_ncu/app.py)."""
-    return [sys.executable, str(FAKE_APP), *steps]
+    """The command line of a fake CUDA program (see tests/fake_ncu/app.py). Its interpreter is this one without
+    site (stdlib only; conftest.pytest_configure made it) where the session made one, so that app(...)[1:] is
+    still the script and its steps (the fake launchers' tests pass that on)."""
+    return [_no_site_python(), str(FAKE_APP), *steps]
+
+
+def _no_site_python() -> str:
+    folder = os.environ.get("NSIGHTWRAP_TEST_PYTHON_DIR")
+    script = os.path.join(folder, "no-site", os.path.basename(sys.executable)) if folder else ""
+    return script if os.path.exists(script) else sys.executable
 
 
 def run_config(tmp_path: Path, **kw: Any) -> RunConfig:

@@ -38,5 +38,16 @@ def main(store: str, worker: int, n: int, done_file: str) -> None:
     os.close(fd)
 
 
+def write_plainly(store: str, worker: int, n: int) -> None:
+    """N records (kernel ``kernel_{WORKER}``, hang and ok in turn, passes and note ``WORKER:i``) through a store
+    opened with its defaults: test_concurrent_writers_lose_nothing's writer, here so that its processes import
+    only the store (a target in the test module made each import pytest, hypothesis and the test helpers)."""
+    env = Environment(f"host{worker}", "NVIDIA H200", "580", "2025.3.1")
+    with HangStore(store) as s:
+        for i in range(n):
+            s.record(f"kernel_{worker}", ProfileKey("full"), "hang" if i % 2 else "ok", env=env, passes=i,
+                     note=f"{worker}:{i}")
+
+
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -7,33 +7,42 @@ imports take a few hundred milliseconds).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from nsightwrap.cli import doctor, run, sweep, triage
-from nsightwrap.cli.cleanup import add_cleanup_parser, cmd_cleanup
 from nsightwrap.cli.common import Parser, UsageError, error_doc, in_flags, interrupted_doc, print_json, wants_json
-from nsightwrap.cli.doctor import cmd_doctor
-from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
-from nsightwrap.cli.nsys import add_nsys_parser, cmd_nsys
-from nsightwrap.cli.run import cmd_run
-from nsightwrap.cli.sweep import cmd_sweep
 from nsightwrap.errors import LadderError, NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.version import __version__
 
+#: Each command: its module in nsightwrap.cli, the function there that adds its parser, the one that runs it.
+#: A module is imported only when its command is given (or the whole parser is built, for help and errors):
+#: `hangs list` loads no profiler code, `run` no sweep, triage or bundle code (every start counts: issue 20).
+COMMAND_TABLE: dict[str, tuple[str, str, str]] = {
+    "run": ("run", "add_parser", "cmd_run"),
+    "sweep-sections": ("sweep", "add_parser", "cmd_sweep"),
+    "triage": ("triage", "add_parser", "cmd_triage"),
+    "hangs": ("hangs", "add_hangs_parser", "cmd_hangs"),
+    "nsys": ("nsys", "add_nsys_parser", "cmd_nsys"),
+    "cleanup": ("cleanup", "add_cleanup_parser", "cmd_cleanup"),
+    "doctor": ("doctor", "add_parser", "cmd_doctor"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _command_part(name: str, which: int) -> Callable[..., Any]:
+    module, *functions = COMMAND_TABLE[name]
+    return getattr(importlib.import_module(f"nsightwrap.cli.{module}"), functions[which])
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or only command `only`'s (the one given: what it parses
+    and prints is the same, its usage line and errors included)."""
     parser = Parser(prog="python -m nsightwrap", description="Run NVIDIA profilers under a watchdog.")
     parser.add_argument("--version", action="version", version=f"nsightwrap {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
-    run.add_parser(sub)
-    sweep.add_parser(sub)
-    triage.add_parser(sub)
-    add_hangs_parser(sub)
-    add_nsys_parser(sub)
-    add_cleanup_parser(sub)
-    doctor.add_parser(sub)
+    for name in [only] if only in COMMAND_TABLE else COMMAND_TABLE:
+        _command_part(name, 0)(sub)
     parser.commands = dict(sub.choices)
     return parser
 
@@ -41,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_command(argv: Sequence[str]) -> int:
     """Parse argv and run its command; with --json, exactly one JSON object on stdout."""
     as_json = wants_json(argv)
-    parser = build_parser()
+    parser = build_parser(only=argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
     except UsageError as e:
@@ -50,7 +59,7 @@ def run_command(argv: Sequence[str]) -> int:
         parser.print_help(sys.stderr)
         return _usage_error(UsageError("give a command, e.g. `python -m nsightwrap run -- ./my_app`"), as_json)
     try:
-        return COMMANDS[args.cmd](args)
+        return _command_part(args.cmd, 1)(args)
     except UsageError as e:
         return _usage_error(e, as_json)
     except NsightwrapError as e:
@@ -73,6 +82,3 @@ def _usage_error(e: UsageError, as_json: bool) -> int:
         print_json(error_doc(str(e), usage=e.usage.strip()))
     return USAGE_EXIT_CODE
 
-
-COMMANDS = {"run": cmd_run, "cleanup": cmd_cleanup, "doctor": cmd_doctor, "sweep-sections": cmd_sweep,
-            "hangs": cmd_hangs, "nsys": cmd_nsys, "triage": triage.cmd_triage}

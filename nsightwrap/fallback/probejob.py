@@ -285,8 +285,9 @@ class _LocalJob:
         return self.job.paths.result_pickle.exists() or self.job.done()
 
     def result(self) -> Any:
-        if self.job.paths.result_pickle.exists():
-            outcome, value = self.job._get_outcome_and_result()  # submitit's reader, without waiting for the exit
+        read = getattr(self.job, "_get_outcome_and_result", None)  # submitit 1.5's reader (private: may go)
+        if read is not None and self.job.paths.result_pickle.exists():
+            outcome, value = read()  # without waiting for the job's process to exit
             if outcome == "success":
                 return value
         return self.job.result()  # the job's error, raised by submitit once its process has ended

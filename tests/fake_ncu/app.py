@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env -S python3 -S
 """A fake CUDA program for the fake ncu.
 
 Each argument is one step:

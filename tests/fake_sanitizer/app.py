@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env -S python3 -S
 """A fake CUDA program with planted bugs, for the fake compute-sanitizer (and plain runs without it).
 
 Each argument is one step:

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env -S python3 -S
 """Fake Slurm commands (sbatch, srun, sacct, scancel) for submitit's SlurmExecutor, on this machine.
 
 One script, four names (links). State lives in $FAKE_SLURM_DIR: a job counter, and per task

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env -S python3 -S
 """A fake CUDA program whose kernels fail in some runs only, decided by a seed: triage's test subject.
 
 Each argument is one step (kernel launches go through the fake CUPTI tracer of tests/fake_ncu, so a

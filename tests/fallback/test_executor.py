@@ -41,24 +41,6 @@ def cfg(tmp_path, **kw):
     return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True, **kw)
 
 
-def test_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
-    """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
-    folder = tmp_path / "jobs"
-    with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store,
-                                        executor=ExecutorSpec("local", folder=str(folder), jobs=2)), sections=SECTIONS)
-        assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
-        probes = [p for k in r.kernels for p in k.probes if not p.from_store]
-        assert probes and {p.gpu for p in probes} <= {"0", "1"}
-        assert len({p.gpu for p in probes}) == 2  # both GPUs used
-        assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
-    # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
-    with HangStore(tmp_path / "hangs.db") as store:
-        again = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store, executor=ExecutorSpec("local")),
-                               sections=SECTIONS)
-    assert all(p.from_store for k in again.kernels for p in k.probes)
-
-
 def test_local_executor_refuses_more_jobs_than_gpus(smi, tmp_path):
     with pytest.raises(NsightwrapError, match="needs 3 GPU"):
         sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local", jobs=3)),
@@ -226,14 +208,23 @@ def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(smi, tmp_path):
         time.sleep(0.1)
 
 
-def test_cli_sweep_on_the_local_executor(smi, tmp_path):
-    r = run_cli(["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS), []),
-                 "--json", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--", *PROGRAM],
-                {**os.environ, "PYTHONPATH": str(ROOT)})
+def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
+    """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
+    folder = tmp_path / "jobs"
+    argv = ["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS), []), "--json",
+            "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
+            "--stall-timeout", "0.6", "--", *PROGRAM]  # hangs calibrated on a node: the Slurm tests
+    r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
     doc = json.loads(r.stdout)
     assert r.returncode == 0, r.stderr
     assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     assert "running" in r.stderr and "finished" in r.stderr  # the live line
+    probes = [p for k in doc["kernels"] for p in k["probes"] if not p["from_store"]]
+    assert probes and {p["gpu"] for p in probes} == {"0", "1"}  # each pinned to one GPU; both GPUs used
+    assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
+    # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
+    again = json.loads(run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)}).stdout)
+    assert all(p["from_store"] for k in again["kernels"] for p in k["probes"])
 
 
 def test_slurm_options_need_the_slurm_executor(smi, tmp_path):

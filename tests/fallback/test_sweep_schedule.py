@@ -110,9 +110,11 @@ class VirtualGpus:
         before then; False when not yet."""
         if self.engine is None:
             return False
-        queued, running, _ = self.engine.counts()
+        queued, _, _ = self.engine.counts()
         with self.lock:
-            if not self.running or queued + running != len(self.live) or (queued and self.free):
+            # Running: the jobs not yet collected (the engine may still count one whose reply its chain is about
+            # to act on: moving the clock then would start the chain's next job late).
+            if not self.running or queued + len(self.running) != len(self.live) or (queued and self.free):
                 return False
             if any(j.done() for j in self.running):
                 return False  # the dispatcher has yet to collect it

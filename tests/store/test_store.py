@@ -363,17 +363,12 @@ def test_export_csv_and_yaml_parse_back(store, tmp_path):
 
 # --- several processes -------------------------------------------------------
 
-def _writer(path: str, worker: int, n: int) -> None:
-    env = Environment(f"host{worker}", "NVIDIA H200", "580", "2025.3.1")
-    with HangStore(path) as s:
-        for i in range(n):
-            s.record(f"kernel_{worker}", FULL, "hang" if i % 2 else "ok", env=env, passes=i, note=f"{worker}:{i}")
-
-
 def test_concurrent_writers_lose_nothing(tmp_path):
+    from store_writer import write_plainly
+
     path = str(tmp_path / "shared.db")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(path, w, 50)) for w in range(6)]
+    procs = [ctx.Process(target=write_plainly, args=(path, w, 50)) for w in range(6)]
     for p in procs:
         p.start()
     for p in procs:

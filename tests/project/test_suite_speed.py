@@ -1,0 +1,78 @@
+"""What keeps the suite's thousands of process starts cheap (issue 20): the session's interpreter wrappers, bytecode
+kept, fakes without site, and a command line that loads only the command given."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import psutil
+from conftest import FAST_PYTHON_VAR
+from helpers import FAKE_NCU, app, read_until
+
+from nsightwrap.cli.commands import COMMAND_TABLE, build_parser
+
+
+def test_the_fakes_python3_is_this_interpreter_and_children_keep_bytecode():
+    folder = os.environ[FAST_PYTHON_VAR]
+    assert shutil.which("python3") == os.path.join(folder, "python3")  # not a version manager's shim
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    done = subprocess.run(["python3", "-c", "import sys; print(sys.prefix, sys.flags.dont_write_bytecode)"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [sys.prefix, "0"]
+
+
+def test_a_fake_program_starts_without_site_but_keeps_its_command_line_shape():
+    command = app("vec_add")
+    assert os.path.basename(command[0]) == os.path.basename(sys.executable) and command[1].endswith("app.py")
+    done = subprocess.run([command[0], "-c", "import sys; print(sys.flags.no_site, sys.executable)"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["1", sys.executable]
+
+
+def test_the_fake_ncu_front_end_is_named_ncu_as_the_real_binary(tag, fake_env, tmp_path):
+    """It runs with -S (argv[1] is then no longer the script): nsightwrap's front-end lookup finds it by name."""
+    p = subprocess.Popen([str(FAKE_NCU), "--export", str(tmp_path / "r"), *app("k@hang")], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, env=fake_env)
+    tree = []
+    try:
+        read_until(p, p.stdout, b"0%..")
+        tree = psutil.Process(p.pid).children(recursive=True)  # the front end left the launcher's group (setsid)
+        names = {c.name(): c.cmdline() for c in tree}
+        assert "ncu" in names and "-S" in names["ncu"][:2] and names["ncu"][2].endswith("target/ncu")
+    finally:
+        for c in [psutil.Process(p.pid), *tree]:
+            try:
+                c.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(tree, timeout=10)
+        p.wait()
+
+
+def _modules_after(argv: list[str], env: dict) -> set[str]:
+    code = ("import sys, json\nfrom nsightwrap.cli.commands import run_command\ntry:\n    run_command(sys.argv[1:])\n"
+            "finally:\n    print(json.dumps(sorted(sys.modules)), file=sys.__stderr__)")  # --help exits
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=60)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def test_the_command_line_loads_only_the_command_given(tmp_path):
+    env = {**os.environ, "NSIGHTWRAP_STORE": str(tmp_path / "hangs.db")}
+    loaded = _modules_after(["hangs", "list"], env)
+    assert "nsightwrap.cli.hangs" in loaded
+    for other in ("nsightwrap.cli.run", "nsightwrap.cli.sweep", "nsightwrap.cli.triage", "nsightwrap.fallback.sweep",
+                  "sqlalchemy.dialects.postgresql"):  # an SQLite store needs no PostgreSQL dialect
+        assert other not in loaded, other
+    loaded = _modules_after(["run", "--help"], env)
+    assert "nsightwrap.cli.run" in loaded and "nsightwrap.cli.triage" not in loaded
+
+
+def test_help_and_unknown_commands_still_see_every_command():
+    assert list(build_parser().commands) == list(COMMAND_TABLE)
+    assert list(build_parser(only="hangs").commands) == ["hangs"]
+    assert list(build_parser(only="no-such-command").commands) == list(COMMAND_TABLE)
