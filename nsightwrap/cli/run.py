@@ -24,6 +24,7 @@ from nsightwrap.cli.common import (
     store_used,
     without_logged,
 )
+from nsightwrap.cli.executor import add_executor, executor_spec
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import PlainScreen, open_screen
 from nsightwrap.errors import AttemptFailed, ProfileInterrupted
@@ -84,6 +85,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--rank", type=int, metavar="N",
                      help="multi-process jobs (torchrun, mpirun, srun): ncu wraps rank N alone; with --profile, the "
                           "rank that the ladder's one-rank rungs profile (default 0)")
+    run.add_argument("--jobs", type=int, metavar="N",
+                     help="with --executor local: the walk's attempts use the first N GPUs (default: every GPU)")
+    add_executor(run, "walk attempt", "the walk")
     # What the run shows and prints (kept together).
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout, whatever happens")
     run.add_argument("-q", "--quiet", action="store_true", help="no ncu output and no live progress on stderr")
@@ -109,6 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.kernel and args.kernel_name:
         raise UsageError("nsightwrap run: use --kernel REGEX or --kernel-name NAME, not both")
     check_program(command)  # before calibrating or launching: a missing program is not a crash
+    executor = _executor(args)
     metrics = tuple(m.strip() for chunk in args.metrics for m in chunk.split(",") if m.strip())
     options = ProfileOptions(set=args.section_set, sections=tuple(args.section), metrics=metrics,
                              replay_mode=args.replay_mode, kernel=_kernel(args), launch_skip=args.launch_skip,
@@ -138,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     return _program_fault(args, calibration)
             # The one session of this program: a walk records in the store; a single run records nothing.
             session = Session(command, context, store=store() if args.profile else None, calibrator=calibrator,
-                              on_output=screen.on_output, rank=args.rank or 0)
+                              on_output=screen.on_output, rank=args.rank or 0, executor=executor)
             if args.profile:
                 return _run_ladder(args, session, options, screen, log)
             return _run_once(args, session, options, screen, log, store)
@@ -147,6 +152,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         return report_interrupt(args, screen, None)
     finally:
         configure_logging(False, screen.line)
+
+
+def _executor(args: argparse.Namespace) -> Any:
+    """--executor (the walk's independent jobs on a cluster engine) and --jobs, which need --profile."""
+    if args.jobs is not None and args.executor != "local":
+        raise UsageError("nsightwrap run: --jobs N needs --executor local (the walk's attempts on the first N GPUs)")
+    spec = executor_spec(args, "nsightwrap run")
+    if spec is not None and not args.profile:
+        raise UsageError("nsightwrap run: --executor runs the attempts of a walk: add --profile NAME "
+                         "(e.g. --profile default)")
+    return spec
 
 
 def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScreen) -> tuple[Calibrator, Any]:

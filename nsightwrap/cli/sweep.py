@@ -20,10 +20,10 @@ from nsightwrap.cli.common import (
     split_command,
     store_used,
 )
+from nsightwrap.cli.executor import add_executor, executor_spec, jobs_of
 from nsightwrap.cli.outcome import preflight, refuse, report_interrupt
 from nsightwrap.cli.screen import open_screen
-from nsightwrap.errors import OptionsError, ProfileInterrupted
-from nsightwrap.fallback.executor import EXECUTORS, ExecutorSpec
+from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import load_ladder
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
     add_stuck_timeout(sweep)
     sweep.add_argument("--jobs", type=int, metavar="N",
                        help="probes at once, one per GPU (default 1; with --executor local, every GPU)")
-    _add_executor(sweep)
+    add_executor(sweep)
     sweep.add_argument("--rank", type=int, default=0, metavar="N",
                        help="multi-process jobs (torchrun, mpirun, srun): the rank whose kernels are probed alone")
     sweep.add_argument("--store", metavar="PATH|URL",
@@ -70,53 +70,6 @@ def add_parser(sub: Any) -> None:
     sweep.add_argument("--verbose", action="store_true", help="print nsightwrap's own log (each message once)")
     sweep.add_argument("--no-preflight", action="store_true", help="skip the checks made before the sweep")
     sweep.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-
-
-def _add_executor(sweep: Any) -> None:
-    """Where the probes run: threads here (default), or jobs of a cluster engine (submitit)."""
-    sweep.add_argument("--executor", choices=EXECUTORS, metavar="local|slurm",
-                       help="run each probe as a job: local (one per local GPU; --jobs N: the first N GPUs) or "
-                            "slurm (a job array, one GPU per probe); results go to --store")
-    sweep.add_argument("--slurm-partition", metavar="NAME", help="sbatch --partition of the probes' jobs")
-    sweep.add_argument("--slurm-account", metavar="NAME", help="sbatch --account of the probes' jobs")
-    sweep.add_argument("--slurm-time", metavar="TIME", help="sbatch --time of each probe's job (e.g. 30, 1:00:00)")
-    sweep.add_argument("--slurm-opt", action="append", default=[], metavar="KEY=VALUE",
-                       help="another sbatch option for the probes' jobs (repeatable), e.g. constraint=h100")
-    sweep.add_argument("--retries", type=int, default=2, metavar="N",
-                       help="with --executor: a probe whose job failed or whose GPU kept processes runs again "
-                            "elsewhere at most N times (default 2)")
-    sweep.add_argument("--executor-folder", metavar="DIR",
-                       help="with --executor: the jobs' files and logs, kept after the sweep (Slurm: a folder "
-                            "the nodes share). Default: a folder removed after the sweep, under "
-                            "~/.cache/nsightwrap/jobs/ for Slurm, under $TMPDIR (else /tmp) for local jobs")
-
-
-def _executor(args: argparse.Namespace) -> Optional[ExecutorSpec]:
-    """The --executor options as one spec; the Slurm ones without --executor slurm are refused."""
-    slurm = [o for o in ("slurm_partition", "slurm_account", "slurm_time", "slurm_opt") if getattr(args, o)]
-    if slurm and args.executor != "slurm":
-        raise UsageError(f"nsightwrap sweep-sections: --{slurm[0].replace('_', '-')} needs --executor slurm")
-    if args.executor is None:
-        return None
-    pairs = []
-    for opt in args.slurm_opt:
-        key, eq, value = opt.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"nsightwrap sweep-sections: --slurm-opt {opt!r} is not KEY=VALUE "
-                             "(e.g. --slurm-opt constraint=h100)")
-        pairs.append((key.strip().lstrip("-").replace("-", "_"), value))
-    try:
-        return ExecutorSpec(args.executor, args.slurm_partition, args.slurm_account, args.slurm_time, tuple(pairs),
-                            args.retries, args.executor_folder)
-    except OptionsError as e:
-        raise UsageError(f"nsightwrap sweep-sections: {e}") from None
-
-
-def _jobs(args: argparse.Namespace) -> int:
-    """--jobs, else 1 (0 with --executor local: one probe per GPU, on every GPU)."""
-    if args.jobs is not None:
-        return args.jobs
-    return 0 if args.executor == "local" else 1
 
 
 def _markdown_path(path: str) -> Path:
@@ -137,7 +90,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("nsightwrap sweep-sections: give the command after `--`")
     check_program(command)  # before the preflight and the first probe
     markdown = _markdown_path(args.markdown) if args.markdown else None
-    executor = _executor(args)
+    executor = executor_spec(args, "nsightwrap sweep-sections")
     first = load_ladder(args.profile).rungs[0]
     config = RunConfig(ncu=args.ncu, stall_timeout=args.stall_timeout or first.stall_timeout or DEFAULT_STALL_TIMEOUT,
                        stall_timeout_given=args.stall_timeout is not None, calibration_limit=args.calibration_limit,
@@ -162,9 +115,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             for note in store.notes:  # the team's database is down: recording in the local file instead
                 print(f"nsightwrap: {note}", file=sys.stderr)
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
-            session = Session(command, context, store=store, calibrator=calibrator, rank=args.rank)
+            session = Session(command, context, store=store, calibrator=calibrator, rank=args.rank, executor=executor)
             result = sweep_sections(session, kernel=args.kernel, sections=args.section or args.section_set,
-                                    jobs=_jobs(args), on_probe=said, executor=executor)
+                                    jobs=jobs_of(args), on_probe=said)
     except KeyboardInterrupt as e:
         attempt = e.attempt.to_dict() if isinstance(e, ProfileInterrupted) else None
         used = store_used(path, store)  # the local file when the database was down, with its note

@@ -1,12 +1,8 @@
 """Probes on a cluster engine (submitit): one job per probe, on the local GPUs or on Slurm.
 
-A probe travels as a ProbeTask: a picklable description (command, options,
-run config, the store setting, the GPU). On the node, run_probe runs it
-through the normal attempt (Calibrator.run around profile_command: the same
-code path as a probe of a local sweep), records it in the user's store, and
-returns the probe's dict. The password of a store URL never travels in the
-task: it waits in a 0600 file of the job folder (itself 0700), read back on
-the node.
+A probe travels as a ProbeTask, run on the node by run_probe, on one of the
+backends (submitit's local or Slurm executor): nsightwrap.fallback.probejob.
+EngineAttempts makes the task of a sweep's probe or a walk's attempt.
 
 One dispatcher thread owns the submitit jobs (ProbeEngine). The sweep's
 threads hand it tasks and wait; it submits them (at once, as one job array on
@@ -23,370 +19,63 @@ fails (node failure, job error) or whose GPU keeps processes is set aside (the
 local GPU is no longer used; the Slurm node is excluded) and its probe runs
 again elsewhere, at most `retries` times. cancel() (Ctrl-C) cancels every
 queued and running job.
-
-Local jobs: submitit's LocalExecutor pins each job to `visible_gpus[:gpus_per_node]`,
-the same GPUs for every job of an executor, so the engine keeps one executor
-per GPU and gives a job the executor of a free GPU: one probe per GPU.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, Callable, Optional
 
-from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, StoreError
-from nsightwrap.fallback.collectives import JobShape
+from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.fallback.probejob import LocalBackend, ProbeTask, SlurmBackend, StoreSetting, store_setting_of
 from nsightwrap.fallback.session import SWEEP, Session, Tag
-from nsightwrap.ncu.context import RunConfig, RunContext
-from nsightwrap.ncu.engine import SWEEP_VAR
+from nsightwrap.fallback.spec import LOCAL, ExecutorSpec
+from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
-from nsightwrap.status import ERROR
-from nsightwrap.store.hangstore import HangStore
-from nsightwrap.store.keys import Environment
+from nsightwrap.status import INTERRUPTED
 from nsightwrap.watch import gpu
 
-LOCAL, SLURM = "local", "slurm"
-EXECUTORS = (LOCAL, SLURM)
-#: How often the dispatcher looks at its jobs (seconds): Slurm's (sacct, cached by submitit).
-POLL_S = 0.2
-#: Local jobs: a look is a poll() of the job's process, so the dispatcher looks often (a probe's end is seen
-#: within this, not within POLL_S: 0.1 s a probe on average).
-LOCAL_POLL_S = 0.02
-#: A local job's own time limit (submitit's default is 2 minutes): a probe is bounded by its watch instead.
-LOCAL_JOB_MINUTES = 24 * 60
+__all__ = ["EngineAttempts", "JobTimes", "ProbeEngine", "local_gpus", "open_engine"]
 
 
-@dataclass(frozen=True)
-class ExecutorSpec:
-    """Where the probes run: `kind` local (one per local GPU) or slurm (a job array, one GPU per probe)."""
+class EngineAttempts:
+    """Session.attempt as jobs of an engine (the sweep's probes, the walk's attempts): the task made here (the
+    calibration known here travels with it), run and recorded on the node by run_probe under the same Tag as
+    Session.attempt records; the job's shape learnt here. A GPU that keeps processes is the engine's to set
+    aside (the attempt runs again elsewhere), never a GpuKept."""
 
-    kind: str = LOCAL
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    time: Optional[str] = None  # sbatch --time (e.g. 30, 1:00:00)
-    options: tuple[tuple[str, str], ...] = ()  # more sbatch options (--slurm-opt KEY=VALUE)
-    retries: int = 2  # a probe set aside is run again at most this many times
-    folder: Optional[str] = None  # job files (Slurm: must be shared with the nodes); default a folder made here
-    poll_s: Optional[float] = None  # how often the jobs are looked at; default LOCAL_POLL_S or POLL_S (Slurm)
+    def __init__(self, session: Session, engine: "ProbeEngine") -> None:
+        self.session, self.engine = session, engine
+        self.store = engine.keep_store(store_setting_of(session.store)) if session.store is not None else None
 
-    def __post_init__(self) -> None:
-        if self.kind not in EXECUTORS:
-            raise OptionsError(f"unknown executor {self.kind!r}; use one of {', '.join(EXECUTORS)}")
-        if self.retries < 0:
-            raise OptionsError(f"retries must be 0 or more, not {self.retries}")
+    def task(self, options: ProfileOptions, tag: Tag, context: Optional[RunContext] = None) -> ProbeTask:
+        session, calibrator = self.session, self.session.calibrator
+        environment = session.environment  # asked once, and handed to the calibrator before it looks
+        config = calibrator.apply(context or session.context).config
+        local = self.engine.spec.kind == LOCAL  # this machine: the node need not ask nvidia-smi again
+        return ProbeTask(tuple(session.command), options, config, self.store, session.shape, nsys=calibrator.nsys,
+                         ladder=tag.ladder or SWEEP, sweep=self.engine.token,
+                         environment=environment if local else None, kernel=tag.kernel, rung=tag.rung)
 
-    @property
-    def poll(self) -> float:
-        """Seconds between two looks at the jobs."""
-        return self.poll_s if self.poll_s is not None else LOCAL_POLL_S if self.kind == LOCAL else POLL_S
-
-
-# --- the probe, on the node ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoreSetting:
-    """A store path or URL without its password; the password in a 0600 file, when there is one.
-
-    The password may be the URL's (``user:pw@host``) or its query's (``?password=pw``, as libpq takes it): both
-    leave the public setting, and go back where they were on the node. The file's name is unique (several
-    sweeps may share an --executor-folder); the engine that made it unlinks it when it closes."""
-
-    public: str
-    secret_file: Optional[str] = None
-
-    @classmethod
-    def keep(cls, setting: str, folder: Path) -> "StoreSetting":
-        parts = urlsplit(setting) if "://" in setting else None
-        if parts is None:
-            return cls(setting)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        secrets = {"netloc": parts.password, "query": [v for k, v in query if k.lower() == "password"]}
-        if secrets["netloc"] is None and not secrets["query"]:
-            return cls(setting)
-        secret = folder / f"store-password-{uuid.uuid4().hex}"
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(secrets, f)
-        netloc = parts.netloc.rsplit("@", 1)[-1]
-        user = parts.username or ""
-        public = parts._replace(netloc=f"{user}@{netloc}" if user else netloc,
-                                query=urlencode([(k, v) for k, v in query if k.lower() != "password"]))
-        return cls(urlunsplit(public), str(secret))
-
-    def setting(self) -> str:
-        """The full setting again (on the node, in memory only)."""
-        if self.secret_file is None:
-            return self.public
-        secrets = json.loads(Path(self.secret_file).read_text())
-        parts = urlsplit(self.public)
-        if secrets["netloc"] is not None:
-            user, host = parts.netloc.rsplit("@", 1) if "@" in parts.netloc else ("", parts.netloc)
-            parts = parts._replace(netloc=f"{user}:{secrets['netloc']}@{host}")
-        if secrets["query"]:
-            query = parse_qsl(parts.query, keep_blank_values=True) + [("password", v) for v in secrets["query"]]
-            parts = parts._replace(query=urlencode(query))
-        return urlunsplit(parts)
-
-    def forget(self) -> None:
-        """The password file removed (the engine closes: no job reads it any more)."""
-        if self.secret_file is not None:
-            Path(self.secret_file).unlink(missing_ok=True)
-
-
-def store_setting_of(store: HangStore) -> str:
-    """What opens `store` again in another process: its URL (password included: StoreSetting.keep moves it
-    into a 0600 file) where it is a database, else its file's path."""
-    location = store.location
-    return location.url if location.url is not None else str(location.path)
-
-
-@dataclass(frozen=True)
-class ProbeTask:
-    """One probe, picklable: what run_probe needs on the node."""
-
-    command: tuple[str, ...]
-    options: ProfileOptions
-    config: RunConfig  # with the calibration known when the task was made
-    store: Optional[StoreSetting]
-    shape: JobShape
-    nsys: Optional[str] = None
-    gpu: Optional[str] = None  # CUDA_VISIBLE_DEVICES of the probe (local jobs); None: the node's own
-    ladder: str = SWEEP
-    sweep: str = ""  # the sweep's token (SWEEP_VAR): its other probes on the node's GPUs are not foreign
-    #: The machine as the sweep's store knows it, where the job runs on that machine (local jobs): the node
-    #: need not ask nvidia-smi again. None: the node detects its own (Slurm).
-    environment: Optional[Environment] = None
-
-
-def run_probe(task: ProbeTask) -> dict:
-    """On the node: the probe as a local sweep runs it, recorded in the store as Session.attempt records (the
-    store leaves out an interrupted probe and a program fault); the probe's dict.
-
-    The store opens beside the attempt's start (_Opening: opening it imports the database library, a few tenths
-    of a second of every job). A probe whose GPU still runs processes afterwards is recorded all the same (as
-    Session.attempt does before GpuKept); its reply's attempt says so (gpu_left_after) and the engine sets that
-    GPU aside and runs the probe again elsewhere. A store that cannot be opened here is no fault of the GPU or
-    node: the attempt is stopped at once, the reply's ``store_error`` says why (no attempt in it) and the engine
-    fails the probe without setting anything aside.
-    """
-    began = time.time()
-    own = {SWEEP_VAR: task.sweep} if task.sweep else {}
-    if task.gpu is not None:
-        own["CUDA_VISIBLE_DEVICES"] = task.gpu
-    reply: dict[str, Any] = {"host": socket.gethostname(), "gpu": None, "node_s": {"began": began}}
-    opening = _Opening(task.store)
-    try:
-        context = RunContext.create(task.config)
-        context = context.replace(env={**context.env, **own})
-        reply["gpu"] = context.env.get("CUDA_VISIBLE_DEVICES")
-        attempt, recorded = _probe(task, context, opening, reply["node_s"])
-    except StoreError as e:
-        return {**reply, "status": ERROR, "recorded": False, "attempt": None, "store_error": mask_text(str(e))}
-    finally:
-        opening.close()
-    reply["node_s"]["ended"] = time.time()
-    return {**reply, "status": attempt.status, "recorded": recorded, "attempt": attempt}
-
-
-def _probe(task: ProbeTask, context: RunContext, opening: "_Opening", times: dict) -> tuple[Any, bool]:
-    """The probe's attempt, and whether the store kept a record of it; `times` gets the attempt's start and end
-    (wall clock, seconds since the epoch: the engine sets them beside its own). StoreError: the store could not
-    be opened (the attempt was stopped as soon as that was known)."""
-    command = list(task.command)
-    env = task.environment
-    if env is None and task.store is not None:
-        env = task.shape.environment(context)  # the node's own (Slurm), asked once
-    calibrator = Calibrator(command, store=opening.get if task.store is not None else None, env=env, nsys=task.nsys)
-    session = Session(command, context, calibrator=calibrator, environment=env)
-    session.shape = task.shape  # as the sweep has learnt it
-    times["attempt_start"] = time.time()
-    try:
-        attempt = session.run(task.options, what="the probe", cancel=opening.failed)
-    except ProfileInterrupted as e:
-        opening.get()  # the store's error, when that was what stopped it
-        return e.attempt, False
-    finally:
-        times["attempt_end"] = time.time()
-    session.store = opening.get()
-    return attempt, bool(session.record(attempt, task.options, Tag(ladder=task.ladder)))
-
-
-class _Opening:
-    """The probe's store, opened in a thread of its own from the job's start; `failed` is set when it cannot be.
-    (The store's SQLite connection may be used by another thread, one at a time: check_same_thread is off.)"""
-
-    def __init__(self, setting: Optional[StoreSetting]) -> None:
-        self.store: Optional[HangStore] = None
-        self.error: Optional[StoreError] = None
-        self.failed = threading.Event()
-        self.thread = threading.Thread(target=self._open, args=(setting,), name="nsightwrap-store-open", daemon=True)
-        self.thread.start()
-
-    def _open(self, setting: Optional[StoreSetting]) -> None:
-        if setting is None:
-            return
-        try:
-            self.store = HangStore(setting.setting())
-        except (StoreError, OSError) as e:  # OSError: the password file is gone (the engine closed)
-            self.error = e if isinstance(e, StoreError) else StoreError(str(e))
-            self.failed.set()
-
-    def get(self) -> Optional[HangStore]:
-        """The store once open (None: no store given); StoreError when it could not be opened."""
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.store
-
-    def close(self) -> None:
-        self.thread.join()
-        if self.store is not None:
-            self.store.close()
-
-
-# --- where jobs run ----------------------------------------------------------------
-
-
-def _submitit() -> Any:
-    """submitit, its log kept off stdout: it logs every message to stdout as well as warnings to stderr,
-    and nsightwrap's stdout is the user's (--json)."""
-    import submitit
-
-    log = logging.getLogger("submitit")
-    for handler in [h for h in log.handlers if h.name == "submitit_out"]:
-        log.removeHandler(handler)
-    return submitit
-
-
-class _Local:
-    """submitit's LocalExecutor, one per GPU (it pins a job to its executor's visible_gpus)."""
-
-    def __init__(self, folder: Path, gpus: Sequence[str]) -> None:
-        submitit = _submitit()
-
-        self.free = list(gpus)
-        self.aside: list[str] = []
-        self.executors = {}
-        for g in gpus:
-            ex = submitit.LocalExecutor(folder=folder / f"gpu{g}")
-            ex.update_parameters(gpus_per_node=1, visible_gpus=[int(g)], timeout_min=LOCAL_JOB_MINUTES)
-            self.executors[g] = ex
-
-    def room(self) -> int:
-        return len(self.free)
-
-    def submit(self, tasks: list[ProbeTask]) -> list[tuple[Any, Optional[str]]]:
-        out = []
-        for task in tasks:
-            g = self.free.pop(0)
-            job = self.executors[g].submit(run_probe, replace(task, gpu=g))
-            job._results_timeout_s = 0  # a local job's result is there at once, or never (no shared file system)
-            out.append((_LocalJob(job), g))
-        return out
-
-    def release(self, slot: Optional[str]) -> None:
-        self.free.append(slot)
-
-    def set_aside(self, slot: Optional[str], job: Any, reply: Optional[dict]) -> str:
-        self.aside.append(slot)
-        return f"GPU {slot}"
-
-    def exhausted(self) -> Optional[str]:
-        if self.free or not self.aside:
-            return None
-        return (f"every GPU was set aside (GPUs {', '.join(self.aside)}: a failed job or processes left on it); "
-                "free the GPUs (nvidia-smi) and run again")
-
-
-class _LocalJob:
-    """A local submitit job, done once its result file is there (submitit writes it whole: a temporary file
-    renamed). The job's process takes tenths of a second more to exit (it imported the store's database
-    library), and the probe's tree has ended before the result is written, so its GPU is free again."""
-
-    def __init__(self, job: Any) -> None:
-        self.job = job
-        self.job_id = job.job_id
-
-    @property
-    def _process(self) -> Any:  # for _wait_local
-        return getattr(self.job, "_process", None)
-
-    def done(self) -> bool:
-        return self.job.paths.result_pickle.exists() or self.job.done()
-
-    def result(self) -> Any:
-        read = getattr(self.job, "_get_outcome_and_result", None)  # submitit 1.5's reader (private: may go)
-        if read is not None and self.job.paths.result_pickle.exists():
-            outcome, value = read()  # without waiting for the job's process to exit
-            if outcome == "success":
-                return value
-        return self.job.result()  # the job's error, raised by submitit once its process has ended
-
-    def cancel(self, check: bool = True) -> None:
-        self.job.cancel(check=check)
-
-
-class _Slurm:
-    """submitit's SlurmExecutor: the tasks of one round as one job array, one GPU each, bad nodes excluded."""
-
-    def __init__(self, folder: Path, spec: ExecutorSpec) -> None:
-        submitit = _submitit()
-
-        self.executor = submitit.SlurmExecutor(folder=folder)
-        params: dict[str, Any] = {"gpus_per_node": 1, "ntasks_per_node": 1, "nodes": 1}
-        for key, value in (("partition", spec.partition), ("account", spec.account), ("time", spec.time)):
-            if value is not None:
-                params[key] = value
-        if spec.options:
-            params["additional_parameters"] = dict(spec.options)
-        self.executor.update_parameters(**params)
-        self.excluded: list[str] = []
-
-    def room(self) -> int:
-        return 1 << 30  # Slurm queues them
-
-    def submit(self, tasks: list[ProbeTask]) -> list[tuple[Any, Optional[str]]]:
-        if self.excluded:
-            self.executor.update_parameters(exclude=",".join(sorted(self.excluded)))
-        with self.executor.batch():
-            jobs = [self.executor.submit(run_probe, task) for task in tasks]
-        return [(job, None) for job in jobs]
-
-    def release(self, slot: Optional[str]) -> None:
-        pass
-
-    def set_aside(self, slot: Optional[str], job: Any, reply: Optional[dict]) -> str:
-        node = reply["host"] if reply else _node_of(job)
-        if node and node not in self.excluded:
-            self.excluded.append(node)
-        return f"node {node}" if node else "its node (unknown)"
-
-    def exhausted(self) -> Optional[str]:
-        return None
-
-
-def _node_of(job: Any) -> Optional[str]:
-    try:
-        node = job.get_info(mode="force").get("NodeList")
-    except Exception:  # noqa: BLE001 - sacct may fail; the node is then unknown
-        return None
-    return node if node and node not in ("None assigned", "(null)") else None
+    def attempt(self, options: ProfileOptions, tag: Tag, context: Optional[RunContext] = None,
+                chain: str = "", queued: Optional[Callable[[], None]] = None) -> tuple[Any, Optional[str]]:
+        """(the attempt, where it ran: the GPU, or host:GPU on Slurm); ProfileInterrupted when it was stopped."""
+        reply = self.engine.run(self.task(options, tag, context), chain, queued)
+        attempt = reply["attempt"]
+        if attempt.status == INTERRUPTED:
+            raise ProfileInterrupted(attempt)
+        self.session.learn(attempt)
+        where = reply["gpu"] if self.engine.spec.kind == LOCAL else f"{reply['host']}:{reply['gpu'] or '-'}"
+        return attempt, where
 
 
 # --- the dispatcher ----------------------------------------------------------------
@@ -701,7 +390,7 @@ def open_engine(spec: ExecutorSpec, jobs: int = 1, on_counts: Optional[Callable[
         folder = Path(spec.folder)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        backend = _Local(folder, local_gpus(jobs)) if spec.kind == LOCAL else _Slurm(folder, spec)
+        backend = LocalBackend(folder, local_gpus(jobs)) if spec.kind == LOCAL else SlurmBackend(folder, spec)
     except BaseException as e:
         if owned:
             shutil.rmtree(folder, ignore_errors=True)

@@ -55,6 +55,9 @@ class LadderResult:
     processes: int = 1  # the job's processes (ranks)
     gpus: Optional[int] = None  # the GPUs they could use here, when known
     notes: list[str] = field(default_factory=list)  # the store's, e.g. the team's database was down
+    #: On a cluster engine (Session.executor): each job's timeline (executor.JobTimes: where, submitted, node
+    #: times, seen), in the order they were submitted.
+    jobs: list = field(default_factory=list)
 
     @property
     def attempts(self) -> list[Attempt]:

@@ -20,6 +20,10 @@ Worker threads (sweep --jobs) may share a session: SQLite connections stay
 in their thread, so each worker opens its own store on first use, with the
 main store's settings; Session.close() closes them (the main store is the
 caller's).
+
+A session may name a cluster engine (`executor`, an ExecutorSpec): a walk then runs its independent jobs as
+jobs of that engine (nsightwrap.fallback.executor), each attempt recorded on the node as `Session.record`
+records it here.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponen
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.fallback.collectives import JobShape
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
@@ -86,8 +91,9 @@ class Session:
     def __init__(self, command: Sequence[str], context: RunContext, *, store: Optional[HangStore] = None,
                  calibrator: Optional[Calibrator] = None, environment: Optional[Environment] = None,
                  on_output: Optional[Callable[[str], None]] = None, rank: int = 0,
-                 retry_wait: tuple[float, float] = (1.0, 8.0)) -> None:
+                 retry_wait: tuple[float, float] = (1.0, 8.0), executor: Optional[ExecutorSpec] = None) -> None:
         self.command = list(command)
+        self.executor = executor  # where a walk's attempts run (nsightwrap.fallback.executor); None: here, in turn
         self.context, self.store, self.on_output = context, store, on_output
         self.rank, self.retry_wait = rank, retry_wait
         self.shape = JobShape.of(self.command)
@@ -105,7 +111,8 @@ class Session:
         """A session for `command`: `run` is a RunContext already made (ncu found, maybe probed) or a RunConfig
         to make one from (default: RunConfig()). stall_timeout: an explicit stall timeout (seconds), which wins
         at every rung over calibrated allowances and the rungs' own (else the config's choice stands). parts:
-        Session's keyword arguments (store, calibrator, environment, on_output, rank, retry_wait)."""
+        Session's keyword arguments (store, calibrator, environment, on_output, rank, retry_wait, executor: the
+        cluster engine a walk's independent jobs run on, nsightwrap.fallback.spec.ExecutorSpec)."""
         context = run if isinstance(run, RunContext) else RunContext.create(run)
         if stall_timeout is not None:
             context = context.replace(stall_timeout=stall_timeout, stall_timeout_given=True)

@@ -25,24 +25,17 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from nsightwrap.errors import NsightwrapError, OptionsError, ProfileInterrupted, did_you_mean
+from nsightwrap.errors import NsightwrapError, OptionsError, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
-from nsightwrap.fallback.executor import (
-    LOCAL,
-    ExecutorSpec,
-    JobTimes,
-    ProbeEngine,
-    ProbeTask,
-    open_engine,
-    store_setting_of,
-)
+from nsightwrap.fallback.executor import EngineAttempts, JobTimes, ProbeEngine, open_engine
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.fallback.session import SWEEP, Session, Tag
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.known import collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.secrets import mask_doc, mask_text
-from nsightwrap.status import ERROR, EXIT_CODES, HANG, INTERRUPTED, NO_KERNELS, OK
+from nsightwrap.status import ERROR, EXIT_CODES, HANG, NO_KERNELS, OK
 from nsightwrap.watch import gpu
 
 #: A probe's outcomes, in the one vocabulary of statuses.
@@ -358,7 +351,6 @@ def sweep_sections(
     sections: "str | Sequence[str]" = "full",
     jobs: int = 1,
     on_probe: Optional[Callable[[Probe], None]] = None,
-    executor: Optional[ExecutorSpec] = None,
 ) -> SweepResult:
     """Find which sections hang on which kernels of the session's program.
 
@@ -370,15 +362,16 @@ def sweep_sections(
     calibrated allowances (stored, else measured at the first stall; see
     nsightwrap.calibrate), for every later probe too. The verdict is the
     result's: status, exit_code, to_dict().
-    jobs: probes at once, one per GPU. executor: run the probes as jobs of a
-    cluster engine (nsightwrap.fallback.executor) instead of threads here:
-    local (one per local GPU) or slurm.
+    jobs: probes at once here, one per GPU. With session.executor (an
+    ExecutorSpec), the probes run as jobs of a cluster engine
+    (nsightwrap.fallback.executor) instead of threads here: local (one per
+    local GPU: the spec's `jobs` says how many) or slurm.
     """
     universe = sections_of_set(session.context.info, sections) if isinstance(sections, str) else list(sections)
     user_filter = KernelFilter.from_user(kernel) if kernel is not None else None  # '' is refused, not "all"
     try:
-        if executor is not None:
-            result = _on_engine(session, on_probe, executor, jobs, universe, user_filter)
+        if session.executor is not None:
+            result = _on_engine(session, on_probe, session.executor, universe, user_filter)
         else:
             result = SweepResult(tuple(universe))
             try:
@@ -394,10 +387,10 @@ def sweep_sections(
 # --- the hook of the cluster engine (nsightwrap.fallback.executor): probes dispatched as jobs ----------
 
 
-def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], executor: ExecutorSpec, jobs: int,
+def _on_engine(session: Session, on_probe: Optional[Callable[[Probe], None]], executor: ExecutorSpec,
                universe: list[str], user_filter: Optional[KernelFilter]) -> SweepResult:
     """The sweep with every probe a job of the engine; the engine's jobs cancelled on Ctrl-C."""
-    with open_engine(executor, jobs, on_counts=session.context.listener.stage) as engine:
+    with open_engine(executor, executor.jobs, on_counts=session.context.listener.stage) as engine:
         runner = _ProbeRunner(session, [None], on_probe, engine=engine)
         result = SweepResult(tuple(universe))
         try:
@@ -499,8 +492,7 @@ class _ProbeRunner:
         self.session, self.on_probe = session, on_probe
         self.context = session.context
         self.engine = engine
-        self.store_setting = (engine.keep_store(store_setting_of(session.store))
-                              if engine is not None and session.store is not None else None)
+        self.dispatch = EngineAttempts(session, engine) if engine is not None else None
         self.gpus: "queue.Queue[Optional[str]]" = queue.Queue()
         for g in gpus:
             self.gpus.put(g)
@@ -547,22 +539,11 @@ class _ProbeRunner:
         """watched() as a job of the engine: the node runs and records it (run_probe); (attempt, where)."""
         if self.cancel.is_set():
             raise KeyboardInterrupt("the sweep was interrupted")
-        assert self.engine is not None
-        calibrator = self.session.calibrator
-        environment = self.session.environment  # asked once, and handed to the calibrator before it looks
-        config = calibrator.apply(self.context).config  # the calibration known here travels with the probe
-        local = self.engine.spec.kind == LOCAL  # this machine: the node need not ask nvidia-smi again
-        task = ProbeTask(tuple(self.session.command), opts, config, self.store_setting, self.shape,
-                         nsys=calibrator.nsys, sweep=self.engine.token, environment=environment if local else None)
+        assert self.dispatch is not None
         queued, self._local.queued = getattr(self._local, "queued", None), None
-        reply = self.engine.run(task, chain, queued)
-        attempt = reply["attempt"]
-        if attempt.status == INTERRUPTED:
-            raise ProfileInterrupted(attempt)
+        attempt, where = self.dispatch.attempt(opts, Tag(ladder=SWEEP), chain=chain, queued=queued)
         if attempt.program_fault:
             raise _ProgramFault(attempt)
-        self.session.learn(attempt)
-        where = reply["gpu"] if local else f"{reply['host']}:{reply['gpu'] or '-'}"
         return attempt, where
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:

@@ -23,8 +23,11 @@ records the job's size, so its hangs are not applied to single-process runs.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import copy
 import logging
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
@@ -39,6 +42,7 @@ from nsightwrap.fallback.collectives import (
     unprofiled_reason,
     up_front,
 )
+from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
 from nsightwrap.fallback.result import (
@@ -52,6 +56,7 @@ from nsightwrap.fallback.result import (
 )
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.reports.ncu import load_report
@@ -154,7 +159,8 @@ def walk_ladder(
     ladder.validate(context.info)
     settings = _Settings(retry_known_hangs, max_attempts, reader or report_rows)
     ladder = ladder.for_request(options, context.info).for_processes(session.shape.one_rank_possible)
-    return _Walk(session, options, ladder, settings).run()
+    walk = _Walk(session, options, ladder, settings)
+    return walk.run() if session.executor is None else _on_engine(walk)
 
 
 class _Walk:
@@ -164,6 +170,13 @@ class _Walk:
         self.session, self.options, self.ladder, self.s = session, options, ladder, settings
         self.command = session.command
         self.result = LadderResult(ladder)
+        self.lines: "Optional[_Lines]" = None  # on a cluster engine: the walk's lines (this one is one of them)
+        self.first = True  # the walk's first line: its first attempt is the walk's
+        self.pops: list[tuple[int, int]] = []  # (steps, unprofiled) before each job taken from the queue
+        self.origin: Optional[_Job] = None  # a line's first job
+        #: (pop, step index, step, frame index, frame) before a later job of the pop changed them (_supersede)
+        self.undo: list[tuple[int, int, Step, int, pd.DataFrame]] = []
+        self.chain = ""  # a line's name on the engine (its jobs depend on each other: one at a time)
         self._note_shape()
         self.floor = floor_index(ladder, options)
         self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
@@ -178,6 +191,7 @@ class _Walk:
             if len(self.result.attempts) >= self.s.max_attempts:
                 self.result.stopped = f"the walk reached max_attempts={self.s.max_attempts}"
                 break
+            self.pops.append((len(self.result.steps), len(self.result.unprofiled)))
             if not self._step(self.jobs.pop(0)):
                 break
         store = self.session.store
@@ -244,14 +258,20 @@ class _Walk:
             f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
         shape = self.shape
         try:
-            attempt = self.session.attempt(opts, Tag(job.kernel, rung.name, self.ladder.name),
-                                           self.session.context_for(rung.stall_timeout))
+            attempt = self._attempt(opts, Tag(job.kernel, rung.name, self.ladder.name),
+                                    self.session.context_for(rung.stall_timeout))
         except GpuKept as e:  # recorded; what would follow on that GPU would be false
             self._record(job, rung, notes, e.attempt, shape)
             self.result.stopped = str(e)
             return False
         self._record(job, rung, notes, attempt, shape)
         return self._follow(job, rung, attempt, one_rank=opts.rank is not None)
+
+    def _attempt(self, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        """The session's attempt, here or (on a cluster engine) as a job of it."""
+        if self.lines is None:
+            return self.session.attempt(options, tag, context)
+        return self.lines.attempt(self, options, tag, context)
 
     def _options(self, job: _Job, rung: Rung) -> Optional[tuple[ProfileOptions, list[str]]]:
         """The options of this job at this rung (None: nothing left to profile), and notes."""
@@ -336,7 +356,9 @@ class _Walk:
     def _supersede(self, job: _Job, rung: Rung) -> None:
         """A rung above the floor worked: the floor's rows, tried first, give way."""
         i = job.provisional
-        self.result.frames[i] = pd.DataFrame()
+        f = sum(1 for s in self.result.steps[:i] if s.attempt is not None)  # the floor attempt's frame
+        self.undo.append((len(self.pops) - 1, i, self.result.steps[i], f, self.result.frames[f]))
+        self.result.frames[f] = pd.DataFrame()
         step = self.result.steps[i]
         self.result.steps[i] = replace(step, notes=step.notes + (
             f"its rows give way to rung {rung.name!r}, above it, which worked too",))
@@ -380,7 +402,7 @@ class _Walk:
             # ncu refused it, or it ran too long: try the next.
             self.jobs.insert(0, job.lower(one_rank=one_rank))
             return True
-        if status in (ERROR, CRASHED) and not self.result.frames[:-1]:
+        if status in (ERROR, CRASHED) and self.first and not self.result.frames[:-1]:  # the walk's first attempt
             raise AttemptFailed(attempt, f"{status} at rung {rung.name!r}: {attempt.reason}")
         self.result.stopped = f"{status} at rung {rung.name!r} ({job.name}): {attempt.reason}"
         return False
@@ -408,6 +430,151 @@ class _Walk:
         self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept,
                                  collectives_out=job.collectives_out))
         family = collective_family(hung) if multi else None
-        if family is None or not any(j.family == family for j in self.jobs):
-            self.jobs.append(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))
+        if family is None or not any(j.family == family for j in self._waiting()):
+            self._later(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))
 
+    def _waiting(self) -> list[_Job]:
+        """The jobs after this one: this queue's, or (on a cluster engine) the first job of every line."""
+        return self.jobs if self.lines is None else self.lines.firsts()
+
+    def _later(self, job: _Job) -> None:
+        """A job independent of this one: at the queue's end, or (on a cluster engine) a line of its own."""
+        if self.lines is None:
+            self.jobs.append(job)
+        else:
+            self.lines.start(job)
+
+
+
+# --- on a cluster engine (Session.executor; nsightwrap.fallback.executor) ---------------------------------
+
+
+def _on_engine(walk: _Walk) -> LadderResult:
+    """The walk with its independent jobs run at once, each attempt a job of the engine; the engine's jobs
+    cancelled on Ctrl-C."""
+    session = walk.session
+    spec = session.executor
+    assert spec is not None
+    with open_engine(spec, spec.jobs, on_counts=session.context.listener.stage) as engine:
+        try:
+            return _Lines(walk, engine).run()
+        finally:
+            walk.result.jobs = list(engine.timeline)
+            session.close()  # the lines' own store connections
+
+
+class _Lines:
+    """The walk's lines, each in a thread of its own, their attempts jobs of the engine.
+
+    A line is a job of the queue and the jobs that follow from it (the same kernel lower down, the program past
+    its hang), which the serial walk runs one after another before it takes the next job of the queue: lines are
+    independent (each kernel's steps depend on its own outcomes; the store's answers a line asks are about its
+    own kernel). So each line walks on its own (a _Walk of its own queue and result) and the lines' results are
+    put together in the serial walk's order: the same steps, statuses and rows, and the same max_attempts cut.
+    A line that stops the walk (a program fault, a crash) ends it there: the lines after it are cancelled, and
+    what they had run stays in the store (the serial walk would not have run it).
+    """
+
+    def __init__(self, walk: _Walk, engine: ProbeEngine) -> None:
+        self.walk, self.engine = walk, engine
+        self.dispatch = EngineAttempts(walk.session, engine)
+        self.cancel = threading.Event()
+        self.lock = threading.Lock()
+        self.lines: list[tuple[_Walk, cf.Future]] = []
+        self.pool = cf.ThreadPoolExecutor(max_workers=LINES_AT_ONCE, thread_name_prefix="nsightwrap-walk-line")
+
+    def firsts(self) -> list[_Job]:
+        """The first job of every line so far (the serial walk's queue, as the program's line sees it)."""
+        with self.lock:
+            return [line.origin for line, _ in self.lines if line.origin is not None]
+
+    def start(self, job: _Job) -> None:
+        """A line of its own for `job`, started at once (the engine gives it a GPU when one is free)."""
+        line = copy.copy(self.walk)
+        line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
+        line.undo = []
+        line.lines, line.origin = self, job
+        with self.lock:
+            line.first = not self.lines
+            line.chain = f"{len(self.lines)}:{job.name}"
+            self.lines.append((line, self.pool.submit(line.run)))
+
+    def attempt(self, line: _Walk, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        if self.cancel.is_set():
+            raise KeyboardInterrupt("the walk was interrupted")
+        attempt, _ = self.dispatch.attempt(options, tag, context, chain=line.chain)
+        return attempt
+
+    def run(self) -> LadderResult:
+        for job in self.walk.jobs:
+            self.start(job)
+        try:
+            done = self._wait()
+        except BaseException:
+            self.cancel.set()  # no new attempt; the jobs running now are cancelled, their lines told
+            self.engine.cancel()
+            raise
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        return self._merged(done)
+
+    def _wait(self) -> list[_Walk]:
+        """The lines in order, each waited for, up to the first that stops the walk (the later ones cancelled)."""
+        done: list[_Walk] = []
+        while True:
+            with self.lock:
+                if len(done) == len(self.lines):
+                    return done
+                line, future = self.lines[len(done)]
+            while True:
+                try:
+                    future.result(timeout=0.5)  # short waits: Ctrl-C reaches this thread between them
+                    break
+                except cf.TimeoutError:
+                    continue
+            done.append(line)
+            if line.result.stopped:
+                self.cancel.set()
+                self.engine.cancel()
+                return done
+
+    def _merged(self, lines: list[_Walk]) -> LadderResult:
+        """The lines' steps in the serial walk's order, the rows' attempt numbers those of the whole walk."""
+        result = self.walk.result
+        for line in lines:
+            part = line.result
+            cut = self._cut(line, len(result.attempts))
+            steps, unprofiled = line.pops[cut] if cut is not None else (len(part.steps), len(part.unprofiled))
+            kept, frames = list(part.steps[:steps]), list(part.frames)
+            for pop, i, step, f, frame in reversed(line.undo if cut is not None else []):
+                if pop >= cut and i < len(kept):  # a job past the cut changed an earlier step: never run serially
+                    kept[i], frames[f] = step, frame
+            base = len(result.steps)
+            for frame in frames[:sum(1 for s in kept if s.attempt is not None)]:
+                if len(frame):
+                    frame = frame.copy()
+                    frame[ATTEMPT_COLUMN] = frame[ATTEMPT_COLUMN] + base
+                result.frames.append(frame)
+            result.steps += kept
+            for kernel in part.unprofiled[:unprofiled]:
+                result.unprofiled.append(kernel)
+                result.why_unprofiled[kernel] = part.why_unprofiled[kernel]
+            result.stopped = (f"the walk reached max_attempts={self.walk.s.max_attempts}" if cut is not None
+                              else part.stopped)
+            if result.stopped:
+                break
+        self.walk._note_shape()  # the job's shape as the attempts showed it
+        store = self.walk.session.store
+        result.notes = list(store.notes) if store is not None else []
+        return result
+
+    def _cut(self, line: _Walk, before: int) -> Optional[int]:
+        """The job of `line` at which the serial walk, `before` attempts in, would reach max_attempts."""
+        for i, (steps, _) in enumerate(line.pops):
+            if before + sum(1 for s in line.result.steps[:steps] if s.attempt is not None) >= self.walk.s.max_attempts:
+                return i
+        return None
+
+
+#: Lines walked at once on the engine (threads that wait on it; its GPUs bound the attempts).
+LINES_AT_ONCE = 64

@@ -11,8 +11,8 @@ import uuid
 import pytest
 from helpers import FAKE_SMI_DIR, app, run_config
 
-from nsightwrap.fallback.executor import LOCAL_POLL_S, POLL_S, ExecutorSpec
 from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import LOCAL_POLL_S, POLL_S, ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 
@@ -32,8 +32,9 @@ def test_local_jobs_ask_nvidia_smi_only_for_the_gpu_checks(smi, tmp_path):
     that environment."""
     with HangStore(tmp_path / "hangs.db") as store:
         config = run_config(tmp_path, env=dict(os.environ), check_gpu=True)
-        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), config, store=store),
-                           sections=["SourceCounters", "Occupancy"], jobs=2, executor=ExecutorSpec("local"))
+        session = Session.open(app("a@hang-if=SourceCounters"), config, store=store,
+                               executor=ExecutorSpec("local", jobs=2))
+        r = sweep_sections(session, sections=["SourceCounters", "Occupancy"])
         assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
         records = store.records()
     calls = smi.read_text().splitlines()
@@ -50,18 +51,18 @@ def test_local_jobs_are_looked_at_often_slurm_jobs_as_before():
 def test_the_store_opens_beside_the_attempt_not_before_it(tmp_path, fake_env, monkeypatch):
     """Opening the store (importing the database library: tenths of a second a job) delays no attempt; the
     probe is recorded once both are done."""
-    from nsightwrap.fallback import executor as executor_module
+    from nsightwrap.fallback import probejob as probejob_module
     from nsightwrap.fallback.collectives import JobShape
-    from nsightwrap.fallback.executor import ProbeTask, StoreSetting, run_probe
+    from nsightwrap.fallback.probejob import ProbeTask, StoreSetting, run_probe
     from nsightwrap.ncu.options import ProfileOptions
 
-    real = executor_module.HangStore
+    real = probejob_module.HangStore
 
     def slow_store(setting):
         time.sleep(1.0)
         return real(setting)
 
-    monkeypatch.setattr(executor_module, "HangStore", slow_store)
+    monkeypatch.setattr(probejob_module, "HangStore", slow_store)
     command = app("vec_add")
     task = ProbeTask(tuple(command), ProfileOptions(set="basic"), run_config(tmp_path, env=fake_env),
                      StoreSetting(str(tmp_path / "h.db")), JobShape.of(command))
@@ -78,7 +79,7 @@ def test_a_local_job_is_done_once_its_result_is_written_not_once_its_process_exi
     its result is read at once; a job's error is still raised as submitit raises it."""
     import submitit
 
-    from nsightwrap.fallback.executor import _LocalJob
+    from nsightwrap.fallback.probejob import _LocalJob
 
     def slow_exit(x):  # a closure: pickled by value, so the job's process needs no test module
         import atexit

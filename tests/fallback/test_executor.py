@@ -15,8 +15,10 @@ import pytest
 from helpers import FAKE_SMI_DIR, HERE, ROOT, app, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.errors import NsightwrapError
-from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting, store_setting_of
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import StoreSetting, store_setting_of
 from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
@@ -41,8 +43,8 @@ def cfg(tmp_path, **kw):
 
 def test_local_executor_refuses_more_jobs_than_gpus(smi, tmp_path):
     with pytest.raises(NsightwrapError, match="needs 3 GPU"):
-        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"], jobs=3,
-                       executor=ExecutorSpec("local"))
+        sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local", jobs=3)),
+                       sections=["SourceCounters"])
 
 
 def test_a_store_password_travels_in_a_0600_file_never_in_the_task(tmp_path):
@@ -246,7 +248,7 @@ def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slur
     spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store), sections=SECTIONS, executor=spec)
+        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store, executor=spec), sections=SECTIONS)
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
@@ -260,8 +262,8 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
     monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
     spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store),
-                           sections=["SourceCounters", "Occupancy"], executor=spec)
+        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
+                           sections=["SourceCounters", "Occupancy"])
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
@@ -270,8 +272,8 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
 def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
     with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
-        sweep_sections(Session.open(app("a"), cfg(tmp_path)), sections=["SourceCounters"],
-                       executor=ExecutorSpec("local"))
+        sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local")),
+                       sections=["SourceCounters"])
 
 
 def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_program_run(tmp_path):

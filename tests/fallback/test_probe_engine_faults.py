@@ -13,7 +13,9 @@ from helpers import app, run_config
 import nsightwrap.ncu.engine as engine_module
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.collectives import JobShape
-from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, ProbeTask, StoreSetting, run_probe
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import ProbeTask, StoreSetting, run_probe
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 

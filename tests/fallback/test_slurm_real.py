@@ -12,7 +12,8 @@ import uuid
 import pytest
 from helpers import FAKE_SMI_DIR, ROOT, app, ctrl_c_sweep, run_config
 
-from nsightwrap.fallback.executor import ExecutorSpec
+from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.store.hangstore import HangStore
 
@@ -39,11 +40,11 @@ def test_a_sweep_on_slurm_finds_the_culprits_and_records_them(env, tmp_path):
     spec = ExecutorSpec("slurm", partition="debug", time="5", folder=str(tmp_path / "jobs"), poll_s=0.2)
     t = time.monotonic()
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(program, sections=sections, config=config, store=store, executor=spec)
+        r = sweep_sections(Session.open(program, config, store=store, executor=spec), sections=sections)
     print(f"\nsweep on Slurm: {time.monotonic() - t:.1f} s\n{r.table()}")
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
     with HangStore(tmp_path / "hangs.db") as store:  # recorded by the jobs, in the store given
-        again = sweep_sections(program, sections=sections, config=config, store=store, executor=spec)
+        again = sweep_sections(Session.open(program, config, store=store, executor=spec), sections=sections)
     assert all(p.from_store for k in again.kernels for p in k.probes)
 
 

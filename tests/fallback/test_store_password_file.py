@@ -9,7 +9,9 @@ import stat
 
 import pytest
 
-from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine, StoreSetting
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import StoreSetting
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.store.location import StoreLocation
 
 

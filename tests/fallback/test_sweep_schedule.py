@@ -17,8 +17,9 @@ import pytest
 from helpers import app, run_config
 
 from nsightwrap.fallback import sweep as sweep_module
-from nsightwrap.fallback.executor import ExecutorSpec, ProbeEngine
+from nsightwrap.fallback.executor import ProbeEngine
 from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.progress import Stall
@@ -129,10 +130,10 @@ def simulate(monkeypatch, tmp_path: Path, gpus: int, overhead: float):
         return backend.engine
 
     monkeypatch.setattr(sweep_module, "open_engine", open_engine)
-    session = Session.open(app("A", "B"), run_config(tmp_path))
+    session = Session.open(app("A", "B"), run_config(tmp_path), executor=ExecutorSpec("local", poll_s=0.001, jobs=gpus))
     out = {}
     sweep = threading.Thread(target=lambda: out.setdefault("r", sweep_sections(
-        session, sections=BASIC, jobs=gpus, executor=ExecutorSpec("local", poll_s=0.001))))
+        session, sections=BASIC)))
     sweep.start()
     moved = time.monotonic()
     while sweep.is_alive():

@@ -1,0 +1,206 @@
+"""The walk's independent jobs on the cluster engine (issue 22, item 2): `Session(executor=...)`, submitit's
+LocalExecutor with the fakes (two fake GPUs), against the serial walk."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
+
+from nsightwrap.fallback import walk as walk_module
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.probejob import run_probe
+from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import ExecutorSpec
+from nsightwrap.fallback.walk import walk_ladder
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.store.hangstore import HangStore
+
+# a hangs whenever SourceCounters is collected, b whenever Occupancy is: they step down to different rungs.
+TWO_HANGS = app("vec_add", "a@hang-if=SourceCounters", "vec_add", "b@hang-if=Occupancy", "block_reduce")
+
+
+@pytest.fixture
+def smi(fake_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    return tmp_path
+
+
+def cfg(tmp_path):
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True,
+                      stall_timeout_given=True)
+
+
+def steps(result):
+    return [(s.job, s.rung.name, s.skipped, s.attempt.status if s.attempt else None,
+             s.attempt.stalled_kernel if s.attempt else None) for s in result.steps]
+
+
+def records(path):
+    with HangStore(path) as store:
+        return sorted((r.kernel, r.rung or "", r.ladder or "", r.outcome, r.key) for r in store.records())
+
+
+def walk(tmp_path, name, executor=None):
+    with HangStore(tmp_path / f"{name}.db") as store:
+        session = Session.open(TWO_HANGS, cfg(tmp_path), store=store, executor=executor)
+        return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
+
+
+def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(smi, tmp_path):
+    serial = walk(tmp_path, "serial")
+    engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, folder=str(tmp_path / "jobs")))
+    assert steps(engine) == steps(serial)
+    assert {s.attempt.stalled_kernel for s in serial.steps if s.attempt} >= {"a", "b"}
+    assert (engine.status, engine.unprofiled, engine.stopped) == (serial.status, serial.unprofiled, serial.stopped)
+    assert engine.df.sort_values(list(engine.df.columns)).reset_index(drop=True).equals(
+        serial.df.sort_values(list(serial.df.columns)).reset_index(drop=True))
+    assert records(tmp_path / "engine.db") == records(tmp_path / "serial.db")
+    assert serial.jobs == [] and len(engine.jobs) == len(engine.attempts)
+    assert {j.where for j in engine.jobs} == {"0", "1"}
+    # a's and b's lines ran at once, each on its own GPU (the engine's timeline: the attempts' times on the node).
+    span = [(j.chain, j.node["attempt_start"], j.node["attempt_end"], j.where) for j in engine.jobs]
+    assert any(s1 < e2 and s2 < e1 and w1 != w2 for c1, s1, e1, w1 in span for c2, s2, e2, w2 in span if c1 != c2)
+
+
+# --- a GPU that keeps processes: the engine's rule, set aside and run again elsewhere ----------------------
+
+
+class _Job:
+    def __init__(self, reply):
+        self.reply, self.job_id = reply, "inline"
+
+    def done(self):
+        return True
+
+    def result(self):
+        return self.reply
+
+    def cancel(self, check=True):
+        pass
+
+
+class InlineGpus:
+    """Each job run_probe'd at once in the dispatcher's thread, on its GPU; GPU 0 keeps processes after its first."""
+
+    def __init__(self):
+        self.free, self.aside, self.log = ["0", "1"], [], []
+
+    def room(self):
+        return len(self.free)
+
+    def submit(self, tasks):
+        out = []
+        for task in tasks:
+            g = self.free.pop(0)
+            reply = run_probe(replace(task, gpu=g))
+            if g == "0":
+                reply["attempt"] = replace(reply["attempt"], gpu_left_after=("4242 app",))
+            self.log.append((task.kernel, task.rung, g))
+            out.append((_Job(reply), g))
+        return out
+
+    def release(self, slot):
+        self.free.append(slot)
+
+    def set_aside(self, slot, job, reply):
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self):
+        return None
+
+
+def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_elsewhere(smi, tmp_path, monkeypatch):
+    backend = InlineGpus()
+    spec = ExecutorSpec("local", poll_s=0.01)
+    monkeypatch.setattr(walk_module, "open_engine",
+                        lambda spec, jobs, on_counts=None: ProbeEngine(spec, backend, tmp_path, owned=False))
+    program = app("vec_add", "a@hang-if=SourceCounters", "block_reduce")
+    serial = walk_ladder(Session.open(program, cfg(tmp_path)), ProfileOptions(set="full"), "default",
+                         reader=attempt_rows)
+    engine = walk_ladder(Session.open(program, cfg(tmp_path), executor=spec), ProfileOptions(set="full"),
+                         "default", reader=attempt_rows)
+    assert steps(engine) == steps(serial) and engine.stopped is None  # not a GpuKept stop, as here
+    assert backend.aside == ["0"]
+    assert backend.log[:2] == [(None, "requested", "0"), (None, "requested", "1")]  # the first attempt, again
+    assert {g for _, _, g in backend.log[1:]} == {"1"}
+
+
+# --- the command line ------------------------------------------------------------------------------------
+
+
+def test_cli_walk_on_the_local_executor_and_ctrl_c(smi, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = run_cli(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2", "--json",
+                 "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
+                 *TWO_HANGS], env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {s["job"] for s in doc["steps"]} == {"main", "a", "b"} and doc["status"] == "ok"
+    assert "running" in r.stderr and "finished" in r.stderr  # the live line: queued, running, finished
+    # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
+    ctrl_c_sweep(["run", "--profile", "default", "--executor", "local", "--json", "--stall-timeout", "60",
+                  "--store", str(tmp_path / "hangs2.db"), "--no-preflight", "--", *app("a@hang")], env)
+    deadline = time.monotonic() + 10
+    while _alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
+        assert time.monotonic() < deadline, "processes left after the walk"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--executor", "local"], "add --profile NAME"),
+    (["--profile", "default", "--jobs", "2"], "--jobs N needs --executor local"),
+    (["--profile", "default", "--slurm-partition", "gpu"], "needs --executor slurm"),
+])
+def test_cli_executor_options_of_run_are_checked_first(smi, argv, message):
+    r = run_cli(["run", *argv, "--", *app("a")], {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def _alive_in_scope(scope: str) -> list[int]:
+    """Live processes of this test (its FAKE_SMI_SCOPE): jobs, attempts, fake ncu and program."""
+    found = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open(f"/proc/{d}/environ", "rb").read()
+            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"FAKE_SMI_SCOPE={scope}".encode() in env and state != "Z":
+            found.append(int(d))
+    return found
+
+
+def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(smi, tmp_path):
+    """j hangs everywhere (its rungs above the floor are skipped as implied), then k's floor rows give way to
+    basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before)."""
+    program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
+    serial = walk_ladder(Session.open(program, cfg(tmp_path)), ProfileOptions(set="full"), "default",
+                         reader=attempt_rows)
+    assert any(s.job == "j" and s.skipped for s in serial.steps)
+    assert sorted(zip(serial.df["function"], serial.df["rung"])) == [
+        ("block_reduce", "requested"), ("k", "basic"), ("vec_add", "requested")]
+    assert "give way to rung 'basic'" in next(s for s in serial.steps if s.job == "k").notes[-1]
+
+
+def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(smi, tmp_path):
+    """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
+    lines are put together (here within k's line, after j's skipped steps)."""
+    program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
+    results = [walk_ladder(Session.open(program, cfg(tmp_path), executor=executor), ProfileOptions(set="full"),
+                           "default", reader=attempt_rows, max_attempts=6)
+               for executor in (None, ExecutorSpec("local", jobs=2))]
+    serial, engine = results
+    assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
+    assert steps(engine) == steps(serial) and engine.stopped == serial.stopped
+    assert sorted(zip(engine.df["function"], engine.df["rung"], engine.df["attempt"])) == sorted(
+        zip(serial.df["function"], serial.df["rung"], serial.df["attempt"]))
