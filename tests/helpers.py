@@ -145,9 +145,9 @@ def read_until(p: subprocess.Popen, stream: Any, needle: bytes, timeout: float =
     return buf
 
 
-def ctrl_c_sweep(argv: Sequence[str], env: dict, settle_s: float = 0.0) -> None:
-    """`nsightwrap ARGV` (a sweep on an executor): once a probe's job runs (and `settle_s` later), SIGINT; it must
-    end interrupted (130, JSON status `interrupted`)."""
+def ctrl_c_sweep(argv: Sequence[str], env: dict, settle_s: float = 0.0) -> dict:
+    """`nsightwrap ARGV` (a sweep or walk on an executor): once a probe's job runs (and `settle_s` later), SIGINT;
+    it must end interrupted (130, JSON status `interrupted`). Its JSON document."""
     import json
 
     p = start_cli(argv, env)
@@ -159,7 +159,9 @@ def ctrl_c_sweep(argv: Sequence[str], env: dict, settle_s: float = 0.0) -> None:
     finally:
         p.kill()
     assert p.returncode == 130, err.decode()
-    assert json.loads(out)["status"] == "interrupted"
+    doc = json.loads(out)
+    assert doc["status"] == "interrupted"
+    return doc
 
 
 def sigterm_once_hung(p: subprocess.Popen, stream: Any) -> tuple[bytes, bytes]:

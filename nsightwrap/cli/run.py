@@ -241,6 +241,12 @@ def _run_ladder(args: argparse.Namespace, session: Session, options: ProfileOpti
     except ProfileInterrupted as e:  # the store used (the local file when the database was down), its notes
         return report_interrupt(args, screen, interrupted_doc(e.attempt.reason, ladder=args.profile,
                                                                attempt=e.attempt.to_dict(), **used))
+    except KeyboardInterrupt:  # on a cluster engine (--executor): its jobs were cancelled, nothing is left running
+        if session.executor is None:
+            raise
+        return report_interrupt(args, screen, interrupted_doc(
+            f"interrupted (Ctrl-C or a termination signal): the walk's jobs on the {session.executor.kind} executor "
+            "were cancelled", ladder=args.profile, **used))
     except AttemptFailed as e:  # the first rung failed outright: nothing to step down from
         screen.close()
         print(f"\nnsightwrap: {e}", file=sys.stderr)

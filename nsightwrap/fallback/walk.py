@@ -33,7 +33,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from nsightwrap.errors import AttemptFailed
+from nsightwrap.errors import AttemptFailed, NsightwrapError
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
     COLLECTIVES_JOB,
@@ -262,6 +262,9 @@ class _Walk:
                                     self.session.context_for(rung.stall_timeout))
         except GpuKept as e:  # recorded; what would follow on that GPU would be false
             self._record(job, rung, notes, e.attempt, shape)
+            self.result.stopped = str(e)
+            return False
+        except _EngineStopped as e:  # the engine gave up (no GPU or node left): the walk so far is the answer
             self.result.stopped = str(e)
             return False
         self._record(job, rung, notes, attempt, shape)
@@ -502,7 +505,10 @@ class _Lines:
     def attempt(self, line: _Walk, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
         if self.cancel.is_set():
             raise KeyboardInterrupt("the walk was interrupted")
-        attempt, _ = self.dispatch.attempt(options, tag, context, chain=line.chain)
+        try:
+            attempt, _ = self.dispatch.attempt(options, tag, context, chain=line.chain)
+        except NsightwrapError as e:  # every GPU or node set aside, the engine stopped, the store unreachable
+            raise _EngineStopped(str(e)) from e
         return attempt
 
     def run(self) -> LadderResult:
@@ -526,12 +532,9 @@ class _Lines:
                 if len(done) == len(self.lines):
                     return done
                 line, future = self.lines[len(done)]
-            while True:
-                try:
-                    future.result(timeout=0.5)  # short waits: Ctrl-C reaches this thread between them
-                    break
-                except cf.TimeoutError:
-                    continue
+            while not cf.wait([future], timeout=0.5).done:  # short waits: Ctrl-C reaches this thread between them
+                pass
+            future.result()  # the line's own exception, if any
             done.append(line)
             if line.result.stopped:
                 self.cancel.set()
@@ -574,6 +577,11 @@ class _Lines:
             if before + sum(1 for s in line.result.steps[:steps] if s.attempt is not None) >= self.walk.s.max_attempts:
                 return i
         return None
+
+
+class _EngineStopped(Exception):
+    """An engine attempt that could not be made (every GPU or node set aside, the engine stopped): the line stops
+    there as the serial walk stops on a GPU that keeps processes, its steps so far kept."""
 
 
 #: Lines walked at once on the engine (threads that wait on it; its GPUs bound the attempts).

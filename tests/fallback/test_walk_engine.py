@@ -148,8 +148,9 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(smi, tmp_path):
     assert {s["job"] for s in doc["steps"]} == {"main", "a", "b"} and doc["status"] == "ok"
     assert "running" in r.stderr and "finished" in r.stderr  # the live line: queued, running, finished
     # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
-    ctrl_c_sweep(["run", "--profile", "default", "--executor", "local", "--json", "--stall-timeout", "60",
-                  "--store", str(tmp_path / "hangs2.db"), "--no-preflight", "--", *app("a@hang")], env)
+    doc = ctrl_c_sweep(["run", "--profile", "default", "--executor", "local", "--json", "--stall-timeout", "60",
+                        "--store", str(tmp_path / "hangs2.db"), "--no-preflight", "--", *app("a@hang")], env)
+    assert doc["ladder"] == "default" and doc["store"] == str(tmp_path / "hangs2.db")  # as a serial walk answers
     deadline = time.monotonic() + 10
     while _alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
         assert time.monotonic() < deadline, "processes left after the walk"
