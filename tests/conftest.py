@@ -48,8 +48,10 @@ def pytest_configure(config):
     finds this interpreter first on PATH (a two-line sh script), not a version manager's shim (pyenv's costs
     0.06 s of bash per start); the fake programs of helpers.app run it with -S (no site: 0.02 s less); and
     children write and read bytecode as Python does by default: with PYTHONDONTWRITEBYTECODE=1 inherited,
-    every `python -m nsightwrap` compiled its 110 modules again (0.13 s). Done once, in the first process
-    (xdist's workers inherit it); undone at the end."""
+    every `python -m nsightwrap` compiled its 110 modules again (0.13 s), so the tests' children write
+    `__pycache__` folders (ignored by git) even where PYTHONDONTWRITEBYTECODE is set. Done once, in the first
+    process (xdist's workers inherit it); undone at the end (a pytest killed by SIGKILL leaves the folder of
+    wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
