@@ -241,6 +241,20 @@ class Calibrator:
                     self._calibration = store.calibration_for(self.command, self._environment())
             return self._calibration
 
+    def learn(self, calibration: Optional[Calibration]) -> bool:
+        """A calibration measured elsewhere (an engine's job, on its node, already kept in the store there) taken
+        as this Calibrator's own, as if it had measured it: later attempts and the walk's decisions (a program
+        that marks no range) see it. Only a usable one (ok), and never over a usable one that bounds every
+        kernel (a full run's). True when it was taken."""
+        if calibration is None or not calibration.ok:
+            return False
+        with self._lock:
+            current = self._calibration
+            if (current is not None and current.ok and not _partial(current)) or current == calibration:
+                return False
+            self._calibration, self._looked_up = calibration, True
+            return True
+
     def calibrate(self, config: RunConfig, limit_s: Optional[float] = None, *,
                   stalled: Optional[StalledKernel] = None, listener: RunListener = SILENT) -> Calibration:
         """known(), else measured now (once per Calibrator) and kept in the store when it worked.

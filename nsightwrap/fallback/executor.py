@@ -74,6 +74,7 @@ class EngineAttempts:
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
         self.session.learn(attempt)
+        self.session.calibrator.learn(attempt.calibration)  # measured on the node: the walk's decisions need it
         where = reply["gpu"] if self.engine.spec.kind == LOCAL else f"{reply['host']}:{reply['gpu'] or '-'}"
         return attempt, where
 

@@ -1,0 +1,58 @@
+"""The walk on the engine learns the calibration measured on the node (FIX2): without an explicit stall timeout
+the first stall is calibrated in a job, and the walk's later decisions (a range-replay rung skipped when the
+program marks no range) must see that calibration as the serial walk does."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from helpers import FAKE_NSYS, FAKE_SMI_DIR, app, attempt_rows, run_config
+
+from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.spec import ExecutorSpec
+from nsightwrap.fallback.walk import NO_RANGES, walk_ladder
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.store.hangstore import HangStore
+
+# h hangs whenever ncu measures it; the program calls no cudaProfilerStart.
+HANGS_NO_RANGES = app("vec_add", "h@hang", "block_reduce")
+
+
+@pytest.fixture
+def smi(fake_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    monkeypatch.setenv("NSIGHTWRAP_NSYS", str(FAKE_NSYS))  # calibrated by nsys: a whole run, its API calls seen
+    return tmp_path
+
+
+def steps(result):
+    return [(s.job, s.rung.name, s.skipped, s.attempt.status if s.attempt else None,
+             s.attempt.stalled_kernel if s.attempt else None) for s in result.steps]
+
+
+def records(path):
+    with HangStore(path) as store:
+        return sorted((r.kernel, r.rung or "", r.ladder or "", r.outcome, r.key) for r in store.records())
+
+
+def walk(tmp_path, name, executor=None):
+    config = run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True)
+    with HangStore(tmp_path / f"{name}.db") as store:
+        session = Session.open(HANGS_NO_RANGES, config, store=store, executor=executor)
+        return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
+
+
+def test_the_engines_walk_learns_the_nodes_calibration_and_skips_range_replay_as_the_serial_walk(smi, tmp_path):
+    serial = walk(tmp_path, "serial")
+    engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, folder=str(tmp_path / "jobs")))
+    skipped = [s for s in serial.steps if s.skipped and s.rung.name == "range-replay"]
+    assert [(s.job, s.skipped) for s in skipped] == [("h", NO_RANGES)]
+    assert steps(engine) == steps(serial)
+    assert len(engine.attempts) == len(serial.attempts)
+    assert (engine.status, engine.unprofiled, engine.stopped) == (serial.status, serial.unprofiled, serial.stopped)
+    assert records(tmp_path / "engine.db") == records(tmp_path / "serial.db")
