@@ -23,6 +23,8 @@ queued and running job.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -33,18 +35,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import psutil
+
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.fallback.probejob import LocalBackend, ProbeTask, SlurmBackend, StoreSetting, store_setting_of
 from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.fallback.spec import LOCAL, ExecutorSpec
 from nsightwrap.ncu.context import RunContext
+from nsightwrap.ncu.engine import SWEEP_VAR
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.paths import jobs_dir, make_private_dirs
 from nsightwrap.secrets import mask_text
 from nsightwrap.status import INTERRUPTED
 from nsightwrap.watch import gpu
+from nsightwrap.watch.tree import StopPolicy, alive, descendants_of, processes_with, stop_processes
 
 __all__ = ["EngineAttempts", "JobTimes", "ProbeEngine", "local_gpus", "open_engine"]
+
+log = logging.getLogger("nsightwrap")
 
 
 class EngineAttempts:
@@ -133,6 +141,7 @@ class ProbeEngine:
         self.failure: Optional[str] = None  # why the dispatcher stopped, if it died
         self._shown = (0, 0, 0)
         self._kept: list[StoreSetting] = []  # their password files, unlinked at close
+        self.stop_policy = StopPolicy()  # how cancel() stops what its local jobs leave running
         self.thread = threading.Thread(target=self._loop, name="nsightwrap-probe-engine", daemon=True)
         self.thread.start()
 
@@ -329,6 +338,28 @@ class ProbeEngine:
             ticket.error = KeyboardInterrupt("the sweep was interrupted")
             ticket.done.set()
         _wait_local(running)
+        if self.spec.kind == LOCAL:
+            self._stop_leftovers(running)
+
+    def _stop_leftovers(self, running: list) -> None:
+        """Cancelled local jobs still running after the wait (a process that ignores SIGINT: nsightwrap was
+        started with it ignored, `nsightwrap ... &` in a script, and its jobs inherited that), and every process
+        of this engine's probes (its token in their environment): stopped as a tree is, so none keeps a GPU."""
+        controllers = [p.pid for p in (getattr(job, "_process", None) for job, _, _ in running)
+                       if p is not None and p.poll() is None]
+
+        def find() -> list[psutil.Process]:
+            pids = set(controllers) | descendants_of(controllers)
+            pids |= {p.pid for p, _ in processes_with(SWEEP_VAR, self.token, uid=os.getuid())}
+            return [p for p in map(_process, pids) if p is not None and alive(p)]
+
+        survivors = stop_processes(find, self.stop_policy)
+        for p in (getattr(job, "_process", None) for job, _, _ in running):
+            if p is not None:
+                p.poll()  # reaped: no zombie left of a controller
+        if survivors:
+            log.warning("processes of the cancelled probes survived SIGKILL: %s; stop "
+                        "them (kill -9) before using those GPUs again", ", ".join(survivors))
 
     def close(self) -> None:
         with self.cond:
@@ -359,6 +390,13 @@ def _wait_local(running: list, limit_s: float = 10.0) -> None:
                 process.wait(max(0.0, until - time.monotonic()))
             except Exception:  # noqa: BLE001 - still running after the limit: left to its own SIGKILL
                 pass
+
+
+def _process(pid: int) -> Optional[psutil.Process]:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
 
 
 def _last_line(text: str) -> str:

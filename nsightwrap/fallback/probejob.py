@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -27,6 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psutil
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import ProfileInterrupted, StoreError
@@ -40,6 +43,8 @@ from nsightwrap.secrets import mask_text
 from nsightwrap.status import ERROR
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment
+from nsightwrap.watch.signals import hear_interrupts
+from nsightwrap.watch.tree import ignores
 
 __all__ = ["LocalBackend", "ProbeTask", "SlurmBackend", "StoreSetting", "run_probe", "store_setting_of"]
 
@@ -137,7 +142,11 @@ def run_probe(task: ProbeTask) -> dict:
     GPU aside and runs the probe again elsewhere. A store that cannot be opened here is no fault of the GPU or
     node: the attempt is stopped at once, the reply's ``store_error`` says why (no attempt in it) and the engine
     fails the probe without setting anything aside.
+
+    A local job of an nsightwrap started with SIGINT ignored inherits SIG_IGN (submitit starts it): it hears
+    SIGINT again first thing, so the engine's cancel stops its probe (the store leaves it out).
     """
+    hear_interrupts()
     began = time.time()
     own = {SWEEP_VAR: task.sweep} if task.sweep else {}
     if task.gpu is not None:
@@ -293,7 +302,21 @@ class _LocalJob:
         return self.job.result()  # the job's error, raised by submitit once its process has ended
 
     def cancel(self, check: bool = True) -> None:
+        """SIGINT to the job's controller (submitit's cancel), which passes it on to the job's process; to that
+        process from here where the controller ignores SIGINT (it inherited SIG_IGN from nsightwrap)."""
         self.job.cancel(check=check)
+        process = self._process
+        if process is None or process.poll() is not None or not ignores(process.pid, signal.SIGINT):
+            return
+        try:
+            tasks = psutil.Process(process.pid).children()
+        except psutil.Error:
+            return
+        for task in tasks:
+            try:
+                task.send_signal(signal.SIGINT)
+            except psutil.Error:
+                pass
 
 
 class SlurmBackend:

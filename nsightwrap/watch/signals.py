@@ -144,6 +144,14 @@ def settle() -> None:
             scope = scope.outer
 
 
+def hear_interrupts() -> None:
+    """In a process started with SIGINT ignored (a job that submitit started for an nsightwrap that ignored it,
+    `nsightwrap ... &` in a script): Ctrl-C raises KeyboardInterrupt again, so the SIGINT that cancels the job
+    stops its probe. Only from the main thread; a handler other than SIG_IGN is left alone."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _stop_signals_at_default() -> None:
     """In a child between fork and exec: the stop signals at their defaults."""
     for sig in STOP_SIGNALS:

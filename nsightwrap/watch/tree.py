@@ -322,3 +322,39 @@ def stop_tree(tree: ProcessTree, policy: StopPolicy, reason: str, wait_gone: Wai
         rec.survivors = [describe(p) for p in left]
     rec.duration_s = clock() - start
     return rec
+
+
+def ignores(pid: int, sig: int) -> bool:
+    """Process `pid` ignores `sig` (its /proc status's SigIgn mask); False when that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next((line.split()[1] for line in f if line.startswith("SigIgn:")), "0")
+        return bool(int(mask, 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def descendants_of(pids: Iterable[int]) -> set[int]:
+    """Every live descendant of `pids` (by parent pid)."""
+    return _descendants(_kinship(), pids)
+
+
+def stop_processes(find: Callable[[], list], policy: StopPolicy, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep, poll: float = 0.05) -> list[str]:
+    """Every process `find()` returns stopped as stop_tree stops a tree whose front end is unknown: SIGINT
+    (grace), SIGTERM, then SIGKILL to those still found, each with SIGCONT; the survivors described (should be
+    none). `find` is asked again after each wait, so a process that appears meanwhile gets the next signal."""
+    left = find()
+    for sig, wait in ((signal.SIGINT, policy.grace), (signal.SIGTERM, policy.term_wait),
+                      (signal.SIGKILL, policy.kill_wait)):
+        if not left:
+            break
+        for p in left:
+            signal_and_resume(p, sig)
+        end = clock() + wait
+        while True:
+            left = find()
+            if not left or clock() >= end:
+                break
+            sleep(min(poll, max(0.0, end - clock())))
+    return [describe(p) for p in left]
