@@ -54,6 +54,9 @@ __all__ = ["EngineAttempts", "JobTimes", "ProbeEngine", "local_gpus", "open_engi
 
 log = logging.getLogger("nsightwrap")
 
+#: How long cancel() waits for cancelled local jobs to stop their probes, before it stops what is left itself.
+LOCAL_CANCEL_WAIT_S = 10.0
+
 
 class EngineAttempts:
     """Session.attempt as jobs of an engine (the sweep's probes, the walk's attempts): the task made here (the
@@ -142,6 +145,7 @@ class ProbeEngine:
         self._shown = (0, 0, 0)
         self._kept: list[StoreSetting] = []  # their password files, unlinked at close
         self.stop_policy = StopPolicy()  # how cancel() stops what its local jobs leave running
+        self.cancel_wait_s = LOCAL_CANCEL_WAIT_S
         self.thread = threading.Thread(target=self._loop, name="nsightwrap-probe-engine", daemon=True)
         self.thread.start()
 
@@ -337,7 +341,7 @@ class ProbeEngine:
         for ticket in pending:
             ticket.error = KeyboardInterrupt("the sweep was interrupted")
             ticket.done.set()
-        _wait_local(running)
+        _wait_local(running, self.cancel_wait_s)
         if self.spec.kind == LOCAL:
             self._stop_leftovers(running)
 
@@ -380,7 +384,7 @@ class ProbeEngine:
         self.close()
 
 
-def _wait_local(running: list, limit_s: float = 10.0) -> None:
+def _wait_local(running: list, limit_s: float = LOCAL_CANCEL_WAIT_S) -> None:
     """Cancelled local jobs: wait (bounded) until their processes have stopped their probes' trees."""
     until = time.monotonic() + limit_s
     for job, _, _ in running:

@@ -11,11 +11,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
+import psutil
 import pytest
 from helpers import FAKE_APP, FAKE_SMI_DIR, ROOT, app, read_until
+
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.spec import ExecutorSpec
+from nsightwrap.ncu.engine import SWEEP_VAR
+from nsightwrap.watch.tree import StopPolicy, alive
 
 
 @pytest.fixture
@@ -75,3 +82,88 @@ def test_a_sweep_that_ignores_sigint_still_stops_its_local_jobs(smi, tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         p.stderr.close()
+
+
+# --- the engine's own sweep: what its cancelled local jobs leave, stopped whatever it ignores ----------------------
+
+#: A process deaf to SIGINT and SIGTERM (as a job that inherited SIG_IGN, whose submitit bypasses SIGTERM); with an
+#: argument, it first starts another like itself (the job's probe, under its controller).
+DEAF = ("import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "if len(sys.argv) > 1:\n"
+        "    child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdout=subprocess.PIPE)\n"
+        "    child.stdout.readline()\n"
+        "print('up', flush=True); time.sleep(60)\n")
+
+
+def _deaf(env: dict, *args: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", DEAF, *args], env=env, stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"up\n"
+    p.stdout.close()
+    return p
+
+
+class DeafJob:
+    """A local job whose controller (`_process`, as submitit's LocalJob has) and probe ignore SIGINT and SIGTERM."""
+
+    job_id = "deaf"
+
+    def __init__(self, controller: subprocess.Popen) -> None:
+        self._process = controller
+
+    def done(self) -> bool:
+        return False
+
+    def cancel(self, check: bool = True) -> None:
+        self._process.send_signal(signal.SIGINT)  # what submitit's cancel does
+
+
+class DeafBackend:
+    """One GPU; its job a deaf controller with a deaf child, and a deaf process of the probe that is no
+    descendant of it (as one left by a job that died) but carries the engine's token."""
+
+    def __init__(self) -> None:
+        self.engine, self.started = None, []
+
+    def room(self) -> int:
+        return 1 - len(self.started) // 2
+
+    def submit(self, tasks):
+        env = {**os.environ, SWEEP_VAR: self.engine.token}
+        controller = _deaf(dict(os.environ), DEAF)
+        self.started += [controller, _deaf(env)]
+        return [(DeafJob(controller), "0")]
+
+    def release(self, slot) -> None:
+        pass
+
+
+def _run_interrupted(engine: ProbeEngine) -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        engine.run("probe")
+
+
+def test_cancel_stops_what_a_local_job_leaves_even_when_it_ignores_sigint_and_sigterm(tmp_path):
+    backend = DeafBackend()
+    engine = ProbeEngine(ExecutorSpec("local", poll_s=0.01), backend, tmp_path, owned=False)
+    backend.engine = engine
+    engine.cancel_wait_s, engine.stop_policy = 0.3, StopPolicy(grace=0.3, term_wait=0.3, kill_wait=3)
+    caller = threading.Thread(target=_run_interrupted, args=(engine,))
+    caller.start()
+    pids: list[int] = []
+    try:
+        _wait_for(lambda: engine.counts()[1] == 1, 10, "the job never ran")
+        pids = [p.pid for p in backend.started] + [c.pid for c in psutil.Process(backend.started[0].pid).children()]
+        assert len(pids) == 3
+        began = time.monotonic()
+        engine.cancel()
+        assert time.monotonic() - began < 5
+        assert not [pid for pid in pids if psutil.pid_exists(pid) and alive(psutil.Process(pid))]
+    finally:
+        engine.close()
+        caller.join(5)
+        for pid in pids:  # what this test started, should cancel have left it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for p in backend.started:
+            p.wait()
