@@ -22,7 +22,7 @@ from helpers import FAKE_APP, FAKE_SMI_DIR, ROOT, app, read_until
 from nsightwrap.fallback.executor import ProbeEngine
 from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.ncu.engine import SWEEP_VAR
-from nsightwrap.watch.tree import StopPolicy, alive
+from nsightwrap.watch.tree import StopPolicy, alive, ignores
 
 
 @pytest.fixture
@@ -56,10 +56,12 @@ def _wait_for(condition, seconds: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def test_a_sweep_that_ignores_sigint_still_stops_its_local_jobs(smi, tmp_path):
+@pytest.mark.parametrize("command", [["sweep-sections", "--section", "SourceCounters"],
+                                     ["run", "--profile", "default"]], ids=["sweep", "walk"])
+def test_a_sweep_or_walk_that_ignores_sigint_still_stops_its_local_jobs(smi, tmp_path, command):
     scope = os.environ["FAKE_SMI_SCOPE"]
-    argv = ["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json", "--stall-timeout",
-            "60", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--", *app("a@hang")]
+    argv = [*command, "--executor", "local", "--json", "--stall-timeout", "60", "--store", str(tmp_path / "hangs.db"),
+            "--no-preflight", "--", *app("a@hang")]
     out = tmp_path / "out.json"
     with open(out, "wb") as stdout:  # a file: the jobs left behind (the bug) would hold a pipe open
         p = subprocess.Popen([sys.executable, "-m", "nsightwrap", *argv], stdout=stdout, stderr=subprocess.PIPE,
@@ -167,3 +169,29 @@ def test_cancel_stops_what_a_local_job_leaves_even_when_it_ignores_sigint_and_si
                 os.kill(pid, signal.SIGKILL)
         for p in backend.started:
             p.wait()
+
+
+def test_ignores_reads_a_processs_ignored_signals_and_a_job_hears_sigint_again():
+    hears = ("import signal, sys, time\n"
+             "from nsightwrap.watch.signals import hear_interrupts\n"
+             "hear_interrupts()\n"
+             "print('up', flush=True)\n"
+             "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    sys.exit(7)\n")
+    p = subprocess.Popen([sys.executable, "-c", hears], stdout=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert p.stdout.readline() == b"up\n"
+        assert not ignores(p.pid, signal.SIGINT)  # it was started with SIGINT ignored, and hears it again
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=10) == 7
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    deaf = _deaf(dict(os.environ))
+    try:
+        assert ignores(deaf.pid, signal.SIGINT) and ignores(deaf.pid, signal.SIGTERM)
+        assert not ignores(deaf.pid, signal.SIGHUP) and not ignores(-1, signal.SIGINT)
+    finally:
+        deaf.kill()
+        deaf.wait()
