@@ -49,6 +49,11 @@ def _in_scope(scope: str) -> dict[int, bytes]:
     return found
 
 
+def _sigint_ignored() -> None:
+    """A child's preexec_fn: started as `cmd &` in a script starts it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _wait_for(condition, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -66,7 +71,7 @@ def test_a_sweep_or_walk_that_ignores_sigint_still_stops_its_local_jobs(smi, tmp
     with open(out, "wb") as stdout:  # a file: the jobs left behind (the bug) would hold a pipe open
         p = subprocess.Popen([sys.executable, "-m", "nsightwrap", *argv], stdout=stdout, stderr=subprocess.PIPE,
                              env={**os.environ, "PYTHONPATH": str(ROOT)},
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                             preexec_fn=_sigint_ignored)
     try:
         read_until(p, p.stderr, b"1 running", timeout=30)
         program = str(FAKE_APP).encode()
@@ -178,7 +183,7 @@ def test_ignores_reads_a_processs_ignored_signals_and_a_job_hears_sigint_again()
              "print('up', flush=True)\n"
              "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    sys.exit(7)\n")
     p = subprocess.Popen([sys.executable, "-c", hears], stdout=subprocess.PIPE,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_sigint_ignored)
     try:
         assert p.stdout.readline() == b"up\n"
         assert not ignores(p.pid, signal.SIGINT)  # it was started with SIGINT ignored, and hears it again
