@@ -180,8 +180,7 @@ def test_ignores_reads_a_processs_ignored_signals_and_a_job_hears_sigint_again()
     hears = ("import signal, sys, time\n"
              "from nsightwrap.watch.signals import hear_interrupts\n"
              "hear_interrupts()\n"
-             "print('up', flush=True)\n"
-             "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    sys.exit(7)\n")
+             "try:\n    print('up', flush=True)\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    sys.exit(7)\n")
     p = subprocess.Popen([sys.executable, "-c", hears], stdout=subprocess.PIPE,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_sigint_ignored)
     try:
