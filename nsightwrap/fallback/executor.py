@@ -173,7 +173,7 @@ class ProbeEngine:
             if self.failure is not None:
                 raise NsightwrapError(self.failure)
             if self.closed:
-                raise KeyboardInterrupt("the sweep was interrupted")
+                raise KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
             self._seq += 1
             ticket = _Ticket(task, chain, self._seq, queued)
             self.pending.append(ticket)
@@ -193,7 +193,7 @@ class ProbeEngine:
             self._dispatch()
         except Exception as e:  # noqa: BLE001 - a bug or a backend's surprise: no caller may wait forever
             self._abandon(f"the probe engine stopped ({type(e).__name__}: {_last_line(str(e))}); the sweep "
-                          "cannot go on: run it again (without --executor to run the probes here)")
+                          "or walk cannot go on: run it again (without --executor to run its attempts here)")
 
     def _dispatch(self) -> None:
         while True:
@@ -309,7 +309,7 @@ class ProbeEngine:
     def _logs(self) -> str:
         """Where the job logs are: a folder of this engine's own goes when it closes."""
         if self.owned:
-            return ("the job logs go with this sweep's job folder when it ends: run again with --executor-folder "
+            return ("the job logs go with this run's job folder when it ends: run again with --executor-folder "
                     "DIR to keep them")
         return f"see the job logs in {self.folder}"
 
@@ -336,10 +336,10 @@ class ProbeEngine:
                 job.cancel(check=False)
             except Exception:  # noqa: BLE001 - scancel failed: the job ends at its time limit
                 pass
-            ticket.error = KeyboardInterrupt("the sweep was interrupted")
+            ticket.error = KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
             ticket.done.set()
         for ticket in pending:
-            ticket.error = KeyboardInterrupt("the sweep was interrupted")
+            ticket.error = KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
             ticket.done.set()
         _wait_local(running, self.cancel_wait_s)
         if self.spec.kind == LOCAL:
