@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, HERE, app, attempt_rows
+from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, FAKE_SMI_DIR, HERE, app, attempt_rows
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.tree import processes_with
@@ -238,3 +238,15 @@ def triage_env(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SAN_SCALE", "0.1")
     monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
     return dict(os.environ)
+
+
+@pytest.fixture
+def fake_gpus(fake_env, monkeypatch, tmp_path):
+    """The fake nvidia-smi first on PATH with two GPUs (FAKE_SMI_GPUS: a test may set it again) and a scope of this
+    test's own (FAKE_SMI_SCOPE: only its processes are listed); the fake target runs as on a GPU. The engine's
+    tests (tests/fallback) start from it."""
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
+    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+    return tmp_path

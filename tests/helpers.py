@@ -241,3 +241,57 @@ def cli_main(args: Sequence[str], capsys: Any) -> tuple[int, str, str]:
     code = main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# --- an engine backend that runs each job at once, in the dispatcher's thread -----------------------------------
+
+
+class InlineJob:
+    """A job of InlineGpus: already done, its reply at hand."""
+
+    def __init__(self, reply: dict):
+        self.reply, self.job_id = reply, "inline"
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> dict:
+        return self.reply
+
+    def cancel(self, check: bool = True) -> None:
+        pass
+
+
+class InlineGpus:
+    """The probe engine's backend (fallback/executor.py) over fake GPUs "0" and "1": each job is run_probe'd at once
+    on its GPU. keeps(gpu, n) says whether the GPU keeps processes after the backend's n-th job (1, 2, ...): such a
+    job's GPU is then set aside by the engine's rule. `log`: (kernel, rung, GPU) of every job."""
+
+    def __init__(self, keeps=lambda gpu, n: False):
+        self.free, self.aside, self.log, self.keeps = ["0", "1"], [], [], keeps
+
+    def room(self) -> int:
+        return len(self.free)
+
+    def submit(self, tasks: Sequence[Any]) -> list:
+        from nsightwrap.fallback.probejob import run_probe
+
+        out = []
+        for task in tasks:
+            g = self.free.pop(0)
+            reply = run_probe(replace(task, gpu=g))
+            self.log.append((task.kernel, task.rung, g))
+            if self.keeps(g, len(self.log)):
+                reply["attempt"] = replace(reply["attempt"], gpu_left_after=("4242 app",))
+            out.append((InlineJob(reply), g))
+        return out
+
+    def release(self, slot: str) -> None:
+        self.free.append(slot)
+
+    def set_aside(self, slot: str, job: Any, reply: Any) -> str:
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self) -> Optional[str]:
+        return "every GPU was set aside" if len(self.aside) == 2 else None

@@ -271,7 +271,9 @@ class LocalBackend:
         return f"GPU {slot}"
 
     def exhausted(self) -> Optional[str]:
-        if self.free or not self.aside:
+        """Why no job can ever run here again: every GPU set aside (not merely busy: a GPU running a job comes
+        back when it ends)."""
+        if len(self.aside) < len(self.executors):
             return None
         return (f"every GPU was set aside (GPUs {', '.join(self.aside)}: a failed job or processes left on it); "
                 "free the GPUs (nvidia-smi) and run again")

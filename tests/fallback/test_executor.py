@@ -8,11 +8,10 @@ import stat
 import sys
 import threading
 import time
-import uuid
 from types import SimpleNamespace
 
 import pytest
-from helpers import FAKE_SMI_DIR, HERE, ROOT, app, ctrl_c_sweep, run_cli, run_config
+from helpers import HERE, ROOT, app, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ProbeEngine
@@ -28,20 +27,11 @@ SECTIONS = ["SourceCounters", "Occupancy", "LaunchStats"]
 PROGRAM = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
 
 
-@pytest.fixture
-def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
-    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
-    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
-    return tmp_path
-
-
 def cfg(tmp_path, **kw):
     return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True, **kw)
 
 
-def test_local_executor_refuses_more_jobs_than_gpus(smi, tmp_path):
+def test_local_executor_refuses_more_jobs_than_gpus(fake_gpus, tmp_path):
     with pytest.raises(NsightwrapError, match="needs 3 GPU"):
         sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local", jobs=3)),
                        sections=["SourceCounters"])
@@ -197,7 +187,7 @@ def _alive_in_scope(scope: str) -> list[int]:
     return found
 
 
-def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(smi, tmp_path):
+def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(fake_gpus, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ctrl_c_sweep(["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
                   "--stall-timeout", "60", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
@@ -208,7 +198,7 @@ def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(smi, tmp_path):
         time.sleep(0.1)
 
 
-def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(smi, tmp_path):
+def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(fake_gpus, tmp_path):
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store."""
     folder = tmp_path / "jobs"
     argv = ["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS), []), "--json",
@@ -227,7 +217,7 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     assert all(p["from_store"] for k in again["kernels"] for p in k["probes"])
 
 
-def test_slurm_options_need_the_slurm_executor(smi, tmp_path):
+def test_slurm_options_need_the_slurm_executor(fake_gpus, tmp_path):
     r = run_cli(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")],
                 {**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and "needs --executor slurm" in r.stderr
@@ -237,7 +227,7 @@ def test_slurm_options_need_the_slurm_executor(smi, tmp_path):
 
 
 @pytest.fixture
-def fake_slurm(smi, monkeypatch, tmp_path):
+def fake_slurm(fake_gpus, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{FAKE_SLURM_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the job's python imports this nsightwrap
@@ -269,7 +259,7 @@ def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, 
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
 
 
-def test_without_submitit_the_error_says_how_to_install_it(smi, tmp_path, monkeypatch):
+def test_without_submitit_the_error_says_how_to_install_it(fake_gpus, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit raises ImportError
     with pytest.raises(NsightwrapError, match=r"nsightwrap\[cluster\]"):
         sweep_sections(Session.open(app("a"), cfg(tmp_path), executor=ExecutorSpec("local")),

@@ -6,15 +6,12 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
-from dataclasses import replace
 
 import pytest
-from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
+from helpers import ROOT, STALL_S, InlineGpus, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.fallback import walk as walk_module
 from nsightwrap.fallback.executor import ProbeEngine
-from nsightwrap.fallback.probejob import run_probe
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.walk import walk_ladder
@@ -23,15 +20,6 @@ from nsightwrap.store.hangstore import HangStore
 
 # a hangs whenever SourceCounters is collected, b whenever Occupancy is: they step down to different rungs.
 TWO_HANGS = app("vec_add", "a@hang-if=SourceCounters", "vec_add", "b@hang-if=Occupancy", "block_reduce")
-
-
-@pytest.fixture
-def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
-    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
-    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
-    return tmp_path
 
 
 def cfg(tmp_path):
@@ -55,7 +43,7 @@ def walk(tmp_path, name, executor=None):
         return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
 
 
-def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(smi, tmp_path):
+def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(fake_gpus, tmp_path):
     serial = walk(tmp_path, "serial")
     engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, folder=str(tmp_path / "jobs")))
     assert steps(engine) == steps(serial)
@@ -74,53 +62,8 @@ def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap
 # --- a GPU that keeps processes: the engine's rule, set aside and run again elsewhere ----------------------
 
 
-class _Job:
-    def __init__(self, reply):
-        self.reply, self.job_id = reply, "inline"
-
-    def done(self):
-        return True
-
-    def result(self):
-        return self.reply
-
-    def cancel(self, check=True):
-        pass
-
-
-class InlineGpus:
-    """Each job run_probe'd at once in the dispatcher's thread, on its GPU; GPU 0 keeps processes after its first."""
-
-    def __init__(self):
-        self.free, self.aside, self.log = ["0", "1"], [], []
-
-    def room(self):
-        return len(self.free)
-
-    def submit(self, tasks):
-        out = []
-        for task in tasks:
-            g = self.free.pop(0)
-            reply = run_probe(replace(task, gpu=g))
-            if g == "0":
-                reply["attempt"] = replace(reply["attempt"], gpu_left_after=("4242 app",))
-            self.log.append((task.kernel, task.rung, g))
-            out.append((_Job(reply), g))
-        return out
-
-    def release(self, slot):
-        self.free.append(slot)
-
-    def set_aside(self, slot, job, reply):
-        self.aside.append(slot)
-        return f"GPU {slot}"
-
-    def exhausted(self):
-        return None
-
-
-def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_elsewhere(smi, tmp_path, monkeypatch):
-    backend = InlineGpus()
+def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_elsewhere(fake_gpus, tmp_path, monkeypatch):
+    backend = InlineGpus(keeps=lambda gpu, n: gpu == "0")  # GPU 0 keeps processes after its job
     spec = ExecutorSpec("local", poll_s=0.01)
     monkeypatch.setattr(walk_module, "open_engine",
                         lambda spec, jobs, on_counts=None: ProbeEngine(spec, backend, tmp_path, owned=False))
@@ -138,7 +81,7 @@ def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_else
 # --- the command line ------------------------------------------------------------------------------------
 
 
-def test_cli_walk_on_the_local_executor_and_ctrl_c(smi, tmp_path):
+def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r = run_cli(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2", "--json",
                  "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
@@ -162,7 +105,7 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(smi, tmp_path):
     (["--profile", "default", "--jobs", "2"], "--jobs N needs --executor local"),
     (["--profile", "default", "--slurm-partition", "gpu"], "needs --executor slurm"),
 ])
-def test_cli_executor_options_of_run_are_checked_first(smi, argv, message):
+def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message):
     r = run_cli(["run", *argv, "--", *app("a")], {**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and message in r.stderr, r.stderr
 
@@ -181,7 +124,7 @@ def _alive_in_scope(scope: str) -> list[int]:
     return found
 
 
-def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(smi, tmp_path):
+def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus, tmp_path):
     """j hangs everywhere (its rungs above the floor are skipped as implied), then k's floor rows give way to
     basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
@@ -193,7 +136,7 @@ def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(smi, tmp_p
     assert "give way to rung 'basic'" in next(s for s in serial.steps if s.job == "k").notes[-1]
 
 
-def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(smi, tmp_path):
+def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gpus, tmp_path):
     """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
     lines are put together (here within k's line, after j's skipped steps)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
