@@ -295,3 +295,32 @@ class InlineGpus:
 
     def exhausted(self) -> Optional[str]:
         return "every GPU was set aside" if len(self.aside) == 2 else None
+
+
+def alive_in_scope(scope: str) -> list[int]:
+    """Live processes of a test with FAKE_SMI_SCOPE=scope (the fake_gpus fixture): jobs, attempts, fake ncu and
+    program; zombies left out."""
+    found = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open(f"/proc/{d}/environ", "rb").read()
+            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"FAKE_SMI_SCOPE={scope}".encode() in env and state != "Z":
+            found.append(int(d))
+    return found
+
+
+def walk_steps(result: Any) -> list[tuple]:
+    """A LadderResult's steps as comparable tuples: (job, rung, skipped, the attempt's status and stalled kernel)."""
+    return [(s.job, s.rung.name, s.skipped, s.attempt.status if s.attempt else None,
+             s.attempt.stalled_kernel if s.attempt else None) for s in result.steps]
+
+
+def store_records(path: Any) -> list[tuple]:
+    """The hang store's records at `path`, sorted, as comparable tuples (kernel, rung, ladder, outcome, key)."""
+    from nsightwrap.store.hangstore import HangStore
+
+    with HangStore(path) as store:
+        return sorted((r.kernel, r.rung or "", r.ladder or "", r.outcome, r.key) for r in store.records())

@@ -13,11 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import psutil
 import pytest
-from helpers import FAKE_APP, FAKE_SMI_DIR, ROOT, app, read_until
+from helpers import FAKE_APP, ROOT, app, read_until
 
 from nsightwrap.fallback.executor import ProbeEngine
 from nsightwrap.fallback.spec import ExecutorSpec
@@ -26,12 +25,9 @@ from nsightwrap.watch.tree import StopPolicy, alive, ignores
 
 
 @pytest.fixture
-def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
-    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
+def smi(fake_gpus, monkeypatch):
     monkeypatch.setenv("FAKE_SMI_GPUS", "1")
-    return tmp_path
+    return fake_gpus
 
 
 def _in_scope(scope: str) -> dict[int, bytes]:

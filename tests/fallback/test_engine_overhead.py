@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 import pytest
-from helpers import FAKE_SMI_DIR, app, run_config
+from helpers import app, run_config
 
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import LOCAL_POLL_S, POLL_S, ExecutorSpec
@@ -18,13 +17,9 @@ from nsightwrap.store.hangstore import HangStore
 
 
 @pytest.fixture
-def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
-    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
-    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
-    monkeypatch.setenv("FAKE_SMI_LOG", str(tmp_path / "smi.log"))
-    return tmp_path / "smi.log"
+def smi(fake_gpus, monkeypatch):
+    monkeypatch.setenv("FAKE_SMI_LOG", str(fake_gpus / "smi.log"))
+    return fake_gpus / "smi.log"
 
 
 def test_local_jobs_ask_nvidia_smi_only_for_the_gpu_checks(smi, tmp_path):

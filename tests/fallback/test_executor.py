@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import HERE, ROOT, app, ctrl_c_sweep, run_cli, run_config
+from helpers import HERE, ROOT, alive_in_scope, app, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ProbeEngine
@@ -173,27 +173,13 @@ def test_cancel_cancels_every_running_and_queued_job(tmp_path):
 # --- the command line ---------------------------------------------------------------------------
 
 
-def _alive_in_scope(scope: str) -> list[int]:
-    """Live processes of this test (its FAKE_SMI_SCOPE): jobs, probes, fake ncu and program."""
-    found = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            env = open(f"/proc/{d}/environ", "rb").read()
-            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"FAKE_SMI_SCOPE={scope}".encode() in env and state != "Z":
-            found.append(int(d))
-    return found
-
-
 def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(fake_gpus, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ctrl_c_sweep(["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
                   "--stall-timeout", "60", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
                   *app("a@hang")], env)
     deadline = time.monotonic() + 10
-    while _alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
+    while alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
         assert time.monotonic() < deadline, "processes left after the sweep"
         time.sleep(0.1)
 

@@ -8,7 +8,9 @@ import os
 import time
 
 import pytest
-from helpers import ROOT, STALL_S, InlineGpus, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
+from helpers import ROOT, STALL_S, InlineGpus, alive_in_scope, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
+from helpers import store_records as records
+from helpers import walk_steps as steps
 
 from nsightwrap.fallback import walk as walk_module
 from nsightwrap.fallback.executor import ProbeEngine
@@ -25,16 +27,6 @@ TWO_HANGS = app("vec_add", "a@hang-if=SourceCounters", "vec_add", "b@hang-if=Occ
 def cfg(tmp_path):
     return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True,
                       stall_timeout_given=True)
-
-
-def steps(result):
-    return [(s.job, s.rung.name, s.skipped, s.attempt.status if s.attempt else None,
-             s.attempt.stalled_kernel if s.attempt else None) for s in result.steps]
-
-
-def records(path):
-    with HangStore(path) as store:
-        return sorted((r.kernel, r.rung or "", r.ladder or "", r.outcome, r.key) for r in store.records())
 
 
 def walk(tmp_path, name, executor=None):
@@ -95,7 +87,7 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path):
                         "--store", str(tmp_path / "hangs2.db"), "--no-preflight", "--", *app("a@hang")], env)
     assert doc["ladder"] == "default" and doc["store"] == str(tmp_path / "hangs2.db")  # as a serial walk answers
     deadline = time.monotonic() + 10
-    while _alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
+    while alive_in_scope(os.environ["FAKE_SMI_SCOPE"]):
         assert time.monotonic() < deadline, "processes left after the walk"
         time.sleep(0.1)
 
@@ -108,20 +100,6 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path):
 def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message):
     r = run_cli(["run", *argv, "--", *app("a")], {**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and message in r.stderr, r.stderr
-
-
-def _alive_in_scope(scope: str) -> list[int]:
-    """Live processes of this test (its FAKE_SMI_SCOPE): jobs, attempts, fake ncu and program."""
-    found = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            env = open(f"/proc/{d}/environ", "rb").read()
-            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"FAKE_SMI_SCOPE={scope}".encode() in env and state != "Z":
-            found.append(int(d))
-    return found
 
 
 def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus, tmp_path):

@@ -5,10 +5,11 @@ program marks no range) must see that calibration as the serial walk does."""
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
-from helpers import FAKE_NSYS, FAKE_SMI_DIR, app, attempt_rows, run_config
+from helpers import FAKE_NSYS, app, attempt_rows, run_config
+from helpers import store_records as records
+from helpers import walk_steps as steps
 
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import ExecutorSpec
@@ -21,23 +22,9 @@ HANGS_NO_RANGES = app("vec_add", "h@hang", "block_reduce")
 
 
 @pytest.fixture
-def smi(fake_env, monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_GPU_TARGET", "1")
-    monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
-    monkeypatch.setenv("FAKE_SMI_GPUS", "2")
+def smi(fake_gpus, monkeypatch):
     monkeypatch.setenv("NSIGHTWRAP_NSYS", str(FAKE_NSYS))  # calibrated by nsys: a whole run, its API calls seen
-    return tmp_path
-
-
-def steps(result):
-    return [(s.job, s.rung.name, s.skipped, s.attempt.status if s.attempt else None,
-             s.attempt.stalled_kernel if s.attempt else None) for s in result.steps]
-
-
-def records(path):
-    with HangStore(path) as store:
-        return sorted((r.kernel, r.rung or "", r.ladder or "", r.outcome, r.key) for r in store.records())
+    return fake_gpus
 
 
 def walk(tmp_path, name, executor=None):
