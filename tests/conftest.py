@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, FAKE_SMI_DIR, HERE, app, attempt_rows
+from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, FAKE_SMI_DIR, HERE, app, attempt_rows, unavailable
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.tree import processes_with
@@ -142,15 +142,48 @@ def _gpu_available() -> str | None:
     return None
 
 
+def _nvcc() -> str | None:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    return nvcc if os.path.exists(nvcc) else None
+
+
+def _gpu_needs(item, gpus: int) -> str | None:
+    """What the item's gpu markers ask beyond a GPU and ncu (`tools=` nvcc, compute-sanitizer; `gpus=N`) and this
+    machine lacks, else None."""
+    tools = {t for m in item.iter_markers("gpu") for t in m.kwargs.get("tools", ())}
+    wanted = max((m.kwargs.get("gpus", 1) for m in item.iter_markers("gpu")), default=1)
+    if "nvcc" in tools and _nvcc() is None:
+        return "nvcc not found (the CUDA toolkit builds its programs)"
+    if "compute-sanitizer" in tools:
+        from nsightwrap.diagnose.sanitizer import find_sanitizer
+        from nsightwrap.errors import ToolNotFound
+
+        try:
+            find_sanitizer()
+        except ToolNotFound as e:
+            return str(e)
+    if gpus < wanted:
+        return f"needs {wanted} GPUs, this machine has {gpus}"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    """gpu tests run only where a GPU, ncu and what their marker asks for are: else skipped, saying why (the gpu
+    marker is the one place a test says what it needs of the machine)."""
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if not gpu_items:
         return
     why = _gpu_available()
-    if why:
-        skip = pytest.mark.skip(reason=f"gpu test: {why}")
-        for item in gpu_items:
-            item.add_marker(skip)
+    gpus = 0 if why else _gpu_count()
+    for item in gpu_items:
+        reason = why or _gpu_needs(item, gpus)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
+
+
+def _gpu_count() -> int:
+    done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
 
 
 @pytest.fixture
@@ -201,14 +234,12 @@ def tag(monkeypatch):
 def pg_server():
     """A real PostgreSQL server for this session (one per xdist worker, ~1.5 s to start; see tests/pg.py),
     stopped and removed at the end. Where it cannot be started the tests that need it skip, saying why, unless
-    NSIGHTWRAP_TEST_POSTGRES=required (CI's .ci/run): then they fail, since a skip proves nothing."""
+    NSIGHTWRAP_TEST_STRICT=1 (CI's .ci/run): then they fail (helpers.unavailable)."""
     import pg
 
     why = pg.missing()
-    if why and os.environ.get("NSIGHTWRAP_TEST_POSTGRES") == "required":
-        pytest.fail(f"PostgreSQL is required here (NSIGHTWRAP_TEST_POSTGRES=required): {why}")
     if why:
-        pytest.skip(why)
+        unavailable(f"no PostgreSQL server: {why}")
     server = pg.start_server()
     try:
         yield server

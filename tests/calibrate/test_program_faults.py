@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from helpers import FAKE_APP, FakeContext, app, cli_main, no_leftovers, run_cli, run_config
+from helpers import FAKE_APP, FakeContext, app, cli_main, no_leftovers, run_cli, run_config, unavailable
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.calibrate.confirm import confirm_limit
@@ -218,7 +218,7 @@ def test_cli_a_calibration_run_that_cannot_start_is_an_error_not_a_traceback(cli
     done = run_cli(["run", "-q", "--json", "--store", str(tmp_path / "h.db"), "--set", "basic", "--", str(prog)],
                    env=cli_env, cwd=tmp_path)
     if os.geteuid() == 0 and done.returncode != EXIT_CODES[ERROR]:
-        pytest.skip("root may run a file without its execute bit")
+        unavailable("root may run a file without its execute bit here")
     assert done.returncode == EXIT_CODES[ERROR], done.stderr
     assert "Traceback" not in done.stderr
     d = json.loads(done.stdout)

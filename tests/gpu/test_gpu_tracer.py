@@ -21,7 +21,7 @@ from nsightwrap.calibrate.measure import measure
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.status import TIMEOUT
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu(tools=("nvcc",))
 ROOT = Path(__file__).parents[2]
 
 
@@ -37,9 +37,7 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not os.path.exists(nvcc):
-        pytest.skip("nvcc not found")
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"  # there: the module's gpu marker asks for it
     exe = tmp_path_factory.mktemp("app") / "app"
     subprocess.run([nvcc, "-O2", "-arch=sm_90", "-o", str(exe), str(ROOT / "tests/gpu/kernels.cu")], check=True)
     return str(exe)

@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run_cli
+from helpers import ROOT, run_cli, unavailable
 
 from nsightwrap.cli.preflight import FAIL, OK, Facts, check_store
 from nsightwrap.errors import StoreError
@@ -50,11 +50,11 @@ def _as_a_user(argv: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=120)
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        pytest.skip("root, and no setpriv to drop the capabilities that ignore file modes")
+        unavailable("root, and no setpriv to drop the capabilities that ignore file modes")
     drop = [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps", "-all"]
     probe = subprocess.run([*drop, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
-        pytest.skip(f"root, and setpriv cannot drop capabilities here: {probe.stderr.strip()}")
+        unavailable(f"root, and setpriv cannot drop capabilities here: {probe.stderr.strip()}")
     return subprocess.run([*drop, *argv], capture_output=True, text=True, env=_env(), timeout=120)
 
 
@@ -118,9 +118,8 @@ def test_a_recording_command_repairs_its_own_read_only_leftovers(tmp_path):
         assert len(ro) == 2
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the leftovers to another user")
 def test_leftovers_of_another_user_are_explained_and_doctor_says_so(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give the leftovers to another user")
     path = _store(tmp_path / "h.db")
     _old_leftovers(path)
     for s in sidecars(path):
