@@ -216,16 +216,17 @@ class ProbeEngine:
         and later probes refused with it."""
         with self.cond:
             self.failure = reason
-            running, self.running = self.running, []
-            pending, self.pending = list(self.pending), deque()
+            running, pending = self._take_all()
             for ticket in [t for _, _, t in running] + pending:
                 self._answer(ticket, error=NsightwrapError(reason))
-            self.cond.notify_all()
-        for job, _, _ in running:
-            try:
-                job.cancel(check=False)
-            except Exception:  # noqa: BLE001 - scancel failed: the job ends at its time limit
-                pass
+        _cancel_jobs(running)
+
+    def _take_all(self) -> tuple[list, list]:
+        """(running, pending), both emptied here, waiters woken (called with the lock held)."""
+        running, self.running = self.running, []
+        pending, self.pending = list(self.pending), deque()
+        self.cond.notify_all()
+        return running, pending
 
     def _submit_some(self) -> None:
         """Pending tickets onto free room, the first by _first (called with the lock held)."""
@@ -328,17 +329,9 @@ class ProbeEngine:
         """Ctrl-C: every queued and running job cancelled; their callers hear KeyboardInterrupt."""
         with self.cond:
             self.closed = True
-            running, self.running = self.running, []
-            pending, self.pending = list(self.pending), deque()
-            self.cond.notify_all()
-        for job, _, ticket in running:
-            try:
-                job.cancel(check=False)
-            except Exception:  # noqa: BLE001 - scancel failed: the job ends at its time limit
-                pass
-            ticket.error = KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
-            ticket.done.set()
-        for ticket in pending:
+            running, pending = self._take_all()
+        _cancel_jobs(running)
+        for ticket in [t for _, _, t in running] + pending:
             ticket.error = KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
             ticket.done.set()
         _wait_local(running, self.cancel_wait_s)
@@ -445,3 +438,12 @@ def open_engine(spec: ExecutorSpec, jobs: int = 1, on_counts: Optional[Callable[
                                   "run on a login node of the cluster") from None
         raise
     return ProbeEngine(spec, backend, folder, owned, on_counts)
+
+
+def _cancel_jobs(running: list) -> None:
+    """Cancel each (job, slot, ticket)'s job; one whose cancel fails (scancel) ends at its time limit."""
+    for job, _, _ in running:
+        try:
+            job.cancel(check=False)
+        except Exception:  # noqa: BLE001 - scancel failed: the job ends at its time limit
+            pass
