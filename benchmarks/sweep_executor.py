@@ -68,7 +68,11 @@ def overhead(result) -> str:
     def med(xs: list[float]) -> str:
         return f"{statistics.median(xs):.2f} s" if xs else "-"
 
-    gpus = " ".join(f"{j.chain or 'whole'}@{j.where}" for j in result.jobs)
+    def mark(j) -> str:  # a speculation (started before its run was asked for): ~, or x when dropped
+        return ("x" if j.dropped else "~") if j.speculative else ""
+
+    t0 = min((j.submitted for j in result.jobs), default=0.0)
+    gpus = " ".join(f"{mark(j)}{j.chain or 'whole'}@{j.where}+{j.submitted - t0:.1f}s" for j in result.jobs)
     return f"{len(times)} jobs; submit -> attempt start {med(start)}, attempt end -> seen {med(seen)}; {gpus}"
 
 

@@ -31,13 +31,14 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import psutil
 
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.fallback.announce import read_suspect
 from nsightwrap.fallback.probejob import LocalBackend, ProbeTask, SlurmBackend, StoreSetting, store_setting_of
 from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.fallback.spec import LOCAL, ExecutorSpec
@@ -78,9 +79,11 @@ class EngineAttempts:
                          environment=environment if local else None, kernel=tag.kernel, rung=tag.rung)
 
     def attempt(self, options: ProfileOptions, tag: Tag, context: Optional[RunContext] = None,
-                chain: str = "", queued: Optional[Callable[[], None]] = None) -> tuple[Any, Optional[str]]:
-        """(the attempt, where it ran: the GPU, or host:GPU on Slurm); ProfileInterrupted when it was stopped."""
-        reply = self.engine.run(self.task(options, tag, context), chain, queued)
+                chain: str = "", queued: Optional[Callable[[], None]] = None,
+                on_suspect: Optional[Callable[[str], None]] = None) -> tuple[Any, Optional[str]]:
+        """(the attempt, where it ran: the GPU, or host:GPU on Slurm); ProfileInterrupted when it was stopped.
+        on_suspect: told each kernel the job suspects while it runs (ProbeEngine.run)."""
+        reply = self.engine.run(self.task(options, tag, context), chain, queued, on_suspect)
         attempt = reply["attempt"]
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
@@ -88,6 +91,10 @@ class EngineAttempts:
         self.session.calibrator.learn(attempt.calibration)  # measured on the node: the walk's decisions need it
         where = reply["gpu"] if self.engine.spec.kind == LOCAL else f"{reply['host']}:{reply['gpu'] or '-'}"
         return attempt, where
+
+    def speculate(self, options: ProfileOptions, tag: Tag, chain: str = "") -> bool:
+        """The attempt started ahead of its chain's asking, where a GPU is idle (ProbeEngine.speculate)."""
+        return self.engine.speculate(self.task(options, tag), chain)
 
 
 # --- the dispatcher ----------------------------------------------------------------
@@ -103,6 +110,8 @@ class JobTimes:
     submitted: float
     seen: Optional[float] = None
     node: dict = field(default_factory=dict)  # began, attempt_start, attempt_end, ended (run_probe's reply)
+    speculative: bool = False  # started as a speculation (see ProbeEngine.speculate)
+    dropped: bool = False  # a speculation nobody took: cancelled, or its reply unused
 
     def overhead(self) -> dict[str, Optional[float]]:
         """Seconds from the submission to the attempt's start, and from its end to the reply seen here."""
@@ -122,6 +131,11 @@ class _Ticket:
     error: Optional[BaseException] = None
     done: threading.Event = field(default_factory=threading.Event)
     failures: list[str] = field(default_factory=list)
+    on_suspect: Optional[Callable[[str], None]] = None  # told each kernel the job announces (see speculate)
+    heard: int = 0  # announcements told so far
+    speculative: bool = False  # submitted by speculate(), not yet taken by a run()
+    dropped: bool = False  # a speculation given up: its job cancelled, its reply unused
+    times: Optional[JobTimes] = None
 
 
 class ProbeEngine:
@@ -139,6 +153,7 @@ class ProbeEngine:
         self.timeline: list[JobTimes] = []  # every job submitted, in order
         self._times: dict[int, JobTimes] = {}  # id(job) -> its entry
         self._seq = 0
+        self._speculations: list[_Ticket] = []  # started by speculate(), not yet taken by run() nor dropped
         self.cond = threading.Condition()
         self.closed = False
         self.failure: Optional[str] = None  # why the dispatcher stopped, if it died
@@ -166,18 +181,25 @@ class ProbeEngine:
         with self.cond:
             return len(self.pending), len(self.running), self.finished
 
-    def run(self, task: ProbeTask, chain: str = "", queued: Optional[Callable[[], None]] = None) -> dict:
+    def run(self, task: ProbeTask, chain: str = "", queued: Optional[Callable[[], None]] = None,
+            on_suspect: Optional[Callable[[str], None]] = None) -> dict:
         """The probe's reply, once its job is done. chain: what the task belongs to (see the module docstring);
-        queued: called once the task waits in the queue (a caller that starts a chain waits for that)."""
+        queued: called once the task waits in the queue (a caller that starts a chain waits for that);
+        on_suspect: told (in the dispatcher's thread) each kernel the job announces as suspect while it runs.
+        A speculation of the chain with the same options (speculate) is taken instead of a new job; the
+        chain's other speculations are dropped."""
         with self.cond:
             if self.failure is not None:
                 raise NsightwrapError(self.failure)
             if self.closed:
                 raise KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
-            self._seq += 1
-            ticket = _Ticket(task, chain, self._seq, queued)
-            self.pending.append(ticket)
+            ticket, dropped = self._adopt(task, chain)
+            if ticket is None:
+                ticket = self._ticket(task, chain, queued, announce=on_suspect is not None)
+                self.pending.append(ticket)
+            ticket.on_suspect = on_suspect
             self.cond.notify_all()
+        _cancel_jobs(dropped)
         if queued is not None:
             queued()
         while not ticket.done.wait(0.5):  # short waits: Ctrl-C reaches the main thread between them
@@ -186,6 +208,76 @@ class ProbeEngine:
             raise ticket.error
         assert ticket.reply is not None
         return ticket.reply
+
+    def speculate(self, task: ProbeTask, chain: str = "") -> bool:
+        """Start `task` now, before its chain asks for it, on a GPU that nothing waits for: where no task is
+        queued and there is room (so a speculation never delays a probe). A later run() of the chain with the
+        same options takes it (its reply, or its job still running); drop_speculations() cancels it. False:
+        not started (no room, queued tasks, or the same one already started)."""
+        with self.cond:
+            if self.closed or self.failure is not None or self.pending or self.backend.room() <= 0:
+                return False
+            if any(t.chain == chain and t.task.options == task.options for t in self._speculations):
+                return False
+            ticket = self._ticket(task, chain, None, announce=True)
+            ticket.speculative = True
+            self._speculations.append(ticket)
+            self.pending.append(ticket)
+            self.cond.notify_all()
+            return True
+
+    def drop_speculations(self, chain: str = "") -> None:
+        """The chain's speculations given up: queued ones removed, running ones cancelled (their GPUs come back
+        when their jobs end)."""
+        with self.cond:
+            dropped = [self._drop(t) for t in [t for t in self._speculations if t.chain == chain]]
+            self.cond.notify_all()
+        _cancel_jobs([d for d in dropped if d is not None])
+
+    def _ticket(self, task: ProbeTask, chain: str, queued: Optional[Callable[[], None]], announce: bool) -> _Ticket:
+        """A new ticket (lock held); announce: its job tells its suspect kernels in a file of the job folder."""
+        self._seq += 1
+        if announce:
+            task = replace(task, announce=str(self.folder / f"suspect-{self.token[:12]}-{self._seq}.json"))
+        return _Ticket(task, chain, self._seq, queued)
+
+    def _adopt(self, task: ProbeTask, chain: str) -> tuple[Optional[_Ticket], list]:
+        """(the chain's speculation with the task's options, or None; the running jobs of its other
+        speculations, dropped here, to cancel once the lock is released). Lock held."""
+        taken, dropped = None, []
+        for t in [t for t in self._speculations if t.chain == chain]:
+            if taken is None and t.task.options == task.options:
+                taken = t
+                self._speculations.remove(t)
+                t.speculative = False
+            else:
+                dropped.append(self._drop(t))
+        return taken, [d for d in dropped if d is not None]
+
+    def _drop(self, ticket: _Ticket) -> Optional[tuple]:
+        """A speculation given up (lock held): out of the queue, or its running (job, slot, ticket) to cancel."""
+        ticket.dropped, ticket.speculative = True, False
+        if ticket in self._speculations:
+            self._speculations.remove(ticket)
+        if ticket.times is not None:
+            ticket.times.dropped = True
+        if ticket in self.pending:
+            self.pending.remove(ticket)
+            return None
+        return next((r for r in self.running if r[2] is ticket and not ticket.done.is_set()), None)
+
+    def _hear(self, ticket: _Ticket) -> None:
+        """A running job's new announcement, told to its caller (the dispatcher's thread, lock not held)."""
+        if ticket.on_suspect is None or ticket.task.announce is None:
+            return
+        suspect = read_suspect(Path(ticket.task.announce))
+        if suspect is None or suspect.count <= ticket.heard:
+            return
+        ticket.heard = suspect.count
+        try:
+            ticket.on_suspect(suspect.kernel)
+        except Exception:  # noqa: BLE001 - a speculation that fails to start costs nothing but its head start
+            log.debug("nsightwrap: the speculation on %s could not start", suspect.kernel, exc_info=True)
 
     # The dispatcher thread.
     def _loop(self) -> None:
@@ -206,6 +298,8 @@ class ProbeEngine:
             for job, slot, ticket in watched:
                 if job.done():
                     self._collect(job, slot, ticket)
+                else:
+                    self._hear(ticket)
             self._show()
             with self.cond:
                 if not self.closed:
@@ -225,6 +319,7 @@ class ProbeEngine:
         """(running, pending), both emptied here, waiters woken (called with the lock held)."""
         running, self.running = self.running, []
         pending, self.pending = list(self.pending), deque()
+        self._speculations = []
         self.cond.notify_all()
         return running, pending
 
@@ -248,14 +343,14 @@ class ProbeEngine:
             return
         now = time.time()
         for (job, slot), t in zip(jobs, tickets):
-            self._times[id(job)] = times = JobTimes(t.chain, slot, now)
+            self._times[id(job)] = t.times = times = JobTimes(t.chain, slot, now, speculative=t.speculative)
             self.timeline.append(times)
             self.running.append((job, slot, t))
 
-    def _first(self, ticket: _Ticket) -> tuple[int, int, int]:
+    def _first(self, ticket: _Ticket) -> tuple[int, int, int, int]:
         """Which waiting ticket gets a GPU first: a retried probe, then the chain with the fewest jobs so far
-        (least attained service: a chain just begun has the most left), then the oldest."""
-        return (0 if ticket.tries else 1, self.served.get(ticket.chain, 0), ticket.seq)
+        (least attained service: a chain just begun has the most left), then the oldest; a speculation last."""
+        return (int(ticket.speculative), 0 if ticket.tries else 1, self.served.get(ticket.chain, 0), ticket.seq)
 
     def _collect(self, job: Any, slot: Optional[str], ticket: _Ticket) -> None:
         try:
@@ -263,6 +358,9 @@ class ProbeEngine:
         except Exception as e:  # noqa: BLE001 - the job failed (node failure, job error)
             reply, failure = None, f"job {job.job_id} failed: {_last_line(str(e))}"
         self._timed(job, reply)
+        if ticket.dropped or (ticket.speculative and failure is not None):
+            self._collect_dropped(job, slot, ticket, reply, failure)
+            return
         if reply is not None and reply.get("store_error"):  # the store, not the GPU or node: nothing set aside
             with self.cond:
                 self.running = [r for r in self.running if r[0] is not job]
@@ -282,6 +380,23 @@ class ProbeEngine:
                 self._answer(ticket, reply=reply)
                 return
             self._set_aside(job, slot, ticket, failure, reply)
+
+    def _collect_dropped(self, job: Any, slot: Optional[str], ticket: _Ticket, reply: Optional[dict],
+                         failure: Optional[str]) -> None:
+        """A dropped speculation's job ended, or a speculation's job failed: nobody waits for it. Its GPU comes
+        back, unless the job failed or left processes there (set aside, as any job's); never run again."""
+        attempt = reply.get("attempt") if isinstance(reply, dict) else None
+        kept = attempt is not None and attempt.gpu_left_after
+        with self.cond:
+            self.running = [r for r in self.running if r[0] is not job]
+            failed_here = failure is not None and not ticket.dropped  # a cancelled job's failure is no fault
+            if ticket.speculative:  # failed before any run() took it: the chain's run() starts its own job
+                self._drop(ticket)
+            if kept or failed_here:
+                self.backend.set_aside(slot, job, reply)
+            else:
+                self.backend.release(slot)
+            self.cond.notify_all()
 
     def _timed(self, job: Any, reply: Optional[dict]) -> None:
         """The job's timeline completed: seen now; the node's times; where it ran (Slurm: host:GPU)."""

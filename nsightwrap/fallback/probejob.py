@@ -33,6 +33,7 @@ import psutil
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.errors import ProfileInterrupted, StoreError
+from nsightwrap.fallback.announce import StallAnnouncer
 from nsightwrap.fallback.collectives import JobShape
 from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.fallback.spec import ExecutorSpec
@@ -130,6 +131,9 @@ class ProbeTask:
     environment: Optional[Environment] = None
     kernel: Optional[str] = None  # a walk's: the kernel the attempt is for (None: the program), as Tag records it
     rung: Optional[str] = None  # a walk's: the rung's name
+    #: Where the node announces a kernel it suspects while the attempt runs (a whole-program run of a sweep:
+    #: nsightwrap.fallback.announce); None: nothing announced.
+    announce: Optional[str] = None
 
 
 def run_probe(task: ProbeTask) -> dict:
@@ -156,6 +160,8 @@ def run_probe(task: ProbeTask) -> dict:
     try:
         context = RunContext.create(task.config)
         context = context.replace(env={**context.env, **own})
+        if task.announce is not None:
+            context = context.with_listener(StallAnnouncer(Path(task.announce)))
         reply["gpu"] = context.env.get("CUDA_VISIBLE_DEVICES")
         attempt, recorded = _probe(task, context, opening, reply["node_s"])
     except StoreError as e:

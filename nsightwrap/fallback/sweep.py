@@ -19,6 +19,7 @@ their hang there is a known cause, called at once (nsightwrap.ncu.known).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import math
 import queue
 import threading
@@ -177,7 +178,18 @@ class SweepResult:
             "whole_program_runs": [{"status": a.status, "stalled_kernel": a.stalled_kernel,
                                     "seconds": round(a.elapsed_s, 2), "gpu": where}
                                    for a, where in zip(self.whole_runs, self._whole_gpus())],
+            "engine_jobs": self._jobs(),
             "notes": list(self.notes)})
+
+    def _jobs(self) -> list[dict]:
+        """The engine's jobs (with --executor), times in seconds since the first was submitted."""
+        t0 = min((j.submitted for j in self.jobs), default=0.0)
+
+        def since(t: Optional[float]) -> Optional[float]:
+            return None if t is None else round(t - t0, 3)
+
+        return [{"chain": j.chain, "where": j.where, "submitted_s": since(j.submitted), "seen_s": since(j.seen),
+                 "speculative": j.speculative, "dropped": j.dropped} for j in self.jobs]
 
 
 def wrap_sections(label: str, width: int = 60) -> list[str]:
@@ -463,21 +475,35 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
     """The whole set on the whole program, excluding each kernel found hanging, until none hangs
     (on_found hears each such kernel at once)."""
     hanging: list[str] = []
-    while True:
-        families = sorted({collective_family(k) for k in hanging} - {None}) if runner.shape.multi else []
-        runner.context.listener.stage(f"whole program, all {len(full)} sections"
-                                      + (f", without {', '.join(hanging)}" if hanging else ""))
-        a, where = runner.watched(_options(full, exclude_kernels(user_filter, hanging, families)))
-        result.whole_runs.append(a)
-        result.whole_gpus.append(where)
-        if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
-            hanging.append(a.stalled_kernel)
-            if on_found is not None:
-                on_found(a.stalled_kernel)
-            continue
-        if a.status not in (OK, HANG, NO_KERNELS) and not hanging:
-            raise NsightwrapError(f"the first probe (all {len(full)} sections) ended {a.status}: {a.reason}")
-        return hanging
+
+    def whole(without: list[str]) -> ProfileOptions:
+        families = sorted({collective_family(k) for k in without} - {None}) if runner.shape.multi else []
+        return _options(full, exclude_kernels(user_filter, without, families))
+
+    def suspected(kernel: str, without: list[str]) -> None:
+        """Run i+1 started beside run i, where a GPU is idle, once run i's kernel has gone silent
+        (nsightwrap.fallback.announce): taken if run i ends hanging on it, cancelled otherwise."""
+        if kernel not in without:
+            runner.speculate(whole([*without, kernel]))
+
+    try:
+        while True:
+            runner.context.listener.stage(f"whole program, all {len(full)} sections"
+                                          + (f", without {', '.join(hanging)}" if hanging else ""))
+            now = list(hanging)
+            a, where = runner.watched(whole(now), on_suspect=functools.partial(suspected, without=now))
+            result.whole_runs.append(a)
+            result.whole_gpus.append(where)
+            if a.status == HANG and a.stalled_kernel and a.stalled_kernel not in hanging:
+                hanging.append(a.stalled_kernel)
+                if on_found is not None:
+                    on_found(a.stalled_kernel)
+                continue
+            if a.status not in (OK, HANG, NO_KERNELS) and not hanging:
+                raise NsightwrapError(f"the first probe (all {len(full)} sections) ended {a.status}: {a.reason}")
+            return hanging
+    finally:
+        runner.drop_speculations()  # a guess the last run did not bear out
 
 
 def _options(sections: frozenset, kernel: Optional[KernelFilter], **kw: Any) -> ProfileOptions:
@@ -518,11 +544,13 @@ class _ProbeRunner:
             self._local.queued = None
             started.set()
 
-    def watched(self, opts: ProfileOptions, chain: str = "") -> tuple[Attempt, Optional[str]]:
+    def watched(self, opts: ProfileOptions, chain: str = "",
+                on_suspect: Optional[Callable[[str], None]] = None) -> tuple[Attempt, Optional[str]]:
         """One attempt of the session on a free GPU, recorded in the store; (attempt, the GPU it ran on).
-        chain: the kernel whose probe it is ("" for a whole-program run): the engine's order of jobs."""
+        chain: the kernel whose probe it is ("" for a whole-program run): the engine's order of jobs;
+        on_suspect: on the engine, told each kernel the running job suspects (see speculate)."""
         if self.engine is not None:
-            return self._dispatched(opts, chain)
+            return self._dispatched(opts, chain, on_suspect)
         gpu_id = self.gpus.get()
         try:
             if self.cancel.is_set():
@@ -535,16 +563,27 @@ class _ProbeRunner:
             raise _ProgramFault(attempt)
         return attempt, gpu_id
 
-    def _dispatched(self, opts: ProfileOptions, chain: str) -> tuple[Attempt, Optional[str]]:
+    def _dispatched(self, opts: ProfileOptions, chain: str,
+                    on_suspect: Optional[Callable[[str], None]]) -> tuple[Attempt, Optional[str]]:
         """watched() as a job of the engine: the node runs and records it (run_probe); (attempt, where)."""
         if self.cancel.is_set():
             raise KeyboardInterrupt("the sweep was interrupted")
         assert self.dispatch is not None
         queued, self._local.queued = getattr(self._local, "queued", None), None
-        attempt, where = self.dispatch.attempt(opts, Tag(ladder=SWEEP), chain=chain, queued=queued)
+        attempt, where = self.dispatch.attempt(opts, Tag(ladder=SWEEP), chain=chain, queued=queued,
+                                               on_suspect=on_suspect)
         if attempt.program_fault:
             raise _ProgramFault(attempt)
         return attempt, where
+
+    def speculate(self, opts: ProfileOptions, chain: str = "") -> None:
+        """On the engine, the attempt started early where a GPU is idle (ProbeEngine.speculate); else nothing."""
+        if self.dispatch is not None and not self.cancel.is_set():
+            self.dispatch.speculate(opts, Tag(ladder=SWEEP), chain)
+
+    def drop_speculations(self, chain: str = "") -> None:
+        if self.engine is not None:
+            self.engine.drop_speculations(chain)
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
         """The outcome the store already knows for this kernel with these options here, if any."""

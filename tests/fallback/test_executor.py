@@ -265,7 +265,7 @@ def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_pr
         context = SimpleNamespace(listener=SimpleNamespace(stage=lambda text: None))
         cancel = threading.Event()
 
-        def watched(self, opts):
+        def watched(self, opts, on_suspect=None):
             status, kernel = next(whole)
             if kernel == "b":
                 assert a_probed.wait(10), "kernel a was not probed while the whole program ran again"
@@ -283,6 +283,9 @@ def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_pr
 
         def least(self, kernel):
             return Probe(kernel, frozenset(), WORKS, 0.0, metrics=("m",))
+
+        def drop_speculations(self):
+            pass
 
     result = SweepResult(("SourceCounters", "Occupancy"))
     sweep_mod._pipelined(Runner(), ["SourceCounters", "Occupancy"], None, result, SimpleNamespace(parallel=2))

@@ -1,0 +1,254 @@
+"""The next whole-program run started early (issue 22: a sweep on 2 GPUs in <= 0.6x the 1-GPU time).
+
+A job announces the kernel it suspects (nsightwrap.fallback.announce); the sweep asks the engine to start the
+next whole-program run beside it where a GPU is idle (ProbeEngine.speculate); the next run() takes that job,
+or cancels it when the verdict went another way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Optional
+
+import pytest
+from helpers import ROOT, app, run_cli
+
+from nsightwrap.fallback.announce import StallAnnouncer, read_suspect, suspected_kernel
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.spec import ExecutorSpec
+from nsightwrap.ncu.progress import KernelInProgress, StallRule, WatchState
+from nsightwrap.watch.rules import TotalTimeout
+
+# --- what a job announces -----------------------------------------------------------------------
+
+
+def _state(name: str, last_mark: float) -> WatchState:
+    state = WatchState(started_at=0.0, last_output_at=0.0)
+    state.current = KernelInProgress(name, 3, last_mark, last_mark)
+    return state
+
+
+def test_a_kernel_is_suspected_after_half_its_allowance_not_before():
+    rule = StallRule(timeout=3.0)
+    state = _state("gemm", 10.0)
+    assert suspected_kernel(state, rule, 11.4) is None
+    assert suspected_kernel(state, rule, 11.5) == "gemm"
+
+
+def test_nothing_is_suspected_between_kernels_in_report_creation_or_without_a_bound():
+    rule = StallRule(timeout=3.0)
+    idle = WatchState(started_at=0.0, last_output_at=0.0)
+    assert suspected_kernel(idle, rule, 100.0) is None
+    assert suspected_kernel(_state("<report creation>", 0.0), rule, 100.0) is None
+    assert suspected_kernel(_state("gemm", 0.0), TotalTimeout(float("inf")), 100.0) is None
+
+
+def test_the_announcer_writes_each_new_suspect_once_and_numbers_them(tmp_path):
+    now = [0.0]
+    path = tmp_path / "suspect.json"
+    announcer = StallAnnouncer(path, clock=lambda: now[0])
+    rule = StallRule(timeout=2.0)
+    state = _state("a", 0.0)
+    assert announcer.look(state, rule) is None and read_suspect(path) is None
+    now[0] = 1.0
+    assert announcer.look(state, rule) == "a" and read_suspect(path) == (read_suspect(path).__class__)("a", 1)
+    assert announcer.look(state, rule) is None  # once per kernel
+    state.current = KernelInProgress("b", 4, 1.0, 1.0)
+    now[0] = 2.5
+    assert announcer.look(state, rule) == "b"
+    assert (read_suspect(path).kernel, read_suspect(path).count) == ("b", 2)
+
+
+def test_an_unreadable_announcement_is_none(tmp_path):
+    (tmp_path / "s.json").write_text("{half")
+    assert read_suspect(tmp_path / "s.json") is None and read_suspect(tmp_path / "missing.json") is None
+
+
+def test_the_announcers_thread_stops_when_the_run_finishes(tmp_path):
+    announcer = StallAnnouncer(tmp_path / "s.json", look_s=0.01)
+    announcer.started(_state("a", time.monotonic() - 100), StallRule(timeout=1.0))
+    deadline = time.monotonic() + 5
+    while read_suspect(tmp_path / "s.json") is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    thread = announcer._thread
+    announcer.finished(None)
+    assert thread is not None and not thread.is_alive()
+
+
+# --- the engine: speculations taken or dropped ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    options: str
+    announce: Optional[str] = None
+
+
+class Job:
+    def __init__(self, task, slot):
+        self.task, self.slot, self.finished, self.cancelled = task, slot, False, False
+        self.job_id = f"job-{task.options}"
+
+    def done(self):
+        return self.finished or self.cancelled
+
+    def result(self):
+        return {"host": "h", "gpu": self.slot, "options": self.task.options, "cancelled": self.cancelled,
+                "attempt": SimpleNamespace(gpu_left_after=())}
+
+    def cancel(self, check=True):
+        self.cancelled = True
+
+
+class Gpus:
+    def __init__(self, n):
+        self.free, self.aside, self.jobs = [str(i) for i in range(n)], [], []
+
+    def room(self):
+        return len(self.free)
+
+    def submit(self, tasks):
+        out = []
+        for t in tasks:
+            job = Job(t, self.free.pop(0))
+            self.jobs.append(job)
+            out.append((job, job.slot))
+        return out
+
+    def release(self, slot):
+        self.free.append(slot)
+
+    def set_aside(self, slot, job, reply):
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self):
+        return None
+
+    def job(self, options):
+        return next(j for j in self.jobs if j.task.options == options)
+
+
+def _wait(predicate, what):
+    deadline = time.monotonic() + 5
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def _engine(gpus, tmp_path):
+    return ProbeEngine(ExecutorSpec("local", poll_s=0.005), gpus, tmp_path, owned=False)
+
+
+def _announce(job, kernel, count=1):
+    with open(job.task.announce, "w") as f:
+        json.dump({"kernel": kernel, "count": count}, f)
+
+
+def _in_thread(fn):
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", fn()))
+    t.start()
+    return t, out
+
+
+def test_a_suspect_starts_the_next_run_on_the_idle_gpu_and_the_next_run_takes_that_job(tmp_path):
+    gpus = Gpus(2)
+    heard = []
+    with _engine(gpus, tmp_path) as e:
+        def suspected(kernel):
+            heard.append(kernel)
+            assert e.speculate(Task(f"without {kernel}"))
+
+        t, out = _in_thread(lambda: e.run(Task("whole"), on_suspect=suspected))
+        _wait(lambda: gpus.jobs, "the first run was not submitted")
+        first = gpus.jobs[0]
+        assert first.task.announce and first.task.announce.startswith(str(tmp_path))
+        _announce(first, "a")
+        _wait(lambda: len(gpus.jobs) == 2, "no speculation started")
+        assert heard == ["a"] and gpus.jobs[1].slot == "1"
+        first.finished = True
+        t.join(5)
+        assert out["r"]["options"] == "whole"
+        t2, out2 = _in_thread(lambda: e.run(Task("without a")))
+        gpus.jobs[1].finished = True
+        t2.join(5)
+        assert out2["r"]["options"] == "without a" and len(gpus.jobs) == 2  # taken, not run again
+        assert [x.speculative for x in e.timeline] == [False, True] and not any(x.dropped for x in e.timeline)
+
+
+def test_a_speculation_the_verdict_did_not_bear_out_is_cancelled_and_its_gpu_comes_back(tmp_path):
+    gpus = Gpus(2)
+    with _engine(gpus, tmp_path) as e:
+        assert e.speculate(Task("without a"))
+        _wait(lambda: gpus.jobs, "not started")
+        t, out = _in_thread(lambda: e.run(Task("without b")))  # the run ended hanging on b, not a
+        _wait(lambda: len(gpus.jobs) == 2, "the next run was not submitted")
+        gpus.jobs[1].finished = True
+        t.join(5)
+        assert gpus.job("without a").cancelled and out["r"]["options"] == "without b"
+        _wait(lambda: sorted(gpus.free) == ["0", "1"], "the cancelled speculation's GPU did not come back")
+        assert gpus.aside == [] and [x.dropped for x in e.timeline] == [True, False]
+
+
+def test_no_speculation_without_an_idle_gpu_or_while_tasks_wait(tmp_path):
+    gpus = Gpus(1)
+    with _engine(gpus, tmp_path) as e:
+        t, _ = _in_thread(lambda: e.run(Task("whole")))
+        _wait(lambda: gpus.jobs, "not started")
+        assert not e.speculate(Task("without a"))  # the one GPU is busy
+        gpus.jobs[0].finished = True
+        t.join(5)
+    two = Gpus(2)
+    with _engine(two, tmp_path) as e:
+        assert e.speculate(Task("x"))
+        assert not e.speculate(Task("x"))  # the same one is already there
+        e.drop_speculations()
+        _wait(lambda: len(two.free) == 2, "the dropped speculation's GPU did not come back")
+
+
+def test_drop_speculations_cancels_what_the_last_run_did_not_need(tmp_path):
+    gpus = Gpus(2)
+    with _engine(gpus, tmp_path) as e:
+        assert e.speculate(Task("without c"))
+        _wait(lambda: gpus.jobs, "not started")
+        e.drop_speculations()
+        assert gpus.jobs[0].cancelled
+        _wait(lambda: len(gpus.free) == 2, "GPU not back")
+        assert e.counts() == (0, 0, 0)
+
+
+# --- end to end: the fakes on two fake GPUs -----------------------------------------------------
+
+
+def test_cli_sweep_on_two_gpus_starts_the_next_whole_program_run_before_the_last_verdict(fake_gpus, tmp_path):
+    """Kernels a and b hang with SourceCounters: the run that finds b starts while a's run waits for its
+    verdict (a speculation, taken); the same culprits as without it."""
+    argv = ["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--section", "Occupancy",
+            "--json", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--stall-timeout", "1.2", "--",
+            *app("a@hang-if=SourceCounters", "b@hang-if=SourceCounters")]
+    r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["SourceCounters"]}
+    jobs = doc["engine_jobs"]
+    wholes = [j for j in jobs if j["chain"] == ""]
+    assert any(j["speculative"] and not j["dropped"] for j in wholes), jobs
+    first, second = wholes[0], next(j for j in wholes if j["speculative"])
+    assert second["submitted_s"] < first["seen_s"], "the second whole-program run did not start before the first's end"
+
+
+@pytest.mark.parametrize("gpus", [1])
+def test_one_gpu_never_speculates(fake_gpus, tmp_path, gpus):
+    argv = ["sweep-sections", "--executor", "local", "--jobs", "1", "--section", "SourceCounters", "--json",
+            "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--stall-timeout", "1.2", "--",
+            *app("a@hang-if=SourceCounters", "b@hang-if=SourceCounters")]
+    r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert not any(j["speculative"] for j in json.loads(r.stdout)["engine_jobs"])
