@@ -241,6 +241,23 @@ class Calibrator:
                     self._calibration = store.calibration_for(self.command, self._environment())
             return self._calibration
 
+    def _kept_meanwhile(self, stalled: Optional[StalledKernel]) -> Optional[Calibration]:
+        """A usable calibration that another run of the same program kept in the store after this Calibrator
+        looked there (an engine's jobs run beside each other: a sweep's next whole-program run may start before
+        the last one's calibration is kept), when it reaches `stalled`; else None. Asked only at a stall."""
+        if not self._looked_up:
+            return None  # known() has not looked yet: it just did, or there is no store
+        store = self._store()
+        if store is None:
+            return None
+        try:
+            found = store.calibration_for(self.command, self._environment())
+        except StoreError:
+            return None
+        if found is None or not found.ok or found == self._calibration or _stopped_before(found, stalled):
+            return None
+        return found
+
     def learn(self, calibration: Optional[Calibration]) -> bool:
         """A calibration measured elsewhere (an engine's job, on its node, already kept in the store there) taken
         as this Calibrator's own, as if it had measured it: later attempts and the walk's decisions (a program
@@ -266,6 +283,11 @@ class Calibrator:
         with self._lock:
             found = self.known()
             if found is not None and not _stopped_before(found, stalled):
+                return found
+            found = self._kept_meanwhile(stalled)
+            if found is not None:
+                self._calibration = found
+                self._tell(f"{found.describe()} (kept in the store meanwhile by another run of this program)")
                 return found
             limit = self.limit_s or limit_s or config.timeout or DEFAULT_LIMIT_S
             nsys = "nsys, else " if self.use_nsys else ""
