@@ -94,7 +94,17 @@ def one(command: list[str], sections: list[str], section_set: str, gpus: int, wo
             return time.monotonic() - t, steps(r), r.summary() + "\nengine: " + overhead(r)
         r = sweep_sections(session, sections=sections or section_set)
         took = time.monotonic() - t
-    return took, culprits(r), r.table() + "\nengine: " + overhead(r)
+    return took, culprits(r), r.table() + "\nengine: " + overhead(r) + "".join(map(_verdict, r.whole_runs))
+
+
+def _verdict(attempt) -> str:
+    """How a whole-program run's verdict came: the silence, the allowance and its basis (calibrated or not)."""
+    stall = attempt.stall
+    if stall is None:
+        return f"\n  whole run: {attempt.status} in {attempt.elapsed_s:.1f} s"
+    return (f"\n  whole run: {attempt.status} on {stall.kernel} in {attempt.elapsed_s:.1f} s, "
+            f"after {stall.silent_s:.1f} s silent (allowance {stall.allowance_s:.1f} s: {stall.basis}); "
+            + "; ".join(attempt.notes[-2:]))
 
 
 def main() -> int:
