@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562), see _LAZY
     from nsightwrap.fallback.ladder import Ladder, Rung, load_ladder
     from nsightwrap.fallback.result import LadderResult
     from nsightwrap.fallback.session import Session
-    from nsightwrap.fallback.sweep import SweepResult, sweep_sections
+    from nsightwrap.fallback.sweep import sweep_sections
+    from nsightwrap.fallback.sweepresult import SweepResult
     from nsightwrap.fallback.walk import walk_ladder
     from nsightwrap.ncu.allowance import AllowancePolicy, Calibration
     from nsightwrap.ncu.attempt import Attempt, KernelResult
@@ -90,7 +91,7 @@ _LAZY = {
     "Stall": "ncu.progress",
     "StallRule": "ncu.progress",
     "StopPolicy": "watch.tree",
-    "SweepResult": "fallback.sweep",
+    "SweepResult": "fallback.sweepresult",
     "TotalTimeout": "watch.rules",
     "WatchRule": "watch.rules",
     "find_ncu": "ncu.locate",

@@ -26,7 +26,8 @@ from nsightwrap.cli.screen import open_screen
 from nsightwrap.errors import ProfileInterrupted
 from nsightwrap.fallback.ladder import load_ladder
 from nsightwrap.fallback.session import Session
-from nsightwrap.fallback.sweep import Probe, sections_of_set, sweep_sections
+from nsightwrap.fallback.sweep import sections_of_set, sweep_sections
+from nsightwrap.fallback.sweepresult import Probe
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.store.debuglog import debug_log

@@ -255,7 +255,7 @@ def test_without_submitit_the_error_says_how_to_install_it(fake_gpus, tmp_path, 
 def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_program_run(tmp_path):
     """The second whole-program run waits until kernel a's first probe has begun: only a pipelined sweep ends."""
     from nsightwrap.fallback import sweep as sweep_mod
-    from nsightwrap.fallback.sweep import HUNG, WORKS, Probe, SweepResult
+    from nsightwrap.fallback.sweepresult import HUNG, WORKS, Probe, SweepResult
 
     a_probed = threading.Event()
     whole = iter([("hang", "a"), ("hang", "b"), ("ok", None)])

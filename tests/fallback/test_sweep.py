@@ -10,7 +10,8 @@ import pytest
 from helpers import DATA, STALL_S, app, run_cli, run_config
 
 from nsightwrap.fallback.session import Session
-from nsightwrap.fallback.sweep import Probe, investigate, sweep_sections
+from nsightwrap.fallback.sweep import investigate, sweep_sections
+from nsightwrap.fallback.sweepresult import Probe
 from nsightwrap.ncu.catalog import parse_table
 from nsightwrap.ncu.context import RunConfig
 
@@ -64,7 +65,7 @@ def test_no_culprit_and_combinations_of_three():
 
 
 def test_the_table_shows_every_section_of_a_probe():
-    from nsightwrap.fallback.sweep import KernelSweep, SweepResult, wrap_sections
+    from nsightwrap.fallback.sweepresult import KernelSweep, SweepResult, wrap_sections
 
     probe = Probe("k", frozenset(FULL), "hang", 3.0, 38)
     table = SweepResult(tuple(FULL), [KernelSweep("k", tuple(FULL), probes=[probe])]).table()
@@ -77,7 +78,7 @@ def test_the_table_shows_every_section_of_a_probe():
 
 def test_the_table_says_what_is_unresolved_for_every_kernel():
     # It said only the last kernel's (a loop variable read after its loop).
-    from nsightwrap.fallback.sweep import KernelSweep, SweepResult
+    from nsightwrap.fallback.sweepresult import KernelSweep, SweepResult
 
     kernels = [KernelSweep("k1", tuple(FULL), unresolved=["A hangs only with more than 2 others among B+C"]),
                KernelSweep("k2", tuple(FULL)),
