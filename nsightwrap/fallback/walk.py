@@ -45,15 +45,8 @@ from nsightwrap.fallback.collectives import (
 from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
-from nsightwrap.fallback.result import (
-    ATTEMPT_COLUMN,
-    JOB_COLUMN,
-    KNOWN_EMPTY,
-    KNOWN_HANG,
-    RUNG_COLUMN,
-    LadderResult,
-    Step,
-)
+from nsightwrap.fallback.reads import Reads
+from nsightwrap.fallback.result import ATTEMPT_COLUMN, KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
@@ -75,17 +68,6 @@ END = sys.maxsize
 def report_rows(attempt: Attempt) -> pd.DataFrame:
     """The rows of an attempt's report, partial or complete, read with the ncu that wrote it."""
     return load_report(attempt.report, ncu=attempt.ncu)
-
-
-def _frame(attempt: Attempt, rung: Rung, index: int, job: str, reader: Callable[[Attempt], pd.DataFrame]
-           ) -> pd.DataFrame:
-    if attempt.report is None or not attempt.finished_kernels:
-        return pd.DataFrame()
-    df = reader(attempt)
-    df[RUNG_COLUMN] = rung.name
-    df[ATTEMPT_COLUMN] = index
-    df[JOB_COLUMN] = job
-    return df
 
 
 @dataclass
@@ -180,6 +162,7 @@ class _Walk:
         self._note_shape()
         self.floor = floor_index(ladder, options)
         self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
+        self.reads = Reads(settings.reader)
         self.jobs = self._first_jobs()
 
     @property
@@ -187,13 +170,18 @@ class _Walk:
         return self.session.shape
 
     def run(self) -> LadderResult:
-        while self.jobs:
-            if len(self.result.attempts) >= self.s.max_attempts:
-                self.result.stopped = f"the walk reached max_attempts={self.s.max_attempts}"
-                break
-            self.pops.append((len(self.result.steps), len(self.result.unprofiled)))
-            if not self._step(self.jobs.pop(0)):
-                break
+        try:
+            while self.jobs:
+                if len(self.result.attempts) >= self.s.max_attempts:
+                    self.result.stopped = f"the walk reached max_attempts={self.s.max_attempts}"
+                    break
+                self.reads.check(self.result.frames)
+                self.pops.append((len(self.result.steps), len(self.result.unprofiled)))
+                if not self._step(self.jobs.pop(0)):
+                    break
+            self.result.frames = self.reads.resolved(self.result.frames)
+        finally:
+            self.reads.close()
         store = self.session.store
         self.result.notes = list(store.notes) if store is not None else []
         return self.result
@@ -373,7 +361,7 @@ class _Walk:
             log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
         index = len(self.result.steps)
         self.result.steps.append(Step(job.name, rung, job.rung_index, attempt, notes=tuple(notes)))
-        self.result.frames.append(_frame(attempt, rung, index, job.name, self.s.reader))
+        self.result.frames.append(self.reads.frame(attempt, rung, index, job.name))
         log.info(self.result.steps[-1].describe())
 
     def _follow(self, job: _Job, rung: Rung, attempt: Attempt, one_rank: bool) -> bool:
@@ -495,7 +483,7 @@ class _Lines:
         """A line of its own for `job`, started at once (the engine gives it a GPU when one is free)."""
         line = copy.copy(self.walk)
         line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
-        line.undo = []
+        line.undo, line.reads = [], Reads(self.walk.s.reader, background=False)  # each line is a thread already
         line.lines, line.origin = self, job
         with self.lock:
             line.first = not self.lines
