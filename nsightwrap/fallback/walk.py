@@ -29,9 +29,7 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Callable, Optional
 
 from nsightwrap.errors import AttemptFailed, NsightwrapError
 from nsightwrap.fallback.collectives import (
@@ -45,15 +43,17 @@ from nsightwrap.fallback.collectives import (
 from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
-from nsightwrap.fallback.reads import Reads
+from nsightwrap.fallback.reads import Reads, no_rows
 from nsightwrap.fallback.result import ATTEMPT_COLUMN, KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
+
+if TYPE_CHECKING:  # pandas loads while the first attempt runs (nsightwrap.fallback.reads), not before it
+    import pandas as pd
 
 log = logging.getLogger("nsightwrap")
 
@@ -65,8 +65,10 @@ NO_RANGES = ("the program marks no range to replay: calibrating it, nsys saw no 
 END = sys.maxsize
 
 
-def report_rows(attempt: Attempt) -> pd.DataFrame:
+def report_rows(attempt: Attempt) -> "pd.DataFrame":
     """The rows of an attempt's report, partial or complete, read with the ncu that wrote it."""
+    from nsightwrap.reports.ncu import load_report  # with pandas, on first use
+
     return load_report(attempt.report, ncu=attempt.ncu)
 
 
@@ -110,7 +112,7 @@ class _Settings:
 
     retry_known_hangs: bool
     max_attempts: int
-    reader: Callable[[Attempt], pd.DataFrame]
+    reader: Callable[[Attempt], "pd.DataFrame"]
 
 
 def walk_ladder(
@@ -120,7 +122,7 @@ def walk_ladder(
     *,
     retry_known_hangs: bool = False,
     max_attempts: int = 64,
-    reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
+    reader: Optional[Callable[[Attempt], "pd.DataFrame"]] = None,
 ) -> LadderResult:
     """Profile the session's program, stepping down `ladder` for each kernel that hangs.
 
@@ -157,7 +159,7 @@ class _Walk:
         self.pops: list[tuple[int, int]] = []  # (steps, unprofiled) before each job taken from the queue
         self.origin: Optional[_Job] = None  # a line's first job
         #: (pop, step index, step, frame index, frame) before a later job of the pop changed them (_supersede)
-        self.undo: list[tuple[int, int, Step, int, pd.DataFrame]] = []
+        self.undo: list[tuple[int, int, Step, int, "pd.DataFrame"]] = []
         self.chain = ""  # a line's name on the engine (its jobs depend on each other: one at a time)
         self._note_shape()
         self.floor = floor_index(ladder, options)
@@ -170,6 +172,7 @@ class _Walk:
         return self.session.shape
 
     def run(self) -> LadderResult:
+        self.reads.warm()
         try:
             while self.jobs:
                 if len(self.result.attempts) >= self.s.max_attempts:
@@ -349,7 +352,7 @@ class _Walk:
         i = job.provisional
         f = sum(1 for s in self.result.steps[:i] if s.attempt is not None)  # the floor attempt's frame
         self.undo.append((len(self.pops) - 1, i, self.result.steps[i], f, self.result.frames[f]))
-        self.result.frames[f] = pd.DataFrame()
+        self.result.frames[f] = no_rows()
         step = self.result.steps[i]
         self.result.steps[i] = replace(step, notes=step.notes + (
             f"its rows give way to rung {rung.name!r}, above it, which worked too",))
@@ -417,7 +420,7 @@ class _Walk:
         excluded = tuple(sorted(set(job.excluded) | {hung}))
         kept = [k for k in job.done + finished if k not in excluded]
         if multi:
-            self.result.frames[-1] = pd.DataFrame()
+            self.result.frames[-1] = no_rows()
         self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept,
                                  collectives_out=job.collectives_out))
         family = collective_family(hung) if multi else None

@@ -69,22 +69,26 @@ def test_a_report_that_cannot_be_read_still_fails_the_walk(session):
     assert not [t for t in threading.enumerate() if t.name.startswith("nsightwrap-report")]
 
 
-def test_a_failed_read_is_raised_before_the_next_attempt_when_it_is_known(session):
-    failed = threading.Event()
+def test_a_failed_read_is_raised_before_the_next_attempt_once_it_is_known(tmp_path):
+    """Reads.check, which the walk calls before each step: a read that has failed by then is raised then."""
+    from nsightwrap.fallback.ladder import load_ladder
+    from nsightwrap.fallback.reads import Pending, Reads
 
     def reader(attempt):
-        failed.set()
         raise ReportError(attempt.report, "cut short", "read it again")
 
-    real = session.attempt
+    class Done:  # what frame_of needs of an attempt that kept a report with a finished kernel
+        report, finished_kernels = tmp_path / "r.ncu-rep", ["k"]
 
-    def attempt(*a, **kw):
-        if session.calls:  # the second attempt starts only once the first read is over
-            assert failed.wait(timeout=20)
-            threading.Event().wait(0.05)
-        return real(*a, **kw)
-
-    session.attempt = attempt
-    with pytest.raises(ReportError):
-        walk_ladder(session, ProfileOptions(set="basic"), "default", reader=reader)
-    assert session.calls == 1
+    reads = Reads(reader)
+    try:
+        frames = [reads.frame(Done(), load_ladder("default")[0], 0, "main")]
+        assert isinstance(frames[0], Pending)
+        frames[0].future.exception(timeout=20)  # the read is over
+        with pytest.raises(ReportError, match="cut short"):
+            reads.check(frames)
+        with pytest.raises(ReportError, match="cut short"):
+            reads.resolved(frames)
+    finally:
+        reads.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("nsightwrap-report")]
