@@ -117,7 +117,7 @@ def traced_main(argv: list[str]) -> int:
     import nsightwrap.cli.main as cli_main
 
     tracer.add("nsightwrap.cli.main imported")
-    for module in ("nsightwrap.cli.run", "nsightwrap.fallback.walk"):  # what `run --profile` imports anyway
+    for module in ("nsightwrap.cli.run", "nsightwrap.fallback.walk", "nsightwrap.store.database"):  # run --profile's
         importlib.import_module(module)
     tracer.add("the walk's modules imported")
     for module, qual in TRACED:

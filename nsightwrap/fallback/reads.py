@@ -11,7 +11,6 @@ read: numpy is then loaded before a report reader is chosen, as when it was impo
 from __future__ import annotations
 
 import concurrent.futures as cf
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from nsightwrap.fallback.ladder import Rung
@@ -50,53 +49,64 @@ def has_rows(attempt: Attempt) -> bool:
     return attempt.report is not None and bool(attempt.finished_kernels)
 
 
-@dataclass(frozen=True)
 class Pending:
-    """A frame being read (Reads): in the result's frames until the walk ends."""
+    """A frame to read (Reads), then being read: in the result's frames until the walk ends."""
 
-    future: cf.Future
+    def __init__(self, args: tuple) -> None:
+        self.args = args  # frame_of's, less the reader
+        self.future: Optional[cf.Future] = None  # once started
 
 
 class Reads:
     """The rows of each attempt's report, read in a thread of their own while the walk goes on: the next
     attempt starts as soon as this one is recorded, not after its report is read (the report of a torchrun job's
     main run, 42 kernels, and the reader's start-up, came between its two attempts; issue 19). The walk's
-    decisions never look at rows, only at attempts. background=False reads at once (the lines of a cluster
-    engine, each a thread already). A read that failed is raised at the next step (check) or at the end."""
+    decisions never look at rows, only at attempts. Reads start as the next attempt starts (`start`), so the
+    walk's own work before it does not share the interpreter with them; the first start imports pandas first.
+    background=False reads at once (the lines of a cluster engine, each a thread already). A read that failed
+    is raised at the next step (check) or at the end (resolved)."""
 
     def __init__(self, reader: Callable[[Attempt], "pd.DataFrame"], background: bool = True) -> None:
         self.reader, self.background = reader, background
         self.pool: Optional[cf.ThreadPoolExecutor] = None
-
-    def warm(self) -> None:
-        """pandas imported in the reads' thread now (the walk starts its first attempt meanwhile)."""
-        if self.background:
-            self._pool().submit(no_rows)
+        self.waiting: list[Pending] = []
 
     def frame(self, attempt: Attempt, rung: Rung, index: int, job: str) -> "pd.DataFrame | Pending":
+        """The attempt's rows now (background=False, or nothing to read), else a Pending read."""
         if not self.background or not has_rows(attempt):
             return frame_of(attempt, rung, index, job, self.reader)
-        return Pending(self._pool().submit(frame_of, attempt, rung, index, job, self.reader))
+        pending = Pending((attempt, rung, index, job))
+        self.waiting.append(pending)
+        return pending
 
-    def _pool(self) -> cf.ThreadPoolExecutor:
-        if self.pool is None:  # one thread: pandas first, then the reports one at a time, in order
+    def start(self) -> None:
+        """As an attempt starts: pandas imported (the first time), then the reads waiting, in the reads' thread
+        (one thread: they run one at a time, in order)."""
+        if not self.background:
+            return
+        if self.pool is None:
             self.pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsightwrap-report")
-        return self.pool
+            self.pool.submit(no_rows)
+        for pending in self.waiting:
+            pending.future = self.pool.submit(frame_of, *pending.args, self.reader)
+        self.waiting = []
 
     @staticmethod
     def check(frames: list) -> None:
         """A read that has failed already: raised now, before another attempt, as a read at once would be."""
         for f in frames:
-            if isinstance(f, Pending) and f.future.done() and f.future.exception() is not None:
+            if isinstance(f, Pending) and f.future is not None and f.future.done() and f.future.exception():
                 f.future.result()
 
-    @staticmethod
-    def resolved(frames: list) -> "list[pd.DataFrame]":
-        """The frames, each pending read waited for (its exception raised)."""
-        return [f.future.result() if isinstance(f, Pending) else f for f in frames]
+    def resolved(self, frames: list) -> "list[pd.DataFrame]":
+        """The frames, the reads still waiting started and each read waited for (its exception raised)."""
+        self.start()
+        return [f.future.result() if isinstance(f, Pending) and f.future else f for f in frames]
 
-    def close(self) -> None:
-        """Reads not started are dropped; one under way is waited for (no thread outlives the walk)."""
+    def close(self, wait: bool = True) -> None:
+        """Reads not started are dropped; one under way is waited for (no thread outlives the walk), unless
+        not `wait` (the walk is interrupted: its thread ends once that read is over)."""
+        self.waiting = []
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=wait, cancel_futures=True)
             self.pool = None

@@ -172,7 +172,6 @@ class _Walk:
         return self.session.shape
 
     def run(self) -> LadderResult:
-        self.reads.warm()
         try:
             while self.jobs:
                 if len(self.result.attempts) >= self.s.max_attempts:
@@ -183,8 +182,10 @@ class _Walk:
                 if not self._step(self.jobs.pop(0)):
                     break
             self.result.frames = self.reads.resolved(self.result.frames)
-        finally:
-            self.reads.close()
+        except BaseException:
+            self.reads.close(wait=False)  # an interrupt or an error is answered now; a read under way ends alone
+            raise
+        self.reads.close()
         store = self.session.store
         self.result.notes = list(store.notes) if store is not None else []
         return self.result
@@ -248,6 +249,7 @@ class _Walk:
         self.session.context.listener.stage(
             f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
         shape = self.shape
+        self.reads.start()  # the reports of the attempts before, read while this one runs
         try:
             attempt = self._attempt(opts, Tag(job.kernel, rung.name, self.ladder.name),
                                     self.session.context_for(rung.stall_timeout))
