@@ -133,7 +133,9 @@ def walk_ladder(
     calibrated allowances: the calibration is taken from the store, else
     measured at the first stall, and a stall is a hang only once calibrated.
     reader turns an attempt into rows (default: its report, through
-    load_report). One-rank rungs profile session.rank in a multi-process job
+    load_report); it is called in a thread of the walk's own while the next
+    attempt runs (nsightwrap.fallback.reads), one read at a time, in order,
+    and an exception it raises ends the walk. One-rank rungs profile session.rank in a multi-process job
     (unless options.rank chooses one for every rung). The verdict is the
     result's: status, exit_code, to_dict().
     """
