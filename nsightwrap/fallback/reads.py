@@ -91,6 +91,16 @@ class Reads:
             pending.future = self.pool.submit(frame_of, *pending.args, self.reader)
         self.waiting = []
 
+    def drop(self, frame: "pd.DataFrame | Pending") -> "pd.DataFrame":
+        """`frame`'s rows given up (the walk replaced them): its read is not started, or cancelled if it can
+        be; the empty frame that replaces it."""
+        if isinstance(frame, Pending):
+            if frame.future is None:
+                self.waiting = [p for p in self.waiting if p is not frame]
+            else:
+                frame.future.cancel()
+        return no_rows()
+
     @staticmethod
     def check(frames: list) -> None:
         """A read that has failed already: raised now, before another attempt, as a read at once would be."""

@@ -43,7 +43,7 @@ from nsightwrap.fallback.collectives import (
 from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
-from nsightwrap.fallback.reads import Reads, no_rows
+from nsightwrap.fallback.reads import Reads
 from nsightwrap.fallback.result import ATTEMPT_COLUMN, KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
@@ -356,7 +356,7 @@ class _Walk:
         i = job.provisional
         f = sum(1 for s in self.result.steps[:i] if s.attempt is not None)  # the floor attempt's frame
         self.undo.append((len(self.pops) - 1, i, self.result.steps[i], f, self.result.frames[f]))
-        self.result.frames[f] = no_rows()
+        self.result.frames[f] = self.reads.drop(self.result.frames[f])
         step = self.result.steps[i]
         self.result.steps[i] = replace(step, notes=step.notes + (
             f"its rows give way to rung {rung.name!r}, above it, which worked too",))
@@ -424,7 +424,7 @@ class _Walk:
         excluded = tuple(sorted(set(job.excluded) | {hung}))
         kept = [k for k in job.done + finished if k not in excluded]
         if multi:
-            self.result.frames[-1] = no_rows()
+            self.result.frames[-1] = self.reads.drop(self.result.frames[-1])  # profiled again
         self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept,
                                  collectives_out=job.collectives_out))
         family = collective_family(hung) if multi else None

@@ -8,6 +8,7 @@ import os
 import threading
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers import app, attempt_rows, fast_stop, run_config
 
@@ -102,3 +103,24 @@ def test_a_failed_read_is_raised_before_the_next_attempt_once_it_is_known(tmp_pa
     finally:
         reads.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("nsightwrap-report")]
+
+
+def test_rows_the_walk_gives_up_are_not_read(tmp_path):
+    """A restarted multi-process job drops the rows of its hung attempt: that report is not read at all."""
+    from nsightwrap.fallback.ladder import load_ladder
+    from nsightwrap.fallback.reads import Reads
+
+    read = []
+
+    class Done:
+        report, finished_kernels = tmp_path / "r.ncu-rep", ["k"]
+
+    reads = Reads(lambda attempt: read.append(attempt) or pd.DataFrame({"function": ["k"]}))
+    try:
+        rung = load_ladder("default")[0]
+        frames = [reads.frame(Done(), rung, 0, "main"), reads.frame(Done(), rung, 1, "main")]
+        frames[0] = reads.drop(frames[0])
+        kept = reads.resolved(frames)
+    finally:
+        reads.close()
+    assert len(read) == 1 and len(kept[0]) == 0 and list(kept[1]["attempt"]) == [1]
