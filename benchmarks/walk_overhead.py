@@ -167,7 +167,7 @@ def one_run(args: argparse.Namespace, work: Path, env: dict[str, str], n: int) -
         doc = {"status": f"no JSON (rc {done.returncode}): {done.stderr[-400:]}"}
     attempts = [s["attempt"]["elapsed_s"] for s in doc.get("steps", []) if s.get("attempt")]
     run = {"run": n, "status": doc.get("status"), "wall_s": end - t, "attempts_s": attempts,
-           "outside_s": end - t - sum(attempts)}
+           "outside_s": end - t - sum(attempts), "why": doc.get("error") or doc.get("reason") or doc.get("stopped")}
     if args.timeline and trace.exists():
         run["phases"] = phases(json.loads(trace.read_text()), end)
     return run
@@ -223,7 +223,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
         label = "first (fresh store and tool cache)" if r["run"] == 1 else f"run {r['run']} (cached)"
         lines.append(f"{label}: status {r['status']}, wall {r['wall_s']:.2f} s, attempts "
                      + " + ".join(f"{a:.2f}" for a in r["attempts_s"]) + f" s, outside the attempts "
-                     f"{r['outside_s']:.2f} s")
+                     f"{r['outside_s']:.2f} s" + ("" if r["status"] == "ok" else f" ({str(r['why'])[:300]})"))
         for name, seconds in r.get("phases", {}).items():
             lines.append(f"    {name:<58} {seconds:6.3f} s")
     return "\n".join(lines)
