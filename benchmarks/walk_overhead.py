@@ -122,8 +122,9 @@ def traced_main(argv: list[str]) -> int:
     tracer.add("the walk's modules imported")
     for module, qual in TRACED:
         tracer.wrap(module, qual)
+    sys.argv = [sys.argv[0], *argv]
     try:
-        return cli_main.main(argv)
+        return cli_main.main()  # as the shell's entry runs it (its exit included)
     finally:
         tracer.add("main returned")
         tracer.write(os.environ[TRACE_VAR])
