@@ -11,11 +11,14 @@ read: numpy is then loaded before a report reader is chosen, as when it was impo
 from __future__ import annotations
 
 import concurrent.futures as cf
-from typing import TYPE_CHECKING, Callable, Optional
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from nsightwrap.fallback.ladder import Rung
 from nsightwrap.fallback.result import ATTEMPT_COLUMN, JOB_COLUMN, RUNG_COLUMN
 from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunContext
+from nsightwrap.ncu.listen import RunListener
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,6 +52,28 @@ def has_rows(attempt: Attempt) -> bool:
     return attempt.report is not None and bool(attempt.finished_kernels)
 
 
+#: How long the reads wait for the attempt they run beside to start (seconds): an attempt that fails before
+#: its watch begins does not hold them up longer.
+LAUNCH_WAIT_S = 2.0
+
+
+class _Began(RunListener):
+    """`listener`, and an event set when a watched attempt begins; everything else it hears is passed on (its
+    methods looked up on `listener`, also any a later RunListener adds)."""
+
+    def __init__(self, listener: RunListener, began: threading.Event) -> None:
+        self.listener, self.began = listener, began
+
+    def started(self, state: Any, rule: Any) -> None:
+        self.began.set()
+        self.listener.started(state, rule)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("started", "listener", "began") or name.startswith("__"):
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "listener"), name)
+
+
 class Pending:
     """A frame to read (Reads), then being read: in the result's frames until the walk ends."""
 
@@ -79,17 +104,26 @@ class Reads:
         self.waiting.append(pending)
         return pending
 
-    def start(self) -> None:
-        """As an attempt starts: pandas imported (the first time), then the reads waiting, in the reads' thread
-        (one thread: they run one at a time, in order)."""
-        if not self.background:
-            return
-        if self.pool is None:
+    def start(self, context: Optional[RunContext] = None) -> Optional[RunContext]:
+        """For an attempt about to run in `context`: pandas imported (the first time), then the reads waiting, in
+        the reads' thread (one thread: they run one at a time, in order), once the attempt has started (its
+        watch begun: `context`'s listener, wrapped, says so), so they never slow its launch; the context to run
+        it in. Without a context (the walk's end) they start at once."""
+        if not self.background or (self.pool is not None and not self.waiting):
+            return context
+        first = self.pool is None
+        if first:
             self.pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsightwrap-report")
+        if context is not None:
+            began = threading.Event()
+            self.pool.submit(began.wait, LAUNCH_WAIT_S)
+            context = context.with_listener(_Began(context.listener, began))
+        if first:
             self.pool.submit(no_rows)
         for pending in self.waiting:
             pending.future = self.pool.submit(frame_of, *pending.args, self.reader)
         self.waiting = []
+        return context
 
     def drop(self, frame: "pd.DataFrame | Pending") -> "pd.DataFrame":
         """`frame`'s rows given up (the walk replaced them): its read is not started, or cancelled if it can

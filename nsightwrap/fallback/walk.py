@@ -251,10 +251,10 @@ class _Walk:
         self.session.context.listener.stage(
             f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
         shape = self.shape
-        self.reads.start()  # the reports of the attempts before, read while this one runs
+        # The reports of the attempts before are read while this one runs, once it has started.
+        context = self.reads.start(self.session.context_for(rung.stall_timeout))
         try:
-            attempt = self._attempt(opts, Tag(job.kernel, rung.name, self.ladder.name),
-                                    self.session.context_for(rung.stall_timeout))
+            attempt = self._attempt(opts, Tag(job.kernel, rung.name, self.ladder.name), context)
         except GpuKept as e:  # recorded; what would follow on that GPU would be false
             self._record(job, rung, notes, e.attempt, shape)
             self.result.stopped = str(e)

@@ -15,6 +15,8 @@ from helpers import app, attempt_rows, fast_stop, run_config
 from nsightwrap.errors import ReportError
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
+from nsightwrap.ncu.context import RunContext
+from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions
 
 DIST = Path(__file__).parents[1] / "fake_dist"
@@ -59,6 +61,24 @@ def test_the_next_attempt_starts_while_the_last_report_is_read(session):
     assert list(r.df["function"]) == [k.name for a in r.attempts for k in a.kernels]
     assert sorted(set(r.df["attempt"])) == [i for i, s in enumerate(r.steps) if s.attempt is not None]
     assert not [t for t in threading.enumerate() if t.name.startswith("nsightwrap-report")]  # no thread left
+
+
+def test_reads_wait_until_the_next_attempt_has_begun(tmp_path, fake_env, tag):
+    """pandas and the reports are read beside an attempt once its watch has begun, never during its launch."""
+    events = []
+
+    class Heard(RunListener):
+        def started(self, state, rule):
+            events.append("started")
+
+    def reader(attempt):
+        events.append("read")
+        return attempt_rows(attempt)
+
+    cfg = run_config(tmp_path, stall_timeout=0.6, env=dict(os.environ), stop=fast_stop(grace=0.5))
+    session = Session.open(JOB, RunContext.create(cfg).with_listener(Heard()))
+    r = walk_ladder(session, ProfileOptions(set="basic"), "default", reader=reader)
+    assert len(r.attempts) == 2 and events == ["started", "started", "read", "read"]
 
 
 def test_a_report_that_cannot_be_read_still_fails_the_walk(session):
