@@ -18,6 +18,7 @@ its end.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import sys
@@ -47,7 +48,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             scope.__exit__(None, None, None)
     if from_shell and (scope.received or (scope.outer is not None and scope.outer.received)):
         exit_now(code)
+    if from_shell:
+        quick_exit()
     return code
+
+
+def quick_exit() -> None:
+    """The process is about to exit: its garbage collected once, now, and every object left frozen, so the
+    interpreter's own exit does not walk them all again (pandas, SQLAlchemy and ncu_report loaded: 0.15-0.3 s
+    of a walk's time after its answer, issue 19). Finalizers still run: cyclic garbage is collected here (the
+    hang store's SQLite connection closes, its WAL checkpointed away), exit handlers and threads as always."""
+    gc.collect()
+    gc.freeze()
 
 
 def _answer(argv: list[str]) -> int:

@@ -129,9 +129,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         with interruptible(), screen:  # SIGTERM and SIGHUP stop the tree as Ctrl-C does
             context = RunContext.create(config).with_listener(screen)
-            if args.profile:  # ncu answers the probe while the walk's modules (pandas) load
-                context.prefetch()
+            if args.profile:  # ncu answers the probe while the walk's modules and the store's SQLAlchemy load
+                context.prefetch()  # (pandas loads while the first attempt runs: nsightwrap.fallback.reads)
                 import nsightwrap.fallback.walk  # noqa: F401
+                import nsightwrap.store.database  # noqa: F401
             refused = preflight(args, context, screen) if args.profile else None
             if refused:  # before anything is run or stored
                 return refuse(args, screen, refused)

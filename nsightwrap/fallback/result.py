@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder, Rung
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.secrets import mask_doc, mask_text
 from nsightwrap.status import ERROR, EXIT_CODES, HANG, OK
+
+if TYPE_CHECKING:  # imported on first use: a walk loads it while its first attempt runs (fallback.reads)
+    import pandas as pd
 
 __all__ = ["ATTEMPT_COLUMN", "JOB_COLUMN", "KNOWN_EMPTY", "KNOWN_HANG", "LadderResult", "RUNG_COLUMN", "Step",
            "merged_attrs"]
@@ -111,6 +112,8 @@ class LadderResult:
     @property
     def df(self) -> pd.DataFrame:
         """Every rung's rows; attrs["units"] merged from every report (pd.concat drops attrs that differ)."""
+        import pandas as pd
+
         frames = [f for f in self.frames if len(f)]
         if not frames:
             return pd.DataFrame(columns=[RUNG_COLUMN, ATTEMPT_COLUMN, JOB_COLUMN])

@@ -29,9 +29,7 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Callable, Optional
 
 from nsightwrap.errors import AttemptFailed, NsightwrapError
 from nsightwrap.fallback.collectives import (
@@ -45,22 +43,17 @@ from nsightwrap.fallback.collectives import (
 from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
-from nsightwrap.fallback.result import (
-    ATTEMPT_COLUMN,
-    JOB_COLUMN,
-    KNOWN_EMPTY,
-    KNOWN_HANG,
-    RUNG_COLUMN,
-    LadderResult,
-    Step,
-)
+from nsightwrap.fallback.reads import Reads
+from nsightwrap.fallback.result import ATTEMPT_COLUMN, KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
-from nsightwrap.reports.ncu import load_report
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
+
+if TYPE_CHECKING:  # pandas loads while the first attempt runs (nsightwrap.fallback.reads), not before it
+    import pandas as pd
 
 log = logging.getLogger("nsightwrap")
 
@@ -72,20 +65,11 @@ NO_RANGES = ("the program marks no range to replay: calibrating it, nsys saw no 
 END = sys.maxsize
 
 
-def report_rows(attempt: Attempt) -> pd.DataFrame:
+def report_rows(attempt: Attempt) -> "pd.DataFrame":
     """The rows of an attempt's report, partial or complete, read with the ncu that wrote it."""
+    from nsightwrap.reports.ncu import load_report  # with pandas, on first use
+
     return load_report(attempt.report, ncu=attempt.ncu)
-
-
-def _frame(attempt: Attempt, rung: Rung, index: int, job: str, reader: Callable[[Attempt], pd.DataFrame]
-           ) -> pd.DataFrame:
-    if attempt.report is None or not attempt.finished_kernels:
-        return pd.DataFrame()
-    df = reader(attempt)
-    df[RUNG_COLUMN] = rung.name
-    df[ATTEMPT_COLUMN] = index
-    df[JOB_COLUMN] = job
-    return df
 
 
 @dataclass
@@ -128,7 +112,7 @@ class _Settings:
 
     retry_known_hangs: bool
     max_attempts: int
-    reader: Callable[[Attempt], pd.DataFrame]
+    reader: Callable[[Attempt], "pd.DataFrame"]
 
 
 def walk_ladder(
@@ -138,7 +122,7 @@ def walk_ladder(
     *,
     retry_known_hangs: bool = False,
     max_attempts: int = 64,
-    reader: Optional[Callable[[Attempt], pd.DataFrame]] = None,
+    reader: Optional[Callable[[Attempt], "pd.DataFrame"]] = None,
 ) -> LadderResult:
     """Profile the session's program, stepping down `ladder` for each kernel that hangs.
 
@@ -149,7 +133,9 @@ def walk_ladder(
     calibrated allowances: the calibration is taken from the store, else
     measured at the first stall, and a stall is a hang only once calibrated.
     reader turns an attempt into rows (default: its report, through
-    load_report). One-rank rungs profile session.rank in a multi-process job
+    load_report); it is called in a thread of the walk's own while the next
+    attempt runs (nsightwrap.fallback.reads), one read at a time, in order,
+    and an exception it raises ends the walk. One-rank rungs profile session.rank in a multi-process job
     (unless options.rank chooses one for every rung). The verdict is the
     result's: status, exit_code, to_dict().
     """
@@ -175,11 +161,12 @@ class _Walk:
         self.pops: list[tuple[int, int]] = []  # (steps, unprofiled) before each job taken from the queue
         self.origin: Optional[_Job] = None  # a line's first job
         #: (pop, step index, step, frame index, frame) before a later job of the pop changed them (_supersede)
-        self.undo: list[tuple[int, int, Step, int, pd.DataFrame]] = []
+        self.undo: list[tuple[int, int, Step, int, "pd.DataFrame"]] = []
         self.chain = ""  # a line's name on the engine (its jobs depend on each other: one at a time)
         self._note_shape()
         self.floor = floor_index(ladder, options)
         self.floor_hung: set[str] = set()  # kernels seen to hang at the floor in this walk
+        self.reads = Reads(settings.reader)
         self.jobs = self._first_jobs()
 
     @property
@@ -187,13 +174,20 @@ class _Walk:
         return self.session.shape
 
     def run(self) -> LadderResult:
-        while self.jobs:
-            if len(self.result.attempts) >= self.s.max_attempts:
-                self.result.stopped = f"the walk reached max_attempts={self.s.max_attempts}"
-                break
-            self.pops.append((len(self.result.steps), len(self.result.unprofiled)))
-            if not self._step(self.jobs.pop(0)):
-                break
+        try:
+            while self.jobs:
+                if len(self.result.attempts) >= self.s.max_attempts:
+                    self.result.stopped = f"the walk reached max_attempts={self.s.max_attempts}"
+                    break
+                self.reads.check(self.result.frames)
+                self.pops.append((len(self.result.steps), len(self.result.unprofiled)))
+                if not self._step(self.jobs.pop(0)):
+                    break
+            self.result.frames = self.reads.resolved(self.result.frames)
+        except BaseException:
+            self.reads.close(wait=False)  # an interrupt or an error is answered now; a read under way ends alone
+            raise
+        self.reads.close()
         store = self.session.store
         self.result.notes = list(store.notes) if store is not None else []
         return self.result
@@ -257,9 +251,10 @@ class _Walk:
         self.session.context.listener.stage(
             f"rung {job.rung_index + 1}/{len(self.ladder)} {rung.name!r} for {job.name}{why}")
         shape = self.shape
+        # The reports of the attempts before are read while this one runs, once it has started.
+        context = self.reads.start(self.session.context_for(rung.stall_timeout))
         try:
-            attempt = self._attempt(opts, Tag(job.kernel, rung.name, self.ladder.name),
-                                    self.session.context_for(rung.stall_timeout))
+            attempt = self._attempt(opts, Tag(job.kernel, rung.name, self.ladder.name), context)
         except GpuKept as e:  # recorded; what would follow on that GPU would be false
             self._record(job, rung, notes, e.attempt, shape)
             self.result.stopped = str(e)
@@ -361,7 +356,7 @@ class _Walk:
         i = job.provisional
         f = sum(1 for s in self.result.steps[:i] if s.attempt is not None)  # the floor attempt's frame
         self.undo.append((len(self.pops) - 1, i, self.result.steps[i], f, self.result.frames[f]))
-        self.result.frames[f] = pd.DataFrame()
+        self.result.frames[f] = self.reads.drop(self.result.frames[f])
         step = self.result.steps[i]
         self.result.steps[i] = replace(step, notes=step.notes + (
             f"its rows give way to rung {rung.name!r}, above it, which worked too",))
@@ -373,7 +368,7 @@ class _Walk:
             log.info(f"ncu connected to {attempt.connected} processes at once: a multi-process program")
         index = len(self.result.steps)
         self.result.steps.append(Step(job.name, rung, job.rung_index, attempt, notes=tuple(notes)))
-        self.result.frames.append(_frame(attempt, rung, index, job.name, self.s.reader))
+        self.result.frames.append(self.reads.frame(attempt, rung, index, job.name))
         log.info(self.result.steps[-1].describe())
 
     def _follow(self, job: _Job, rung: Rung, attempt: Attempt, one_rank: bool) -> bool:
@@ -429,7 +424,7 @@ class _Walk:
         excluded = tuple(sorted(set(job.excluded) | {hung}))
         kept = [k for k in job.done + finished if k not in excluded]
         if multi:
-            self.result.frames[-1] = pd.DataFrame()
+            self.result.frames[-1] = self.reads.drop(self.result.frames[-1])  # profiled again
         self.jobs.insert(0, _Job(None, job.rung_index, len(kept), excluded, kept,
                                  collectives_out=job.collectives_out))
         family = collective_family(hung) if multi else None
@@ -495,7 +490,7 @@ class _Lines:
         """A line of its own for `job`, started at once (the engine gives it a GPU when one is free)."""
         line = copy.copy(self.walk)
         line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
-        line.undo = []
+        line.undo, line.reads = [], Reads(self.walk.s.reader, background=False)  # each line is a thread already
         line.lines, line.origin = self, job
         with self.lock:
             line.first = not self.lines

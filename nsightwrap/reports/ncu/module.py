@@ -36,6 +36,7 @@ import glob
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -48,6 +49,8 @@ from typing import Any, Iterator
 
 from nsightwrap.errors import ReportError, ToolError, ToolNotFound
 from nsightwrap.ncu.locate import find_ncu
+from nsightwrap.paths import make_private_dirs, tools_dir
+from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.locate import run_command, version_key
 
 
@@ -108,8 +111,10 @@ def _traced_targets(script: str, mtime_ns: int) -> tuple[Path, ...]:
     """The ncu paths a ``#!/bin/sh`` wrapper runs, read from ``sh -x SCRIPT --version``.
 
     The GPU machine's /usr/local/cuda/bin/ncu (CUDA 13.0) names no install in
-    its text; tracing one ``--version`` run shows the ``exec`` it does. Cached
-    per file and mtime.
+    its text; tracing one ``--version`` run shows the ``exec`` it does. That
+    run starts ncu itself (a part of a second to seconds, and every walk read
+    a report), so the answer is cached per file and mtime in this process and,
+    across processes, in the per-user tool cache (_cached_targets).
     """
     try:
         with open(script, "rb") as fh:
@@ -118,6 +123,9 @@ def _traced_targets(script: str, mtime_ns: int) -> tuple[Path, ...]:
         return ()
     if not first.startswith(b"#!") or not re.search(rb"\b(sh|bash|dash)\b", first):
         return ()
+    cached = _cached_targets(script)
+    if cached is not None:
+        return cached
     shell = "bash" if b"bash" in first else "sh"
     try:
         _, trace = run_command([shell, "-x", script, "--version"], timeout=30)
@@ -131,7 +139,66 @@ def _traced_targets(script: str, mtime_ns: int) -> tuple[Path, ...]:
             candidate = Path(match.group(1))
             if candidate.name == "ncu" and os.path.realpath(candidate) != script and candidate.exists():
                 out.append(Path(os.path.realpath(candidate)))
-    return tuple(dict.fromkeys(out))
+    found = tuple(dict.fromkeys(out))
+    if found:  # nothing found is traced again next time: an install may appear
+        _store_targets(script, found)
+    return found
+
+
+# Bump when the cache file's shape changes, so old files are traced again.
+_TARGETS_FORMAT = 1
+
+
+def _targets_file(script: str) -> tuple[Path, dict[str, Any]] | None:
+    """Where the traced targets of `script` are cached, and the script's identity (path, size, mtime)."""
+    try:
+        st = os.stat(script)
+    except OSError:
+        return None
+    key = {"realpath": script, "st_mtime_ns": st.st_mtime_ns, "st_size": st.st_size}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return tools_dir() / f"ncu-wrapper-{digest}.json", key
+
+
+def _folders_of(targets: tuple[Path, ...]) -> dict[str, int]:
+    """The mtime of each target's folder and the one above it: an install added beside it (a newer Nsight
+    Compute the wrapper may pick at run time) changes them, and the cached answer is then traced again."""
+    folders = dict.fromkeys(str(f) for t in targets for f in (t.parent, t.parent.parent))
+    return {f: os.stat(f).st_mtime_ns for f in folders}
+
+
+def _cached_targets(script: str) -> tuple[Path, ...] | None:
+    """The targets an earlier process traced for `script`, while the script, the targets and their folders are
+    unchanged; None for anything else (a bad cache never stops a read)."""
+    where = _targets_file(script)
+    if where is None:
+        return None
+    file, key = where
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        if data.get("format") != _TARGETS_FORMAT or data.get("key") != key:
+            return None
+        targets = tuple(Path(t) for t in data["targets"])
+        if not all(t.exists() for t in targets) or _folders_of(targets) != data["folders"]:
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return targets
+
+
+def _store_targets(script: str, targets: tuple[Path, ...]) -> None:
+    """Cached for the next process; caching is an optimisation, so failures are ignored."""
+    where = _targets_file(script)
+    if where is None:
+        return
+    file, key = where
+    try:
+        payload = {"format": _TARGETS_FORMAT, "key": key, "targets": [str(t) for t in targets],
+                   "folders": _folders_of(targets)}
+        make_private_dirs(file.parent)
+        write_atomic(file, json.dumps(payload, indent=1))
+    except OSError:
+        pass
 
 
 def _install_candidates(ncu: Path) -> Iterator[Path]:
