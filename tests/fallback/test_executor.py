@@ -217,6 +217,11 @@ def fake_slurm(fake_gpus, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{FAKE_SLURM_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the job's python imports this nsightwrap
+    # submitit's sacct watcher is one for the process and keeps the states of finished jobs; the fake numbers
+    # each test's jobs from 1000 again, so a job would be "done" at once with an earlier test's state
+    from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
+
+    monkeypatch.setattr(SlurmJob, "watcher", SlurmInfoWatcher(delay_s=600))
     return tmp_path / "slurm"
 
 
