@@ -24,7 +24,6 @@ import shlex
 import sys
 from typing import IO, Any, Callable, Optional, Sequence
 
-from nsightwrap.cli.bundle import hang_bundle
 from nsightwrap.cli.common import print_json
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.ncu.context import RunConfig, RunContext
@@ -259,6 +258,10 @@ def _forget(args, path: StoreLocation, out: IO[str], err: IO[str]) -> int:
 
 
 def _bundle(args, path: StoreLocation, out: IO[str], err: IO[str]) -> int:
+    # Lazy on purpose: the bundle asks the tools their versions (cli.versions: the preflight, the calibrator,
+    # the sanitizer), ~0.1 s of imports that list, show, export, import and forget never need.
+    from nsightwrap.cli.bundle import hang_bundle
+
     made = hang_bundle(args.kernel, args.output, store=path, runs_folder=args.runs)
     if args.json:
         print_json(dict(made.to_dict(), store=str(path)), out)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from callees import other_step, quick_step, slow_step, step_with_hang
-from helpers import FAKE_DIR, FAST_ALLOWANCE, run_config
+from helpers import FAKE_DIR, FAST_ALLOWANCE, INNER_PYTEST, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call import child
@@ -370,7 +370,7 @@ def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env):
                                           + [p for p in sys.path if p]),
                # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
                PATH=os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"), os.environ.get("PATH", "")]))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    out = subprocess.run([*INNER_PYTEST, str(tmp_path)],
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert "3 passed" in out.stdout, out.stdout + out.stderr
 

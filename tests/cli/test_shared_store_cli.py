@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pg
 import pytest
-from helpers import FAKE_SMI_DIR, app, run_cli
+from helpers import FAKE_SMI_DIR, app, cli_main, run_cli
 
 from nsightwrap.cli.main import main
 from nsightwrap.store import Environment, HangStore, ProfileKey
@@ -124,7 +124,7 @@ def _leaks(folder: Path, secret: str) -> list[str]:
     return found
 
 
-def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server, tmp_path):
+def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server, tmp_path, capsys, monkeypatch):
     """Goal: stdout, stderr, JSON, the verbose log, the debug log (Markdown), exports, reports, the store's
     own rows, exceptions and reprs: never the team's database password."""
     url = pg_server.url(pg_server.new_database())
@@ -134,17 +134,27 @@ def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server
     runs = [["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
              str(tmp_path / "r" / "walk"), "--", *app("vec_add", "k@hang", "vec_add")],
             ["sweep-sections", "--json", "--verbose", "--stall-timeout", "0.6", "--section", "LaunchStats",
-             "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--", *app("k@hang")],
-            ["hangs", "list"], ["hangs", "list", "--json"], ["hangs", "show", "k"], ["hangs", "show", "k", "--json"],
-            ["hangs", "show", "k", "--markdown"], ["hangs", "export", str(tmp_path / "all.jsonl")],
-            ["hangs", "export", "--format", "yaml"], ["hangs", "forget", "--id", "999999"], ["doctor", "--json"],
-            ["hangs", "list", "--json", "--store", url.replace("127.0.0.1", "127.0.0.1:1")],     # a bad URL
-            ["hangs", "list", "--store", url.replace(pg_server.url("x").rsplit(":", 1)[1].split("/")[0],
-                                                     str(_closed_port()))]]                  # a server down
+             "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--", *app("k@hang")]]
     for argv in runs:
         done = run_cli(argv, env, cwd=tmp_path)
         assert "Traceback" not in done.stderr, (argv, done.stderr)
         out += [done.stdout, done.stderr]
+    # The store's commands print the same in this process (helpers.cli_main; a child each cost ~0.3 s of CPU):
+    # the two runs above stay real processes (the program's output passes through them).
+    for name in ("NSIGHTWRAP_STORE", "XDG_CACHE_HOME", "NSIGHTWRAP_RUNTIME_DIR"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.chdir(tmp_path)
+    commands = [["hangs", "list"], ["hangs", "list", "--json"], ["hangs", "show", "k"],
+                ["hangs", "show", "k", "--json"], ["hangs", "show", "k", "--markdown"],
+                ["hangs", "export", str(tmp_path / "all.jsonl")], ["hangs", "export", "--format", "yaml"],
+                ["hangs", "forget", "--id", "999999"], ["doctor", "--json"],
+                ["hangs", "list", "--json", "--store", url.replace("127.0.0.1", "127.0.0.1:1")],     # a bad URL
+                ["hangs", "list", "--store", url.replace(pg_server.url("x").rsplit(":", 1)[1].split("/")[0],
+                                                         str(_closed_port()))]]                  # a server down
+    for argv in commands:
+        _, stdout, stderr = cli_main(argv, capsys)
+        assert "Traceback" not in stderr, (argv, stderr)
+        out += [stdout, stderr]
     with HangStore(url, readonly=True) as s:
         assert any(r.kernel == "k" and r.hung for r in s.records())
         out += [repr(s), str(s.path), repr(s.location), json.dumps([r.to_dict() for r in s.records()])]

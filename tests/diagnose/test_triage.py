@@ -20,6 +20,7 @@ from helpers import (
     FAKE_SANITIZER,
     FLAKY,
     HERE,
+    INNER_PYTEST,
     SAN_APP,
     cli_main,
     no_leftovers,
@@ -237,8 +238,7 @@ def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path):
         [str(HERE.parent), env.get("PYTHONPATH", "")]))
     import subprocess
 
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        str(tmp_path / "test_inner.py")], capture_output=True,
+    p = subprocess.run([*INNER_PYTEST, str(tmp_path / "test_inner.py")], capture_output=True,
                        text=True, env=inner, cwd=tmp_path, timeout=120)
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
 

@@ -217,6 +217,11 @@ def fake_slurm(fake_gpus, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{FAKE_SLURM_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path / "slurm"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the job's python imports this nsightwrap
+    # submitit's sacct watcher is one for the process and keeps the states of finished jobs; the fake numbers
+    # each test's jobs from 1000 again, so a job would be "done" at once with an earlier test's state
+    from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
+
+    monkeypatch.setattr(SlurmJob, "watcher", SlurmInfoWatcher(delay_s=600))
     return tmp_path / "slurm"
 
 
@@ -236,6 +241,9 @@ def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slur
 
 def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
+    # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
+    # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
+    monkeypatch.setattr("submitit.core.core.Job._results_timeout_s", 0)
     spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
         r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import app, fast_stop, run_config
+from helpers import app, cli_main, fast_stop, run_config
 
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS, COLLECTIVES_JOB
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -157,16 +157,17 @@ def test_sweep_probes_the_collective_on_one_rank(cfg, tmp_path):
     assert {rec.processes for rec in store.records()} == {2}
 
 
-def test_cli_walk_on_a_torchrun_job(fake_env, tmp_path, tag):
+def test_cli_walk_on_a_torchrun_job(fake_env, tmp_path, tag, capsys, monkeypatch):
+    """The command line's walk through main(argv) in this process (its answer, not its process, is tested)."""
     ladder = tmp_path / "fast.yaml"
     ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n"
                       "  - {name: one-rank, ranks: one, metrics: [gpu__time_duration.sum]}\n")
-    r = subprocess.run([sys.executable, "-m", "nsightwrap", "run", "-q", "--json", "--profile", str(ladder), "--set",
-                        "basic", "--stall-timeout", "0.6", "--grace", "1", "--rank", "1", "--store",
-                        str(tmp_path / "s.db"), "--", *torchrun(*STEPS)],
-                       capture_output=True, text=True, env=dict(os.environ), timeout=120, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli_main(["run", "-q", "--json", "--profile", str(ladder), "--set", "basic", "--stall-timeout",
+                               "0.6", "--grace", "1", "--rank", "1", "--store", str(tmp_path / "s.db"), "--",
+                               *torchrun(*STEPS)], capsys)
+    assert code == 0, err
+    d = json.loads(out)
     # torchrun is recognised: the collectives are left out up front, so nothing hangs (tests/ncu/test_known_causes.py).
     assert d["processes"] == 2 and d["unprofiled"] == [] and d["hangs"] == [] and len(d["steps"]) == 3
     last = d["steps"][-1]["attempt"]

@@ -9,7 +9,7 @@ import os
 import uuid
 
 import pytest
-from helpers import FAKE_SMI_DIR, app, attempt_rows, run_cli, run_config
+from helpers import FAKE_SMI_DIR, app, attempt_rows, cli_main, run_cli, run_config
 
 from nsightwrap.call.profiler import Profiler
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -70,7 +70,7 @@ def test_an_attempt_is_recorded_and_the_store_answers_through_the_session(tmp_pa
     assert session.hanging_kernels(opts) == ["k"]
 
 
-def test_the_walk_gives_the_verdict_the_cli_prints(tmp_path, fake_env):
+def test_the_walk_gives_the_verdict_the_cli_prints(tmp_path, fake_env, capsys):
     cfg = run_config(tmp_path, report_dir=str(tmp_path / "r"), env=fake_env)
     r = walk_ladder(Session.open(PROGRAM, cfg, stall_timeout=0.6), ProfileOptions(set="basic"), TWO,
                     reader=attempt_rows)
@@ -78,10 +78,10 @@ def test_the_walk_gives_the_verdict_the_cli_prints(tmp_path, fake_env):
     assert r.status == OK and r.exit_code == EXIT_CODES[OK] == doc["exit_code"] and doc["status"] == OK
     assert [s["rung"] for s in doc["steps"]] == ["requested", "requested", "duration"]
     json.dumps(doc)  # plain types
-    out = run_cli(["run", "--json", "--profile", "quick", "--stall-timeout", "0.6", "--store",
-                   str(tmp_path / "s.db"), "-o", str(tmp_path / "r2"), "--", *app("vec_add")], env=fake_env)
-    printed = json.loads(out.stdout)
-    assert out.returncode == printed["exit_code"] == 0 and set(printed) == set(doc)
+    code, out, err = cli_main(["run", "--json", "--profile", "quick", "--stall-timeout", "0.6", "--store",
+                               str(tmp_path / "s.db"), "-o", str(tmp_path / "r2"), "--", *app("vec_add")], capsys)
+    printed = json.loads(out)  # main(argv) in this process: what it prints and returns is what the CLI's are
+    assert code == printed["exit_code"] == 0 and set(printed) == set(doc), err
 
 
 def test_the_sweep_result_carries_its_exit_code(tmp_path, fake_env):

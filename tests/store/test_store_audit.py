@@ -21,9 +21,10 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from helpers import ROOT, run_cli, unavailable
+from helpers import ROOT, cli_main, unavailable
 
 from nsightwrap.cli.preflight import FAIL, OK, Facts, check_store
 from nsightwrap.errors import StoreError
@@ -75,13 +76,20 @@ def _facts(path: Path) -> Facts:
     return Facts(context=None, ncu_problem="", gpus=None, store=path, env={})
 
 
+def run_cli(args: list[str], capsys) -> SimpleNamespace:
+    """`nsightwrap ARGS` in this process (helpers.cli_main: what these tests read is the store's answer, not
+    the process's; a child each cost ~0.3 s of CPU), as subprocess.run answers: returncode, stdout, stderr."""
+    code, out, err = cli_main(args, capsys)
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
+
 # --- read-only opens leave nothing ---------------------------------------------------------------------------
 
-def test_a_read_only_open_leaves_no_wal_or_shm(tmp_path):
+def test_a_read_only_open_leaves_no_wal_or_shm(tmp_path, capsys):
     path = _store(tmp_path / "h.db")
     assert not any(s.exists() for s in sidecars(path))
     path.chmod(0o400)
-    assert run_cli(["hangs", "list", "--store", str(path)]).returncode == 0
+    assert run_cli(["hangs", "list", "--store", str(path)], capsys).returncode == 0
     with HangStore(path, readonly=True) as ro:
         assert [r.kernel for r in ro.records()] == ["spin"]
     assert not any(s.exists() for s in sidecars(path))
@@ -187,7 +195,7 @@ def _fifo(path: Path) -> Path:
                                         (_dangling, "which does not exist"),
                                         (_folder, "is a folder"),
                                         (_fifo, "is a FIFO")])
-def test_doctor_fails_where_every_command_refuses(tmp_path, make, says):
+def test_doctor_fails_where_every_command_refuses(tmp_path, make, says, capsys):
     path = make(tmp_path / "hangs.db")
     with pytest.raises(StoreError) as writing:
         HangStore(path)
@@ -196,7 +204,7 @@ def test_doctor_fails_where_every_command_refuses(tmp_path, make, says):
     check = check_store(_facts(path))
     assert check.status == FAIL and says in check.detail and check.detail == str(writing.value)
     assert says in str(reading.value)
-    listed = run_cli(["hangs", "list", "--store", str(path)])
+    listed = run_cli(["hangs", "list", "--store", str(path)], capsys)
     assert listed.returncode == 2 and says in listed.stderr and "Traceback" not in listed.stderr
     assert "nothing recorded" not in listed.stderr + listed.stdout
 
@@ -210,11 +218,11 @@ def test_doctor_ok_for_a_good_store(tmp_path):
 
 @pytest.mark.parametrize("content", [b"root:x:0:0:root:/root:/bin/bash\n" * 20,
                                      b"NVIDIA Nsight Compute report\x00\x01\x02" * 100], ids=["passwd", "report"])
-def test_a_file_that_is_not_a_store_is_left_alone(tmp_path, content):
+def test_a_file_that_is_not_a_store_is_left_alone(tmp_path, content, capsys):
     other = tmp_path / "passwd"
     other.write_bytes(content)
     for argv in (["hangs", "list"], ["hangs", "forget", "--all"]):
-        done = run_cli([*argv, "--store", str(other)])
+        done = run_cli([*argv, "--store", str(other)], capsys)
         assert done.returncode == 2 and "not a nsightwrap hang store" in done.stderr
         assert "delete" not in done.stderr and "damaged" not in done.stderr and "Traceback" not in done.stderr
     with pytest.raises(StoreError, match="not a nsightwrap hang store"):
@@ -234,8 +242,8 @@ def test_another_programs_database_is_left_alone(tmp_path):
     assert other.read_bytes() == before
 
 
-def test_a_folder_given_as_store_is_refused_clearly(tmp_path):
-    done = run_cli(["hangs", "list", "--json", "--store", str(tmp_path)])
+def test_a_folder_given_as_store_is_refused_clearly(tmp_path, capsys):
+    done = run_cli(["hangs", "list", "--json", "--store", str(tmp_path)], capsys)
     doc = json.loads(done.stdout)
     assert done.returncode == 2 and doc["status"] == "error" and "is a folder" in doc["error"]
     assert "nothing recorded" not in doc["error"]
@@ -243,16 +251,16 @@ def test_a_folder_given_as_store_is_refused_clearly(tmp_path):
 
 # --- one bad row ---------------------------------------------------------------------------------------------
 
-def test_a_bad_row_names_its_table_id_and_fix(tmp_path):
+def test_a_bad_row_names_its_table_id_and_fix(tmp_path, capsys):
     path = _store(tmp_path / "hangs.db")
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE records SET command = 'not json' WHERE id = 1")
-    done = run_cli(["hangs", "show", "spin", "--store", str(path)])
+    done = run_cli(["hangs", "show", "spin", "--store", str(path)], capsys)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "row 1 of the table records" in done.stderr and "command" in done.stderr
     assert "hangs forget --id 1" in done.stderr
-    assert run_cli(["hangs", "forget", "--id", "1", "--store", str(path)]).returncode == 0
-    assert run_cli(["hangs", "show", "spin", "--store", str(path)]).returncode == 0
+    assert run_cli(["hangs", "forget", "--id", "1", "--store", str(path)], capsys).returncode == 0
+    assert run_cli(["hangs", "show", "spin", "--store", str(path)], capsys).returncode == 0
 
 
 def test_a_bad_calibration_row_names_its_table_and_fix(tmp_path):
