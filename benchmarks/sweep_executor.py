@@ -82,12 +82,13 @@ def steps(result) -> list:
 
 
 def one(command: list[str], sections: list[str], section_set: str, gpus: int, work: Path, n: int,
-        stall_timeout: float, walk: "str | None" = None) -> tuple[float, "dict | list", str]:
+        stall_timeout: float, walk: "str | None" = None, keep: "str | None" = None) -> tuple[float, "dict | list", str]:
     config = RunConfig(report_dir=str(work / f"r{gpus}-{n}"), cache_dir=str(work / "cache"), env=dict(os.environ),
                        stall_timeout=stall_timeout, timeout=120.0)
     with HangStore(work / f"gpus{gpus}-{n}.db") as store:  # apart: no sweep answers from another's probes
         t = time.monotonic()
-        session = Session.open(command, config, store=store, executor=ExecutorSpec("local", jobs=gpus))
+        folder = str(Path(keep) / f"gpus{gpus}-round{n + 1}") if keep else None  # the job logs, kept
+        session = Session.open(command, config, store=store, executor=ExecutorSpec("local", jobs=gpus, folder=folder))
         if walk:
             options = ProfileOptions(sections=tuple(sections)) if sections else ProfileOptions(set=section_set)
             r = walk_ladder(session, options, walk)
@@ -116,6 +117,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="rounds of (1 GPU, 2 GPUs), order alternating")
     ap.add_argument("--stall-timeout", type=float, default=4.0)
     ap.add_argument("--walk", metavar="PROFILE", help="time a walk of this ladder (run --profile) instead of a sweep")
+    ap.add_argument("--keep-jobs", metavar="DIR", help="keep each run's job folder (submitit's logs) under DIR")
     ap.add_argument("-o", "--out", help="also write the report here")
     a = ap.parse_args()
     if not a.fake and not a.app:
@@ -133,7 +135,7 @@ def main() -> int:
                  f"{'sections ' + '+'.join(sections) if sections else 'set ' + a.set}"]
         for n in range(a.repeat):
             for gpus in ((1, 2) if n % 2 == 0 else (2, 1)):
-                took, c, table = one(command, sections, a.set, gpus, work, n, a.stall_timeout, a.walk)
+                took, c, table = one(command, sections, a.set, gpus, work, n, a.stall_timeout, a.walk, a.keep_jobs)
                 times[gpus].append(took)
                 found.setdefault(gpus, c)
                 lines += [f"round {n + 1}, {gpus} GPU(s): {took:.1f} s; {found_what} {c}", table, ""]
