@@ -17,8 +17,9 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder, load_ladder
@@ -344,3 +345,71 @@ def unavailable(why: str) -> None:
 #: which doubled its start (0.76 -> 0.40 s of CPU); nsightwrap's own plugin still loads from its entry point.
 INNER_PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
                 "-p", "no:hypothesispytest")
+
+
+# --- a backend of the probe engine whose jobs end when the test says (tests/fallback) ---------------
+
+
+@dataclass(frozen=True)
+class ManualTask:
+    """A task of the engine's tests: its options, and where its job announces (ProbeEngine sets it)."""
+
+    options: str
+    announce: Optional[str] = None
+
+
+class ManualJob:
+    """A job that ends when the test says (finished = True) or is cancelled."""
+
+    def __init__(self, task, slot):
+        self.task, self.slot, self.finished, self.cancelled = task, slot, False, False
+        self.job_id = f"job-{task.options}"
+
+    def done(self):
+        return self.finished or self.cancelled
+
+    def result(self):
+        return {"host": "h", "gpu": self.slot, "options": self.task.options, "cancelled": self.cancelled,
+                "attempt": SimpleNamespace(gpu_left_after=())}
+
+    def cancel(self, check=True):
+        self.cancelled = True
+
+
+class ManualGpus:
+    """The engine's backend over n fake GPUs whose jobs end when the test says: jobs in submission order."""
+
+    def __init__(self, n):
+        self.free, self.aside, self.jobs = [str(i) for i in range(n)], [], []
+
+    def room(self):
+        return len(self.free)
+
+    def submit(self, tasks):
+        out = []
+        for t in tasks:
+            job = ManualJob(t, self.free.pop(0))
+            self.jobs.append(job)
+            out.append((job, job.slot))
+        return out
+
+    def release(self, slot):
+        self.free.append(slot)
+
+    def set_aside(self, slot, job, reply):
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self):
+        return None
+
+    def job(self, options):
+        return next(j for j in self.jobs if j.task.options == options)
+
+
+def wait_until(predicate, what, limit_s=5.0):
+    """Wait (real time, at most limit_s) until predicate() holds; `what` is the failure's message."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)

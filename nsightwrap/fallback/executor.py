@@ -24,6 +24,7 @@ queued and running job.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -57,6 +58,11 @@ log = logging.getLogger("nsightwrap")
 
 #: How long cancel() waits for cancelled local jobs to stop their probes, before it stops what is left itself.
 LOCAL_CANCEL_WAIT_S = 10.0
+
+#: How long a chain that has just been answered keeps its claim on a GPU (seconds): its thread decides on the
+#: reply and asks again (usually within milliseconds, more with a remote store to ask first); meanwhile a task of
+#: a chain that would go after it does not take that GPU. chain_done() ends a claim at once.
+CLAIM_S = 1.0
 
 
 class EngineAttempts:
@@ -154,6 +160,8 @@ class ProbeEngine:
         self._times: dict[int, JobTimes] = {}  # id(job) -> its entry
         self._seq = 0
         self._speculations: list[_Ticket] = []  # started by speculate(), not yet taken by run() nor dropped
+        self._claims: dict[str, float] = {}  # chain just answered -> until when it may ask again first
+        self.claim_s = CLAIM_S
         self.cond = threading.Condition()
         self.closed = False
         self.failure: Optional[str] = None  # why the dispatcher stopped, if it died
@@ -194,6 +202,7 @@ class ProbeEngine:
             if self.closed:
                 raise KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
             ticket, dropped = self._adopt(task, chain)
+            self._claims.pop(chain, None)
             if ticket is None:
                 ticket = self._ticket(task, chain, queued, announce=on_suspect is not None)
                 self.pending.append(ticket)
@@ -233,6 +242,12 @@ class ProbeEngine:
             dropped = [self._drop(t) for t in [t for t in self._speculations if t.chain == chain]]
             self.cond.notify_all()
         _cancel_jobs([d for d in dropped if d is not None])
+
+    def chain_done(self, chain: str) -> None:
+        """The chain asks for nothing more: its claim on a GPU (see CLAIM_S) ends now."""
+        with self.cond:
+            if self._claims.pop(chain, None) is not None:
+                self.cond.notify_all()
 
     def _ticket(self, task: ProbeTask, chain: str, queued: Optional[Callable[[], None]], announce: bool) -> _Ticket:
         """A new ticket (lock held); announce: its job tells its suspect kernels in a file of the job folder."""
@@ -319,19 +334,22 @@ class ProbeEngine:
         """(running, pending), both emptied here, waiters woken (called with the lock held)."""
         running, self.running = self.running, []
         pending, self.pending = list(self.pending), deque()
-        self._speculations = []
+        self._speculations, self._claims = [], {}
         self.cond.notify_all()
         return running, pending
 
     def _submit_some(self) -> None:
-        """Pending tickets onto free room, the first by _first (called with the lock held)."""
-        n = min(len(self.pending), self.backend.room())
-        if n == 0:
+        """Pending tickets onto free room, the first by _first, the room a chain just answered would get
+        before them kept for it (its claim, CLAIM_S) (called with the lock held)."""
+        room = self.backend.room()
+        if room == 0 or not self.pending:
             reason = self.backend.exhausted() if self.pending else None
             while reason and self.pending:
                 self._answer(self.pending.popleft(), error=NsightwrapError(reason))
             return
-        tickets = sorted(self.pending, key=self._first)[:n]
+        tickets = self._chosen(room)
+        if not tickets:
+            return
         for t in tickets:
             self.pending.remove(t)
             self.served[t.chain] = self.served.get(t.chain, 0) + 1
@@ -346,6 +364,15 @@ class ProbeEngine:
             self._times[id(job)] = t.times = times = JobTimes(t.chain, slot, now, speculative=t.speculative)
             self.timeline.append(times)
             self.running.append((job, slot, t))
+
+    def _chosen(self, room: int) -> list[_Ticket]:
+        """The pending tickets that get the room now: the first `room` by _first among them and the claims
+        (a claimant asks as a new ticket of its chain would), the claimants' places left free."""
+        now = time.monotonic()
+        self._claims = {c: until for c, until in self._claims.items() if until > now}
+        entries: list[tuple[tuple, Optional[_Ticket]]] = [(self._first(t), t) for t in self.pending]
+        entries += [((0, 1, self.served.get(c, 0), math.inf), None) for c in self._claims]
+        return [t for _, t in sorted(entries, key=lambda e: e[0])[:room] if t is not None]
 
     def _first(self, ticket: _Ticket) -> tuple[int, int, int, int]:
         """Which waiting ticket gets a GPU first: a retried probe, then the chain with the fewest jobs so far
@@ -377,6 +404,8 @@ class ProbeEngine:
             self.running = [r for r in self.running if r[0] is not job]
             if failure is None:
                 self.backend.release(slot)
+                if not ticket.speculative:  # its chain's thread acts on the reply: it may ask again first
+                    self._claims[ticket.chain] = time.monotonic() + self.claim_s
                 self._answer(ticket, reply=reply)
                 return
             self._set_aside(job, slot, ticket, failure, reply)

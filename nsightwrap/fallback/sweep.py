@@ -262,7 +262,7 @@ def _pipelined(runner: "_ProbeRunner", universe: list[str], user_filter: Optiona
 
         def found(kernel: str) -> None:
             started = threading.Event()
-            futures.append(pool.submit(runner.chain, started, investigate, kernel, universe, runner.probe,
+            futures.append(pool.submit(runner.chain, started, kernel, investigate, kernel, universe, runner.probe,
                                        least=runner.least))
             while not started.wait(0.5):  # short waits: Ctrl-C reaches this thread between them
                 pass
@@ -339,6 +339,7 @@ def _hanging_kernels(runner: "_ProbeRunner", full: frozenset, user_filter: Optio
             return hanging
     finally:
         runner.drop_speculations()  # a guess the last run did not bear out
+        runner.end_chain("")
 
 
 def _options(sections: frozenset, kernel: Optional[KernelFilter], **kw: Any) -> ProfileOptions:
@@ -369,15 +370,17 @@ class _ProbeRunner:
         """The rank probes profile alone, or None to profile the whole program."""
         return self.session.rank if self.shape.multi and self.shape.one_rank_possible else None
 
-    def chain(self, started: threading.Event, investigation: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    def chain(self, started: threading.Event, name: str, investigation: Callable[..., Any], *args: Any,
+              **kw: Any) -> Any:
         """investigation(*args, **kw) in this thread, `started` set once its first job is queued on the engine
-        (or once it ends without one)."""
+        (or once it ends without one); the engine told when the chain `name` asks for nothing more."""
         self._local.queued = started.set
         try:
             return investigation(*args, **kw)
         finally:
             self._local.queued = None
             started.set()
+            self.end_chain(name)
 
     def watched(self, opts: ProfileOptions, chain: str = "",
                 on_suspect: Optional[Callable[[str], None]] = None) -> tuple[Attempt, Optional[str]]:
@@ -419,6 +422,11 @@ class _ProbeRunner:
     def drop_speculations(self, chain: str = "") -> None:
         if self.engine is not None:
             self.engine.drop_speculations(chain)
+
+    def end_chain(self, chain: str) -> None:
+        """On the engine, the chain's claim on a GPU given up (ProbeEngine.chain_done): it asks for no more."""
+        if self.engine is not None:
+            self.engine.chain_done(chain)
 
     def stored(self, kernel: str, opts: ProfileOptions) -> Optional[str]:
         """The outcome the store already knows for this kernel with these options here, if any."""

@@ -495,7 +495,14 @@ class _Lines:
         with self.lock:
             line.first = not self.lines
             line.chain = f"{len(self.lines)}:{job.name}"
-            self.lines.append((line, self.pool.submit(line.run)))
+            self.lines.append((line, self.pool.submit(self._run_line, line)))
+
+    def _run_line(self, line: _Walk) -> LadderResult:
+        """The line's walk; the engine told when it asks for no more jobs (its claim on a GPU ends)."""
+        try:
+            return line.run()
+        finally:
+            self.engine.chain_done(line.chain)
 
     def attempt(self, line: _Walk, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
         if self.cancel.is_set():

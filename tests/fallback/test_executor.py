@@ -279,7 +279,7 @@ def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_pr
                 assert a_probed.wait(10), "kernel a was not probed while the whole program ran again"
             return SimpleNamespace(status=status, stalled_kernel=kernel, reason=""), "0"
 
-        def chain(self, started, investigation, *args, **kw):
+        def chain(self, started, name, investigation, *args, **kw):
             started.set()  # no engine here: the chain counts as queued at once
             return investigation(*args, **kw)
 
@@ -293,6 +293,9 @@ def test_on_the_engine_a_hanging_kernel_is_investigated_beside_the_next_whole_pr
             return Probe(kernel, frozenset(), WORKS, 0.0, metrics=("m",))
 
         def drop_speculations(self):
+            pass
+
+        def end_chain(self, chain):
             pass
 
     result = SweepResult(("SourceCounters", "Occupancy"))

@@ -11,12 +11,9 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Optional
 
 import pytest
-from helpers import ROOT, app, run_cli
+from helpers import ROOT, ManualGpus, ManualTask, app, run_cli, wait_until
 
 from nsightwrap.fallback.announce import StallAnnouncer, read_suspect, suspected_kernel
 from nsightwrap.fallback.executor import ProbeEngine
@@ -84,64 +81,6 @@ def test_the_announcers_thread_stops_when_the_run_finishes(tmp_path):
 # --- the engine: speculations taken or dropped ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Task:
-    options: str
-    announce: Optional[str] = None
-
-
-class Job:
-    def __init__(self, task, slot):
-        self.task, self.slot, self.finished, self.cancelled = task, slot, False, False
-        self.job_id = f"job-{task.options}"
-
-    def done(self):
-        return self.finished or self.cancelled
-
-    def result(self):
-        return {"host": "h", "gpu": self.slot, "options": self.task.options, "cancelled": self.cancelled,
-                "attempt": SimpleNamespace(gpu_left_after=())}
-
-    def cancel(self, check=True):
-        self.cancelled = True
-
-
-class Gpus:
-    def __init__(self, n):
-        self.free, self.aside, self.jobs = [str(i) for i in range(n)], [], []
-
-    def room(self):
-        return len(self.free)
-
-    def submit(self, tasks):
-        out = []
-        for t in tasks:
-            job = Job(t, self.free.pop(0))
-            self.jobs.append(job)
-            out.append((job, job.slot))
-        return out
-
-    def release(self, slot):
-        self.free.append(slot)
-
-    def set_aside(self, slot, job, reply):
-        self.aside.append(slot)
-        return f"GPU {slot}"
-
-    def exhausted(self):
-        return None
-
-    def job(self, options):
-        return next(j for j in self.jobs if j.task.options == options)
-
-
-def _wait(predicate, what):
-    deadline = time.monotonic() + 5
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
 def _engine(gpus, tmp_path):
     return ProbeEngine(ExecutorSpec("local", poll_s=0.005), gpus, tmp_path, owned=False)
 
@@ -159,24 +98,24 @@ def _in_thread(fn):
 
 
 def test_a_suspect_starts_the_next_run_on_the_idle_gpu_and_the_next_run_takes_that_job(tmp_path):
-    gpus = Gpus(2)
+    gpus = ManualGpus(2)
     heard = []
     with _engine(gpus, tmp_path) as e:
         def suspected(kernel):
             heard.append(kernel)
-            assert e.speculate(Task(f"without {kernel}"))
+            assert e.speculate(ManualTask(f"without {kernel}"))
 
-        t, out = _in_thread(lambda: e.run(Task("whole"), on_suspect=suspected))
-        _wait(lambda: gpus.jobs, "the first run was not submitted")
+        t, out = _in_thread(lambda: e.run(ManualTask("whole"), on_suspect=suspected))
+        wait_until(lambda: gpus.jobs, "the first run was not submitted")
         first = gpus.jobs[0]
         assert first.task.announce and first.task.announce.startswith(str(tmp_path))
         _announce(first, "a")
-        _wait(lambda: len(gpus.jobs) == 2, "no speculation started")
+        wait_until(lambda: len(gpus.jobs) == 2, "no speculation started")
         assert heard == ["a"] and gpus.jobs[1].slot == "1"
         first.finished = True
         t.join(5)
         assert out["r"]["options"] == "whole"
-        t2, out2 = _in_thread(lambda: e.run(Task("without a")))
+        t2, out2 = _in_thread(lambda: e.run(ManualTask("without a")))
         gpus.jobs[1].finished = True
         t2.join(5)
         assert out2["r"]["options"] == "without a" and len(gpus.jobs) == 2  # taken, not run again
@@ -184,43 +123,43 @@ def test_a_suspect_starts_the_next_run_on_the_idle_gpu_and_the_next_run_takes_th
 
 
 def test_a_speculation_the_verdict_did_not_bear_out_is_cancelled_and_its_gpu_comes_back(tmp_path):
-    gpus = Gpus(2)
+    gpus = ManualGpus(2)
     with _engine(gpus, tmp_path) as e:
-        assert e.speculate(Task("without a"))
-        _wait(lambda: gpus.jobs, "not started")
-        t, out = _in_thread(lambda: e.run(Task("without b")))  # the run ended hanging on b, not a
-        _wait(lambda: len(gpus.jobs) == 2, "the next run was not submitted")
+        assert e.speculate(ManualTask("without a"))
+        wait_until(lambda: gpus.jobs, "not started")
+        t, out = _in_thread(lambda: e.run(ManualTask("without b")))  # the run ended hanging on b, not a
+        wait_until(lambda: len(gpus.jobs) == 2, "the next run was not submitted")
         gpus.jobs[1].finished = True
         t.join(5)
         assert gpus.job("without a").cancelled and out["r"]["options"] == "without b"
-        _wait(lambda: sorted(gpus.free) == ["0", "1"], "the cancelled speculation's GPU did not come back")
+        wait_until(lambda: sorted(gpus.free) == ["0", "1"], "the cancelled speculation's GPU did not come back")
         assert gpus.aside == [] and [x.dropped for x in e.timeline] == [True, False]
 
 
-def test_no_speculation_without_an_idle_gpu_or_while_tasks_wait(tmp_path):
-    gpus = Gpus(1)
+def test_no_speculation_without_an_idle_gpu_or_while_taskswait_until(tmp_path):
+    gpus = ManualGpus(1)
     with _engine(gpus, tmp_path) as e:
-        t, _ = _in_thread(lambda: e.run(Task("whole")))
-        _wait(lambda: gpus.jobs, "not started")
-        assert not e.speculate(Task("without a"))  # the one GPU is busy
+        t, _ = _in_thread(lambda: e.run(ManualTask("whole")))
+        wait_until(lambda: gpus.jobs, "not started")
+        assert not e.speculate(ManualTask("without a"))  # the one GPU is busy
         gpus.jobs[0].finished = True
         t.join(5)
-    two = Gpus(2)
+    two = ManualGpus(2)
     with _engine(two, tmp_path) as e:
-        assert e.speculate(Task("x"))
-        assert not e.speculate(Task("x"))  # the same one is already there
+        assert e.speculate(ManualTask("x"))
+        assert not e.speculate(ManualTask("x"))  # the same one is already there
         e.drop_speculations()
-        _wait(lambda: len(two.free) == 2, "the dropped speculation's GPU did not come back")
+        wait_until(lambda: len(two.free) == 2, "the dropped speculation's GPU did not come back")
 
 
 def test_drop_speculations_cancels_what_the_last_run_did_not_need(tmp_path):
-    gpus = Gpus(2)
+    gpus = ManualGpus(2)
     with _engine(gpus, tmp_path) as e:
-        assert e.speculate(Task("without c"))
-        _wait(lambda: gpus.jobs, "not started")
+        assert e.speculate(ManualTask("without c"))
+        wait_until(lambda: gpus.jobs, "not started")
         e.drop_speculations()
         assert gpus.jobs[0].cancelled
-        _wait(lambda: len(gpus.free) == 2, "GPU not back")
+        wait_until(lambda: len(gpus.free) == 2, "GPU not back")
         assert e.counts() == (0, 0, 0)
 
 
