@@ -296,15 +296,20 @@ class InlineGpus:
 
 
 class ThreadJob:
-    """A job of ThreadGpus: run_probe in a thread of its own, done when the thread is."""
+    """A job of ThreadGpus: run_probe in a thread of its own, done when the thread is. The task and the reply are
+    pickled on the way, as submitit does (nothing reaches the node or comes back by sharing an object)."""
 
     def __init__(self, task: Any):
+        import pickle
         import threading
 
         from nsightwrap.fallback.probejob import run_probe
 
+        def job() -> None:
+            self.reply = pickle.loads(pickle.dumps(run_probe(pickle.loads(pickle.dumps(task)))))
+
         self.reply, self.job_id = None, "thread"
-        self.thread = threading.Thread(target=lambda: setattr(self, "reply", run_probe(task)), daemon=True)
+        self.thread = threading.Thread(target=job, daemon=True)
         self.thread.start()
 
     def done(self) -> bool:
