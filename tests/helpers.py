@@ -325,7 +325,8 @@ class ThreadJob:
 class ThreadGpus(InlineGpus):
     """InlineGpus whose jobs run at the same time, each run_probe'd in a thread of this process: two chains'
     jobs overlap as on submitit's local executor, without its processes (a job, its controller, their imports:
-    ~1 s of CPU a job). For a test of the engine's or the walk's logic (no GPU keeps processes here)."""
+    ~1 s of CPU a job). For a test of the engine's or the walk's logic (no GPU keeps processes here); a job's
+    cancel stops nothing (its thread runs its attempt to the end): a test of cancelling keeps submitit's jobs."""
 
     def submit(self, tasks: Sequence[Any]) -> list:
         out = []
