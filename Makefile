@@ -48,9 +48,14 @@ run: install
 # both times (load 0.4-7 and 3-7): the tests that read what the store's commands print run them in-process, the
 # pytest sessions inside tests start without xdist/benchmark/hypothesis, a failed fake-Slurm job is not waited
 # for 15 s, and `hangs` no longer imports the bundle's tool probes (2026-11-27; tests/README.md: fast tests).
+# Then 181 s wall (214 + 48 s of CPU) -> 152 s (172 + 43) at 4 workers, 141 s (187 + 45) at six, 1271 tests: the
+# engine's logic tested on in-process backends (helpers.ThreadGpus) instead of submitit jobs, and six workers,
+# which overlap more of the tests' waits (tests/fallback + calibrate + watch, alternated: -n 4 96, 93 s; -n 5 86 s;
+# -n 6 80, 79, 84 s; -n 8 81 s; --dist load at six 94 s; load 1.3-8, 2026-11-27). The CPU of submitit's jobs,
+# orphans, is not in these counts (tests/README.md: count it with a subreaper).
 test: install-test
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 4 --dist worksteal
+	$(PY) -m pytest -q -n 6 --dist worksteal
 
 test-gpu: install-test
 	$(PY) -m pytest -q -m gpu

@@ -296,6 +296,48 @@ class InlineGpus:
         return "every GPU was set aside" if len(self.aside) == 2 else None
 
 
+class ThreadJob:
+    """A job of ThreadGpus: run_probe in a thread of its own, done when the thread is. The task and the reply are
+    pickled on the way, as submitit does (nothing reaches the node or comes back by sharing an object)."""
+
+    def __init__(self, task: Any):
+        import pickle
+        import threading
+
+        from nsightwrap.fallback.probejob import run_probe
+
+        def job() -> None:
+            self.reply = pickle.loads(pickle.dumps(run_probe(pickle.loads(pickle.dumps(task)))))
+
+        self.reply, self.job_id = None, "thread"
+        self.thread = threading.Thread(target=job, daemon=True)
+        self.thread.start()
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def result(self) -> dict:
+        return self.reply
+
+    def cancel(self, check: bool = True) -> None:
+        pass
+
+
+class ThreadGpus(InlineGpus):
+    """InlineGpus whose jobs run at the same time, each run_probe'd in a thread of this process: two chains'
+    jobs overlap as on submitit's local executor, without its processes (a job, its controller, their imports:
+    ~1 s of CPU a job). For a test of the engine's or the walk's logic (no GPU keeps processes here); a job's
+    cancel stops nothing (its thread runs its attempt to the end): a test of cancelling keeps submitit's jobs."""
+
+    def submit(self, tasks: Sequence[Any]) -> list:
+        out = []
+        for task in tasks:
+            g = self.free.pop(0)
+            self.log.append((task.kernel, task.rung, g))
+            out.append((ThreadJob(replace(task, gpu=g)), g))
+        return out
+
+
 def alive_in_scope(scope: str) -> list[int]:
     """Live processes of a test with FAKE_SMI_SCOPE=scope (the fake_gpus fixture): jobs, attempts, fake ncu and
     program; zombies left out."""

@@ -1,5 +1,7 @@
-"""The walk's independent jobs on the cluster engine (issue 22, item 2): `Session(executor=...)`, submitit's
-LocalExecutor with the fakes (two fake GPUs), against the serial walk."""
+"""The walk's independent jobs on the cluster engine (issue 22, item 2): `Session(executor=...)` against the
+serial walk. The walk's logic runs on in-process backends (helpers.ThreadGpus, InlineGpus: the engine and its
+run_probe as on a node, without submitit's processes); the command line's walk runs submitit's LocalExecutor
+with the fakes (two fake GPUs) end to end."""
 
 from __future__ import annotations
 
@@ -8,7 +10,18 @@ import os
 import time
 
 import pytest
-from helpers import ROOT, STALL_S, InlineGpus, alive_in_scope, app, attempt_rows, ctrl_c_sweep, run_cli, run_config
+from helpers import (
+    ROOT,
+    STALL_S,
+    InlineGpus,
+    ThreadGpus,
+    alive_in_scope,
+    app,
+    attempt_rows,
+    ctrl_c_sweep,
+    run_cli,
+    run_config,
+)
 from helpers import store_records as records
 from helpers import walk_steps as steps
 
@@ -35,9 +48,16 @@ def walk(tmp_path, name, executor=None):
         return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
 
 
-def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(fake_gpus, tmp_path):
+def on_threads(monkeypatch, tmp_path):
+    """The walks' engines run their jobs on ThreadGpus (a fresh pair of fake GPUs each); the spec to walk with."""
+    monkeypatch.setattr(walk_module, "open_engine", lambda spec, jobs, on_counts=None: ProbeEngine(
+        spec, ThreadGpus(), tmp_path, owned=False, on_counts=on_counts))
+    return ExecutorSpec("local", jobs=2, poll_s=0.01)
+
+
+def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(fake_gpus, tmp_path, monkeypatch):
     serial = walk(tmp_path, "serial")
-    engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, folder=str(tmp_path / "jobs")))
+    engine = walk(tmp_path, "engine", on_threads(monkeypatch, tmp_path))
     assert steps(engine) == steps(serial)
     assert {s.attempt.stalled_kernel for s in serial.steps if s.attempt} >= {"a", "b"}
     assert (engine.status, engine.unprofiled, engine.stopped) == (serial.status, serial.unprofiled, serial.stopped)
@@ -114,13 +134,13 @@ def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus,
     assert "give way to rung 'basic'" in next(s for s in serial.steps if s.job == "k").notes[-1]
 
 
-def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gpus, tmp_path):
+def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gpus, tmp_path, monkeypatch):
     """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
     lines are put together (here within k's line, after j's skipped steps)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
     results = [walk_ladder(Session.open(program, cfg(tmp_path), executor=executor), ProfileOptions(set="full"),
                            "default", reader=attempt_rows, max_attempts=6)
-               for executor in (None, ExecutorSpec("local", jobs=2))]
+               for executor in (None, on_threads(monkeypatch, tmp_path))]
     serial, engine = results
     assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
     assert steps(engine) == steps(serial) and engine.stopped == serial.stopped

@@ -1,16 +1,20 @@
 """The walk on the engine learns the calibration measured on the node (FIX2): without an explicit stall timeout
 the first stall is calibrated in a job, and the walk's later decisions (a range-replay rung skipped when the
-program marks no range) must see that calibration as the serial walk does."""
+program marks no range) must see that calibration as the serial walk does. The engine's jobs run on
+helpers.ThreadGpus (run_probe in threads, the task and reply pickled as submitit does): the calibration still
+comes back only in the job's reply."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from helpers import FAKE_NSYS, app, attempt_rows, run_config
+from helpers import FAKE_NSYS, ThreadGpus, app, attempt_rows, run_config
 from helpers import store_records as records
 from helpers import walk_steps as steps
 
+from nsightwrap.fallback import walk as walk_module
+from nsightwrap.fallback.executor import ProbeEngine
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.fallback.walk import NO_RANGES, walk_ladder
@@ -34,9 +38,12 @@ def walk(tmp_path, name, executor=None):
         return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
 
 
-def test_the_engines_walk_learns_the_nodes_calibration_and_skips_range_replay_as_the_serial_walk(smi, tmp_path):
+def test_the_engines_walk_learns_the_nodes_calibration_and_skips_range_replay_as_the_serial_walk(smi, tmp_path,
+                                                                                                 monkeypatch):
     serial = walk(tmp_path, "serial")
-    engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, folder=str(tmp_path / "jobs")))
+    monkeypatch.setattr(walk_module, "open_engine", lambda spec, jobs, on_counts=None: ProbeEngine(
+        spec, ThreadGpus(), tmp_path, owned=False, on_counts=on_counts))
+    engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, poll_s=0.01))
     skipped = [s for s in serial.steps if s.skipped and s.rung.name == "range-replay"]
     assert [(s.job, s.skipped) for s in skipped] == [("h", NO_RANGES)]
     assert steps(engine) == steps(serial)

@@ -113,13 +113,13 @@ def test_make_test_uses_its_venv_unless_python_already_runs_in_one(tmp_path):
     lines = make_dry("test", f"PYTHON={system}")
     assert any("make_venv.sh" in line for line in lines)
     assert ".venv/bin/python -m ruff check ." in lines
-    assert ".venv/bin/python -m pytest -q -n 4 --dist worksteal" in lines
+    assert ".venv/bin/python -m pytest -q -n 6 --dist worksteal" in lines
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "own")], check=True, timeout=60)
     own = tmp_path / "own" / "bin" / "python"
     lines = make_dry("test", f"PYTHON={own}")
     assert not any("make_venv.sh" in line for line in lines)
-    assert f"{own} -m pytest -q -n 4 --dist worksteal" in lines
+    assert f"{own} -m pytest -q -n 6 --dist worksteal" in lines
 
 
 def test_ci_runs_the_readme_command_and_git_ignores_the_venv():
