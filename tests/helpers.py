@@ -401,21 +401,25 @@ class ManualTask:
 
 
 class ManualJob:
-    """A job that ends when the test says (finished = True) or is cancelled."""
+    """A job that ends when the test says (finished = True; failed = an exception its result raises) or is
+    cancelled (cancels counts the cancels; deaf: a cancel does not end it)."""
 
     def __init__(self, task, slot):
         self.task, self.slot, self.finished, self.cancelled = task, slot, False, False
+        self.failed, self.deaf, self.cancels = None, False, 0
         self.job_id = f"job-{task.options}"
 
     def done(self):
-        return self.finished or self.cancelled
+        return self.finished or self.failed is not None or (self.cancelled and not self.deaf)
 
     def result(self):
+        if self.failed is not None:
+            raise self.failed
         return {"host": "h", "gpu": self.slot, "options": self.task.options, "cancelled": self.cancelled,
                 "attempt": SimpleNamespace(gpu_left_after=())}
 
     def cancel(self, check=True):
-        self.cancelled = True
+        self.cancelled, self.cancels = True, self.cancels + 1
 
 
 class ManualGpus:
@@ -423,11 +427,14 @@ class ManualGpus:
 
     def __init__(self, n):
         self.free, self.aside, self.jobs = [str(i) for i in range(n)], [], []
+        self.refuse = None  # an exception submit() raises (sbatch refused)
 
     def room(self):
         return len(self.free)
 
     def submit(self, tasks):
+        if self.refuse is not None:
+            raise self.refuse
         out = []
         for t in tasks:
             job = ManualJob(t, self.free.pop(0))

@@ -245,8 +245,6 @@ class Calibrator:
         """A usable calibration that another run of the same program kept in the store after this Calibrator
         looked there (an engine's jobs run beside each other: a sweep's next whole-program run may start before
         the last one's calibration is kept), when it reaches `stalled`; else None. Asked only at a stall."""
-        if not self._looked_up:
-            return None  # known() has not looked yet: it just did, or there is no store
         store = self._store()
         if store is None:
             return None
@@ -281,10 +279,11 @@ class Calibrator:
         stalled: the kernel it is for (the traced run stops once that kernel has finished without ncu, or
         once it has run config.calibration_limit there)."""
         with self._lock:
+            looked_before = self._looked_up  # else known() looks now: no need to look again below
             found = self.known()
             if found is not None and not _stopped_before(found, stalled):
                 return found
-            found = self._kept_meanwhile(stalled)
+            found = self._kept_meanwhile(stalled) if looked_before else None
             if found is not None:
                 self._calibration = found
                 self._tell(f"{found.describe()} (kept in the store meanwhile by another run of this program)")

@@ -219,12 +219,16 @@ class ProbeEngine:
         return ticket.reply
 
     def speculate(self, task: ProbeTask, chain: str = "") -> bool:
-        """Start `task` now, before its chain asks for it, on a GPU that nothing waits for: where no task is
-        queued and there is room (so a speculation never delays a probe). A later run() of the chain with the
-        same options takes it (its reply, or its job still running); drop_speculations() cancels it. False:
-        not started (no room, queued tasks, or the same one already started)."""
+        """Start `task` now, before its chain asks for it, on a local GPU that nothing waits for: where no task
+        is queued and a GPU is free that no chain claims. Once running it keeps its GPU until a later run() of
+        the chain with the same options takes it (its reply, or its job still running) or drop_speculations()
+        cancels it. False: not started (the Slurm executor, no such GPU, queued tasks, or the same one already
+        started)."""
+        if self.spec.kind != LOCAL:
+            return False  # Slurm's room is its queue's: no idle GPU is known there, and a guess costs a job
         with self.cond:
-            if self.closed or self.failure is not None or self.pending or self.backend.room() <= 0:
+            claimed = sum(1 for until in self._claims.values() if until > time.monotonic())
+            if self.closed or self.failure is not None or self.pending or self.backend.room() - claimed <= 0:
                 return False
             if any(t.chain == chain and t.task.options == task.options for t in self._speculations):
                 return False
@@ -261,7 +265,7 @@ class ProbeEngine:
         speculations, dropped here, to cancel once the lock is released). Lock held."""
         taken, dropped = None, []
         for t in [t for t in self._speculations if t.chain == chain]:
-            if taken is None and t.task.options == task.options:
+            if taken is None and t.task.options == task.options and t.error is None:
                 taken = t
                 self._speculations.remove(t)
                 t.speculative = False
@@ -357,7 +361,10 @@ class ProbeEngine:
             jobs = self.backend.submit([t.task for t in tickets])
         except Exception as e:  # noqa: BLE001 - sbatch refused: every caller hears why
             for t in tickets:
-                self._answer(t, error=NsightwrapError(f"the probe could not be submitted: {mask_text(str(e))}"))
+                if t.speculative:  # nobody waits for it: the chain's run() submits its own
+                    self._drop(t)
+                else:
+                    self._answer(t, error=NsightwrapError(f"the probe could not be submitted: {mask_text(str(e))}"))
             return
         now = time.time()
         for (job, slot), t in zip(jobs, tickets):
@@ -385,47 +392,44 @@ class ProbeEngine:
         except Exception as e:  # noqa: BLE001 - the job failed (node failure, job error)
             reply, failure = None, f"job {job.job_id} failed: {_last_line(str(e))}"
         self._timed(job, reply)
-        if ticket.dropped or (ticket.speculative and failure is not None):
-            self._collect_dropped(job, slot, ticket, reply, failure)
-            return
-        if reply is not None and reply.get("store_error"):  # the store, not the GPU or node: nothing set aside
-            with self.cond:
-                self.running = [r for r in self.running if r[0] is not job]
+        _forget_announcement(ticket)
+        store_error = reply.get("store_error") if isinstance(reply, dict) else None
+        left = reply["attempt"].gpu_left_after if reply is not None and not store_error else ()
+        if left:
+            failure = "the GPU still runs processes of the probe (" + ", ".join(left) + ")"
+        with self.cond:  # every decision under the lock: run() may take a speculation, or drop it, meanwhile
+            self.running = [r for r in self.running if r[0] is not job]
+            if ticket.dropped or (ticket.speculative and (failure is not None or store_error)):
+                self._end_speculation(job, slot, ticket, reply, failure)
+            elif store_error:  # the store, not the GPU or node: nothing set aside
                 self.backend.release(slot)
                 self._answer(ticket, error=NsightwrapError(
-                    f"the probe's job could not open the hang store on {reply['host']}: {reply['store_error']}; "
+                    f"the probe's job could not open the hang store on {reply['host']}: {store_error}; "
                     "give a store the nodes can reach (--store: a file on a shared file system, or a database "
                     "URL), or run without --executor"))
-                self.cond.notify_all()
-            return
-        if reply is not None and reply["attempt"].gpu_left_after:
-            failure = "the GPU still runs processes of the probe (" + ", ".join(reply["attempt"].gpu_left_after) + ")"
-        with self.cond:
-            self.running = [r for r in self.running if r[0] is not job]
-            if failure is None:
+            elif failure is None:
                 self.backend.release(slot)
                 if not ticket.speculative:  # its chain's thread acts on the reply: it may ask again first
                     self._claims[ticket.chain] = time.monotonic() + self.claim_s
                 self._answer(ticket, reply=reply)
-                return
-            self._set_aside(job, slot, ticket, failure, reply)
-
-    def _collect_dropped(self, job: Any, slot: Optional[str], ticket: _Ticket, reply: Optional[dict],
-                         failure: Optional[str]) -> None:
-        """A dropped speculation's job ended, or a speculation's job failed: nobody waits for it. Its GPU comes
-        back, unless the job failed or left processes there (set aside, as any job's); never run again."""
-        attempt = reply.get("attempt") if isinstance(reply, dict) else None
-        kept = attempt is not None and attempt.gpu_left_after
-        with self.cond:
-            self.running = [r for r in self.running if r[0] is not job]
-            failed_here = failure is not None and not ticket.dropped  # a cancelled job's failure is no fault
-            if ticket.speculative:  # failed before any run() took it: the chain's run() starts its own job
-                self._drop(ticket)
-            if kept or failed_here:
-                self.backend.set_aside(slot, job, reply)
             else:
-                self.backend.release(slot)
+                self._set_aside(job, slot, ticket, failure, reply)
             self.cond.notify_all()
+
+    def _end_speculation(self, job: Any, slot: Optional[str], ticket: _Ticket, reply: Optional[dict],
+                         failure: Optional[str]) -> None:
+        """A dropped speculation's job ended, or a speculation's job failed before any run() took it (then the
+        chain's run() starts a job of its own): nobody waits for it, it never runs again, nobody claims its GPU.
+        The GPU comes back, unless the job left processes there or failed by itself (not by its cancel): then it
+        is set aside, as any job's. Lock held."""
+        by_itself = failure is not None and not ticket.dropped  # a cancelled job's failure is no fault
+        kept = isinstance(reply, dict) and reply.get("attempt") is not None and reply["attempt"].gpu_left_after
+        if ticket.speculative:
+            self._drop(ticket)
+        if kept or by_itself:
+            self.backend.set_aside(slot, job, reply)
+        else:
+            self.backend.release(slot)
 
     def _timed(self, job: Any, reply: Optional[dict]) -> None:
         """The job's timeline completed: seen now; the node's times; where it ran (Slurm: host:GPU)."""
@@ -439,7 +443,8 @@ class ProbeEngine:
                 times.where = f"{reply['host']}:{reply.get('gpu') or '-'}"
 
     def _set_aside(self, job: Any, slot: Optional[str], ticket: _Ticket, failure: str, reply: Optional[dict]) -> None:
-        """A failed job's GPU or node set aside, its probe queued again or, out of retries, failed (lock held)."""
+        """A failed job's GPU or node set aside, its probe queued again or, out of retries, failed (lock held).
+        Never a speculation's (_end_speculation)."""
         where = self.backend.set_aside(slot, job, reply)
         ticket.failures.append(f"{failure} on {where}")
         ticket.tries += 1
@@ -448,6 +453,7 @@ class ProbeEngine:
                 f"the probe failed {ticket.tries} time(s), each set aside: {'; '.join(ticket.failures)}; "
                 f"{self._logs()} and free or fix those GPUs/nodes"))
         else:
+            ticket.heard = 0  # its announcements start again (the failed job's file is gone)
             self.pending.appendleft(ticket)  # run again elsewhere, before the others
         self.cond.notify_all()
 
@@ -503,10 +509,18 @@ class ProbeEngine:
                         "them (kill -9) before using those GPUs again", ", ".join(survivors))
 
     def close(self) -> None:
+        """The dispatcher stopped; a job still running (on a normal end only a dropped speculation's, cancelled
+        already) waited for and stopped as cancel() does, before its folder goes."""
         with self.cond:
             self.closed = True
+            running, self.running = self.running, []
             self.cond.notify_all()
         self.thread.join(timeout=5)
+        if running:
+            _cancel_jobs(running)
+            _wait_local(running, self.cancel_wait_s)
+            if self.spec.kind == LOCAL:
+                self._stop_leftovers(running)
         for kept in self._kept:
             kept.forget()
         if self.owned:
@@ -519,6 +533,14 @@ class ProbeEngine:
         if kind is not None:
             self.cancel()
         self.close()
+
+
+def _forget_announcement(ticket: _Ticket) -> None:
+    """The ticket's announcement file (and its temporary twin) removed: its job has ended."""
+    announce = getattr(ticket.task, "announce", None)
+    if announce is not None:
+        for path in (Path(announce), Path(announce + ".tmp")):
+            path.unlink(missing_ok=True)
 
 
 def _wait_local(running: list, limit_s: float = LOCAL_CANCEL_WAIT_S) -> None:

@@ -136,7 +136,7 @@ def test_a_speculation_the_verdict_did_not_bear_out_is_cancelled_and_its_gpu_com
         assert gpus.aside == [] and [x.dropped for x in e.timeline] == [True, False]
 
 
-def test_no_speculation_without_an_idle_gpu_or_while_taskswait_until(tmp_path):
+def test_no_speculation_without_an_idle_gpu_or_while_tasks_wait(tmp_path):
     gpus = ManualGpus(1)
     with _engine(gpus, tmp_path) as e:
         t, _ = _in_thread(lambda: e.run(ManualTask("whole")))
@@ -191,3 +191,79 @@ def test_one_gpu_never_speculates(fake_gpus, tmp_path, gpus):
     r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     assert not any(j["speculative"] for j in json.loads(r.stdout)["engine_jobs"])
+
+
+# --- a speculation that fails, races its taking, or outlives the sweep (review of session 8) ---------
+
+
+def test_a_failed_speculation_is_nobodys_error_and_its_chain_runs_its_own_job(tmp_path):
+    gpus = ManualGpus(2)
+    with _engine(gpus, tmp_path) as e:
+        assert e.speculate(ManualTask("without a"))
+        wait_until(lambda: gpus.jobs, "not started")
+        gpus.jobs[0].failed = RuntimeError("node failure")
+        wait_until(lambda: gpus.aside == ["0"], "the failed speculation's GPU was not set aside")
+        t, out = _in_thread(lambda: e.run(ManualTask("without a")))
+        wait_until(lambda: len(gpus.jobs) == 2, "the chain's own job was not submitted")
+        gpus.jobs[1].finished = True
+        t.join(5)
+        assert out["r"]["gpu"] == "1" and e.counts() == (0, 0, 1)
+
+
+def test_a_speculation_taken_while_running_is_retried_elsewhere_when_its_job_fails(tmp_path):
+    gpus = ManualGpus(2)
+    with _engine(gpus, tmp_path) as e:
+        assert e.speculate(ManualTask("without a"))
+        wait_until(lambda: gpus.jobs, "not started")
+        t, out = _in_thread(lambda: e.run(ManualTask("without a")))  # taken while its job runs
+        time.sleep(0.05)
+        gpus.jobs[0].failed = RuntimeError("node failure")
+        wait_until(lambda: len(gpus.jobs) == 2, "the taken probe was not run again")
+        gpus.jobs[1].finished = True
+        t.join(5)
+        assert not t.is_alive() and out["r"]["gpu"] == "1" and gpus.aside == ["0"]
+
+
+def test_a_dropped_speculation_never_runs_again_even_when_its_job_fails(tmp_path):
+    gpus = ManualGpus(2)
+    with _engine(gpus, tmp_path) as e:
+        assert e.speculate(ManualTask("without a"))
+        wait_until(lambda: gpus.jobs, "not started")
+        gpus.jobs[0].deaf = True
+        e.drop_speculations()
+        gpus.jobs[0].failed = RuntimeError("killed by its cancel")
+        wait_until(lambda: e.counts() == (0, 0, 0), "the dropped job was not collected")
+        time.sleep(0.05)
+        assert len(gpus.jobs) == 1 and gpus.aside == [] and sorted(gpus.free) == ["0", "1"]
+
+
+def test_closing_stops_a_dropped_speculation_that_still_runs(tmp_path):
+    gpus = ManualGpus(2)
+    e = _engine(gpus, tmp_path)
+    e.cancel_wait_s = 0.1
+    assert e.speculate(ManualTask("without a"))
+    wait_until(lambda: gpus.jobs, "not started")
+    gpus.jobs[0].deaf = True  # still running after its cancel
+    e.drop_speculations()
+    e.close()
+    assert gpus.jobs[0].cancels >= 2 and e.running == []
+
+
+def test_a_refused_speculation_leaves_the_chain_to_submit_its_own(tmp_path):
+    gpus = ManualGpus(2)
+    with _engine(gpus, tmp_path) as e:
+        gpus.refuse = RuntimeError("sbatch: error: Batch job submission failed")
+        assert e.speculate(ManualTask("without a"))
+        wait_until(lambda: e.counts() == (0, 0, 0) and not e._speculations, "the refused speculation stayed")
+        gpus.refuse = None
+        t, out = _in_thread(lambda: e.run(ManualTask("without a")))
+        wait_until(lambda: gpus.jobs, "the chain's own job was not submitted")
+        gpus.jobs[0].finished = True
+        t.join(5)
+        assert out["r"]["options"] == "without a"
+
+
+def test_slurm_never_speculates(tmp_path):
+    e = ProbeEngine(ExecutorSpec("slurm", poll_s=0.005), ManualGpus(2), tmp_path, owned=False)
+    with e:
+        assert not e.speculate(ManualTask("without a"))
