@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from nsightwrap.errors import NsightwrapError, OptionsError, did_you_mean
 from nsightwrap.fallback.collectives import JobShape
-from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
+from nsightwrap.fallback.engineattempts import EngineAttempts
+from nsightwrap.fallback.executor import ProbeEngine, open_engine
 from nsightwrap.fallback.ladder import exclude_kernels
 from nsightwrap.fallback.session import SWEEP, Session, Tag
 from nsightwrap.fallback.spec import ExecutorSpec

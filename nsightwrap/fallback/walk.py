@@ -40,7 +40,8 @@ from nsightwrap.fallback.collectives import (
     unprofiled_reason,
     up_front,
 )
-from nsightwrap.fallback.executor import EngineAttempts, ProbeEngine, open_engine
+from nsightwrap.fallback.engineattempts import EngineAttempts
+from nsightwrap.fallback.executor import ProbeEngine, open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
 from nsightwrap.fallback.reads import Reads
