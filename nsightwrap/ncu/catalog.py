@@ -9,9 +9,6 @@ the answer is cached per binary.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from nsightwrap.errors import ToolError
-from nsightwrap.paths import make_private_dirs, tools_dir
-from nsightwrap.watch.files import write_atomic
+from nsightwrap.paths import tools_dir
+from nsightwrap.watch.files import file_identity, keyed_file, read_keyed, write_keyed
 from nsightwrap.watch.locate import Runner, run_command
 
 __all__ = [
@@ -245,38 +242,14 @@ def _parse_sections(text: str) -> tuple[Section, ...]:
 # --------------------------------------------------------------------------
 
 
-def _cache_key(path: str) -> dict[str, Any]:
-    """Identity of the binary: a reinstall or upgrade changes mtime or size."""
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    return {"realpath": real, "st_mtime_ns": st.st_mtime_ns, "st_size": st.st_size}
-
-
-def _cache_file(cache_dir: Path, key: Mapping[str, Any]) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return cache_dir / f"ncu-{digest}.json"
-
-
 def _load_cache(file: Path, key: Mapping[str, Any], path: str) -> NcuInfo | None:
     """None for anything unexpected: a bad cache must never stop a run."""
+    data = read_keyed(file, _CACHE_FORMAT, key)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        if data.get("format") != _CACHE_FORMAT or data.get("key") != dict(key):
-            return None
-        info = NcuInfo.from_dict(data["info"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        info = NcuInfo.from_dict(data["info"]) if data is not None else None
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return dataclasses.replace(info, path=path)
-
-
-def _store_cache(file: Path, key: Mapping[str, Any], info: NcuInfo) -> None:
-    """Write atomically; caching is an optimisation, so failures are ignored."""
-    payload = json.dumps({"format": _CACHE_FORMAT, "key": dict(key), "info": info.to_dict()}, indent=1)
-    try:
-        make_private_dirs(file.parent)
-        write_atomic(file, payload)
-    except OSError:
-        pass
+    return None if info is None else dataclasses.replace(info, path=path)
 
 
 def _ask(runner: Runner, argv: list[str], parse: Callable[[str], Any]) -> Any:
@@ -304,11 +277,11 @@ def probe_ncu(
     runner = run_command if runner is None else runner
     cache_dir = tools_dir(env) if cache_dir is None else Path(cache_dir)
     try:
-        key: dict[str, Any] | None = _cache_key(path)
+        key: dict[str, Any] | None = file_identity(path)  # a reinstall or an upgrade changes it
     except OSError:
         key = None  # let the runner report the real problem
     if key is not None:
-        cached = _load_cache(_cache_file(cache_dir, key), key, path)
+        cached = _load_cache(keyed_file(cache_dir, "ncu", key), key, path)
         if cached is not None:
             return cached
 
@@ -320,5 +293,5 @@ def probe_ncu(
         (version, build), sets, sections = (f.result() for f in futures)
     info = NcuInfo(path=path, version=version, build=build, sets=sets, sections=sections)
     if key is not None:
-        _store_cache(_cache_file(cache_dir, key), key, info)
+        write_keyed(keyed_file(cache_dir, "ncu", key), _CACHE_FORMAT, key, {"info": info.to_dict()})
     return info

@@ -4,17 +4,21 @@ long run), a file replaced at once, never seen half-written, and where a profile
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
+from nsightwrap.paths import make_private_dirs
 from nsightwrap.secrets import mask_argv
 
-__all__ = ["DEFAULT_REPORT_DIR", "folder_problem", "report_stem", "wanted_report", "write_atomic"]
+__all__ = ["DEFAULT_REPORT_DIR", "file_identity", "folder_problem", "keyed_file", "read_keyed", "report_stem",
+           "wanted_report", "write_atomic", "write_keyed"]
 
 #: Where reports go unless told (RunConfig.report_dir), relative to the run's folder.
 DEFAULT_REPORT_DIR = "nsightwrap-reports"
@@ -59,6 +63,44 @@ def write_atomic(path: Union[str, "os.PathLike[str]"], data: Union[str, bytes], 
         except OSError:
             pass
         raise
+
+
+# --- a cache of JSON files, each keyed by what it was made from (a tool's binary, a wrapper script) -----------
+
+
+def file_identity(path: Union[str, "os.PathLike[str]"]) -> dict[str, Any]:
+    """A file's identity as a cache key: its real path, mtime and size (a reinstall or an upgrade changes them);
+    OSError when it cannot be looked at."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return {"realpath": real, "st_mtime_ns": st.st_mtime_ns, "st_size": st.st_size}
+
+
+def keyed_file(folder: Path, prefix: str, key: Mapping[str, Any]) -> Path:
+    """The cache file of `key` in `folder`: PREFIX-DIGEST.json."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return Path(folder) / f"{prefix}-{digest}.json"
+
+
+def read_keyed(file: Path, version: int, key: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The cached document when it is of this version and key, else None (a bad cache never stops anything)."""
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != version or data.get("key") != dict(key):
+        return None
+    return data
+
+
+def write_keyed(file: Path, version: int, key: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
+    """`payload` cached with its version and key (written whole, in a private folder); a cache is an
+    optimisation, so failures are ignored."""
+    try:
+        make_private_dirs(Path(file).parent)
+        write_atomic(file, json.dumps({"format": version, "key": dict(key), **payload}, indent=1))
+    except OSError:
+        pass
 
 
 def _slug(command: Sequence[str]) -> str:

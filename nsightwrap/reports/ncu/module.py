@@ -36,7 +36,6 @@ import glob
 import hashlib
 import importlib
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -49,8 +48,8 @@ from typing import Any, Iterator
 
 from nsightwrap.errors import ReportError, ToolError, ToolNotFound
 from nsightwrap.ncu.locate import find_ncu
-from nsightwrap.paths import make_private_dirs, tools_dir
-from nsightwrap.watch.files import write_atomic
+from nsightwrap.paths import tools_dir
+from nsightwrap.watch.files import file_identity, keyed_file, read_keyed, write_keyed
 from nsightwrap.watch.locate import run_command, version_key
 
 
@@ -152,12 +151,10 @@ _TARGETS_FORMAT = 1
 def _targets_file(script: str) -> tuple[Path, dict[str, Any]] | None:
     """Where the traced targets of `script` are cached, and the script's identity (path, size, mtime)."""
     try:
-        st = os.stat(script)
+        key = file_identity(script)
     except OSError:
         return None
-    key = {"realpath": script, "st_mtime_ns": st.st_mtime_ns, "st_size": st.st_size}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return tools_dir() / f"ncu-wrapper-{digest}.json", key
+    return keyed_file(tools_dir(), "ncu-wrapper", key), key
 
 
 def _folders_of(targets: tuple[Path, ...]) -> dict[str, int]:
@@ -171,17 +168,14 @@ def _cached_targets(script: str) -> tuple[Path, ...] | None:
     """The targets an earlier process traced for `script`, while the script, the targets and their folders are
     unchanged; None for anything else (a bad cache never stops a read)."""
     where = _targets_file(script)
-    if where is None:
+    data = read_keyed(where[0], _TARGETS_FORMAT, where[1]) if where is not None else None
+    if data is None:
         return None
-    file, key = where
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        if data.get("format") != _TARGETS_FORMAT or data.get("key") != key:
-            return None
         targets = tuple(Path(t) for t in data["targets"])
         if not all(t.exists() for t in targets) or _folders_of(targets) != data["folders"]:
             return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, KeyError, TypeError):
         return None
     return targets
 
@@ -191,14 +185,11 @@ def _store_targets(script: str, targets: tuple[Path, ...]) -> None:
     where = _targets_file(script)
     if where is None:
         return
-    file, key = where
     try:
-        payload = {"format": _TARGETS_FORMAT, "key": key, "targets": [str(t) for t in targets],
-                   "folders": _folders_of(targets)}
-        make_private_dirs(file.parent)
-        write_atomic(file, json.dumps(payload, indent=1))
+        folders = _folders_of(targets)
     except OSError:
-        pass
+        return
+    write_keyed(where[0], _TARGETS_FORMAT, where[1], {"targets": [str(t) for t in targets], "folders": folders})
 
 
 def _install_candidates(ncu: Path) -> Iterator[Path]:
