@@ -115,7 +115,6 @@ class ProbeEngine:
         self.finished = 0
         self.served: dict[str, int] = {}  # jobs submitted per chain
         self.timeline: list[JobTimes] = []  # every job submitted, in order
-        self._times: dict[int, JobTimes] = {}  # id(job) -> its entry
         self._seq = 0
         self._speculations: list[_Ticket] = []  # started by speculate(), not yet taken by run() nor dropped
         self._claims: dict[str, float] = {}  # chain just answered -> until when it may ask again first
@@ -185,7 +184,7 @@ class ProbeEngine:
         if self.spec.kind != LOCAL:
             return False  # Slurm's room is its queue's: no idle GPU is known there, and a guess costs a job
         with self.cond:
-            claimed = sum(1 for until in self._claims.values() if until > time.monotonic())
+            claimed = len(self._live_claims())
             if self.closed or self.failure is not None or self.pending or self.backend.room() - claimed <= 0:
                 return False
             if any(t.chain == chain and t.task.options == task.options for t in self._speculations):
@@ -326,18 +325,22 @@ class ProbeEngine:
             return
         now = time.time()
         for (job, slot), t in zip(jobs, tickets):
-            self._times[id(job)] = t.times = times = JobTimes(t.chain, slot, now, speculative=t.speculative)
-            self.timeline.append(times)
+            t.times = JobTimes(t.chain, slot, now, speculative=t.speculative)  # its job's, the ticket's at a time
+            self.timeline.append(t.times)
             self.running.append((job, slot, t))
 
     def _chosen(self, room: int) -> list[_Ticket]:
         """The pending tickets that get the room now: the first `room` by _first among them and the claims
         (a claimant asks as a new ticket of its chain would), the claimants' places left free."""
+        entries: list[tuple[tuple, Optional[_Ticket]]] = [(self._first(t), t) for t in self.pending]
+        entries += [((0, 1, self.served.get(c, 0), math.inf), None) for c in self._live_claims()]
+        return [t for _, t in sorted(entries, key=lambda e: e[0])[:room] if t is not None]
+
+    def _live_claims(self) -> dict[str, float]:
+        """The claims not yet run out (lock held; the others forgotten)."""
         now = time.monotonic()
         self._claims = {c: until for c, until in self._claims.items() if until > now}
-        entries: list[tuple[tuple, Optional[_Ticket]]] = [(self._first(t), t) for t in self.pending]
-        entries += [((0, 1, self.served.get(c, 0), math.inf), None) for c in self._claims]
-        return [t for _, t in sorted(entries, key=lambda e: e[0])[:room] if t is not None]
+        return self._claims
 
     def _first(self, ticket: _Ticket) -> tuple[int, int, int, int]:
         """Which waiting ticket gets a GPU first: a retried probe, then the chain with the fewest jobs so far
@@ -349,7 +352,7 @@ class ProbeEngine:
             reply, failure = job.result(), None
         except Exception as e:  # noqa: BLE001 - the job failed (node failure, job error)
             reply, failure = None, f"job {job.job_id} failed: {_last_line(str(e))}"
-        self._timed(job, reply)
+        self._timed(ticket, reply)
         _forget_announcement(ticket)
         store_error = reply.get("store_error") if isinstance(reply, dict) else None
         left = reply["attempt"].gpu_left_after if reply is not None and not store_error else ()
@@ -389,9 +392,9 @@ class ProbeEngine:
         else:
             self.backend.release(slot)
 
-    def _timed(self, job: Any, reply: Optional[dict]) -> None:
-        """The job's timeline completed: seen now; the node's times; where it ran (Slurm: host:GPU)."""
-        times = self._times.pop(id(job), None)
+    def _timed(self, ticket: _Ticket, reply: Optional[dict]) -> None:
+        """The ticket's job's timeline completed: seen now; the node's times; where it ran (Slurm: host:GPU)."""
+        times = ticket.times
         if times is None:
             return
         times.seen = time.time()
@@ -438,10 +441,14 @@ class ProbeEngine:
         with self.cond:
             self.closed = True
             running, pending = self._take_all()
-        _cancel_jobs(running)
         for ticket in [t for _, _, t in running] + pending:
             ticket.error = KeyboardInterrupt("interrupted: the engine's jobs were cancelled")
             ticket.done.set()
+        self._stop_jobs(running)
+
+    def _stop_jobs(self, running: list) -> None:
+        """Each (job, slot, ticket)'s job cancelled, waited for (local jobs, bounded) and what it leaves stopped."""
+        _cancel_jobs(running)
         _wait_local(running, self.cancel_wait_s)
         if self.spec.kind == LOCAL:
             self._stop_leftovers(running)
@@ -475,10 +482,7 @@ class ProbeEngine:
             self.cond.notify_all()
         self.thread.join(timeout=5)
         if running:
-            _cancel_jobs(running)
-            _wait_local(running, self.cancel_wait_s)
-            if self.spec.kind == LOCAL:
-                self._stop_leftovers(running)
+            self._stop_jobs(running)
         for kept in self._kept:
             kept.forget()
         if self.owned:
