@@ -261,16 +261,36 @@ class InlineJob:
         pass
 
 
-class InlineGpus:
+class GpuSlots:
+    """The slots of a fake backend of the probe engine (fallback/executor.py): GPUs free or set aside; room,
+    release, set_aside and exhausted as the engine asks them (every GPU set aside: no job can run again).
+    A subclass adds submit."""
+
+    def __init__(self, gpus: Sequence[str]) -> None:
+        self.free, self.aside, self.count = list(gpus), [], len(gpus)
+
+    def room(self) -> int:
+        return len(self.free)
+
+    def release(self, slot: str) -> None:
+        self.free.append(slot)
+
+    def set_aside(self, slot: str, job: Any, reply: Any) -> str:
+        self.aside.append(slot)
+        return f"GPU {slot}"
+
+    def exhausted(self) -> Optional[str]:
+        return "every GPU was set aside" if len(self.aside) >= self.count else None
+
+
+class InlineGpus(GpuSlots):
     """The probe engine's backend (fallback/executor.py) over fake GPUs "0" and "1": each job is run_probe'd at once
     on its GPU. keeps(gpu, n) says whether the GPU keeps processes after the backend's n-th job (1, 2, ...): such a
     job's GPU is then set aside by the engine's rule. `log`: (kernel, rung, GPU) of every job."""
 
     def __init__(self, keeps=lambda gpu, n: False):
-        self.free, self.aside, self.log, self.keeps = ["0", "1"], [], [], keeps
-
-    def room(self) -> int:
-        return len(self.free)
+        super().__init__(["0", "1"])
+        self.log, self.keeps = [], keeps
 
     def submit(self, tasks: Sequence[Any]) -> list:
         from nsightwrap.fallback.probejob import run_probe
@@ -285,15 +305,6 @@ class InlineGpus:
             out.append((InlineJob(reply), g))
         return out
 
-    def release(self, slot: str) -> None:
-        self.free.append(slot)
-
-    def set_aside(self, slot: str, job: Any, reply: Any) -> str:
-        self.aside.append(slot)
-        return f"GPU {slot}"
-
-    def exhausted(self) -> Optional[str]:
-        return "every GPU was set aside" if len(self.aside) == 2 else None
 
 
 class ThreadJob:
@@ -422,15 +433,13 @@ class ManualJob:
         self.cancelled, self.cancels = True, self.cancels + 1
 
 
-class ManualGpus:
+class ManualGpus(GpuSlots):
     """The engine's backend over n fake GPUs whose jobs end when the test says: jobs in submission order."""
 
     def __init__(self, n):
-        self.free, self.aside, self.jobs = [str(i) for i in range(n)], [], []
+        super().__init__([str(i) for i in range(n)])
+        self.jobs = []
         self.refuse = None  # an exception submit() raises (sbatch refused)
-
-    def room(self):
-        return len(self.free)
 
     def submit(self, tasks):
         if self.refuse is not None:
@@ -441,16 +450,6 @@ class ManualGpus:
             self.jobs.append(job)
             out.append((job, job.slot))
         return out
-
-    def release(self, slot):
-        self.free.append(slot)
-
-    def set_aside(self, slot, job, reply):
-        self.aside.append(slot)
-        return f"GPU {slot}"
-
-    def exhausted(self):
-        return None
 
     def job(self, options):
         return next(j for j in self.jobs if j.task.options == options)

@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import HERE, ROOT, alive_in_scope, app, cli_main, ctrl_c_sweep, run_cli, run_config
+from helpers import HERE, ROOT, GpuSlots, alive_in_scope, app, cli_main, ctrl_c_sweep, run_cli, run_config
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ProbeEngine
@@ -74,14 +74,12 @@ class FakeJob:
         return self.outcome
 
 
-class FakeBackend:
+class FakeBackend(GpuSlots):
     """GPUs as slots; `plan` says what each job does, by GPU: an exception, 'left' (GPU keeps processes), or ok."""
 
     def __init__(self, gpus, plan, hold=False):
-        self.free, self.aside, self.plan, self.hold, self.jobs = list(gpus), [], plan, hold, []
-
-    def room(self):
-        return len(self.free)
+        super().__init__(gpus)
+        self.plan, self.hold, self.jobs = plan, hold, []
 
     def submit(self, tasks):
         out = []
@@ -98,15 +96,6 @@ class FakeBackend:
             out.append((job, g))
         return out
 
-    def release(self, slot):
-        self.free.append(slot)
-
-    def set_aside(self, slot, job, reply):
-        self.aside.append(slot)
-        return f"GPU {slot}"
-
-    def exhausted(self):
-        return "every GPU was set aside" if not self.free and self.aside else None
 
 
 def engine(backend, tmp_path, retries=2, lines=None):
