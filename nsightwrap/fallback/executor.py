@@ -97,6 +97,7 @@ class _Ticket:
     failures: list[str] = field(default_factory=list)
     on_suspect: Optional[Callable[[str], None]] = None  # told each kernel the job announces (see speculate)
     heard: int = 0  # announcements told so far
+    heard_stamp: Optional[tuple[int, int]] = None  # the announcement file's (mtime, size) when last read
     speculative: bool = False  # submitted by speculate(), not yet taken by a run()
     dropped: bool = False  # a speculation given up: its job cancelled, its reply unused
     times: Optional[JobTimes] = None
@@ -246,6 +247,13 @@ class ProbeEngine:
         """A running job's new announcement, told to its caller (the dispatcher's thread, lock not held)."""
         if ticket.on_suspect is None or ticket.task.announce is None:
             return
+        try:
+            st = os.stat(ticket.task.announce)
+        except OSError:
+            return  # nothing announced yet
+        if (st.st_mtime_ns, st.st_size) == ticket.heard_stamp:
+            return  # read already: the dispatcher looks every poll, the job writes once a kernel
+        ticket.heard_stamp = (st.st_mtime_ns, st.st_size)
         suspect = read_suspect(Path(ticket.task.announce))
         if suspect is None or suspect.count <= ticket.heard:
             return
@@ -414,7 +422,7 @@ class ProbeEngine:
                 f"the probe failed {ticket.tries} time(s), each set aside: {'; '.join(ticket.failures)}; "
                 f"{self._logs()} and free or fix those GPUs/nodes"))
         else:
-            ticket.heard = 0  # its announcements start again (the failed job's file is gone)
+            ticket.heard, ticket.heard_stamp = 0, None  # its announcements start again (the failed job's file is gone)
             self.pending.appendleft(ticket)  # run again elsewhere, before the others
         self.cond.notify_all()
 

@@ -58,8 +58,7 @@ LAUNCH_WAIT_S = 2.0
 
 
 class _Began(RunListener):
-    """`listener`, and an event set when a watched attempt begins; everything else it hears is passed on (its
-    methods looked up on `listener`, also any a later RunListener adds)."""
+    """`listener`, and an event set when a watched attempt begins; everything else it hears is passed on."""
 
     def __init__(self, listener: RunListener, began: threading.Event) -> None:
         self.listener, self.began = listener, began
@@ -68,10 +67,14 @@ class _Began(RunListener):
         self.began.set()
         self.listener.started(state, rule)
 
-    def __getattribute__(self, name: str) -> Any:
-        if name in ("started", "listener", "began") or name.startswith("__"):
-            return object.__getattribute__(self, name)
-        return getattr(object.__getattribute__(self, "listener"), name)
+    def stage(self, text: str) -> None:
+        self.listener.stage(text)
+
+    def finished(self, attempt: Any) -> None:
+        self.listener.finished(attempt)
+
+    def calibrating(self, progress: Any) -> None:
+        self.listener.calibrating(progress)
 
 
 class Pending:
