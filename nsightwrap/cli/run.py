@@ -87,6 +87,9 @@ def add_parser(sub: Any) -> None:
                           "rank that the ladder's one-rank rungs profile (default 0)")
     run.add_argument("--jobs", type=int, metavar="N",
                      help="with --executor local: the walk's attempts use the first N GPUs (default: every GPU)")
+    run.add_argument("--serial", action="store_true",
+                     help="with --profile, a torchrun job: run its collectives (profiled on one rank) after the main "
+                          "program, not beside it on the same GPUs (twice the GPU memory; its own rendezvous port)")
     add_executor(run, "walk attempt", "the walk")
     # What the run shows and prints (kept together).
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout, whatever happens")
@@ -144,7 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     return _program_fault(args, calibration)
             # The one session of this program: a walk records in the store; a single run records nothing.
             session = Session(command, context, store=store() if args.profile else None, calibrator=calibrator,
-                              on_output=screen.on_output, rank=args.rank or 0, executor=executor)
+                              on_output=screen.on_output, rank=args.rank or 0, executor=executor,
+                              side_by_side=not args.serial)
             if args.profile:
                 return _run_ladder(args, session, options, screen, log)
             return _run_once(args, session, options, screen, log, store)

@@ -23,7 +23,8 @@ caller's).
 
 A session may name a cluster engine (`executor`, an ExecutorSpec): a walk then runs its independent jobs as
 jobs of that engine (nsightwrap.fallback.executor), each attempt recorded on the node as `Session.record`
-records it here.
+records it here. Without one, a walk of a torchrun job runs its collectives' job beside the main program's
+(`side_by_side`, nsightwrap.fallback.lines), in a thread of its own.
 """
 
 from __future__ import annotations
@@ -91,9 +92,13 @@ class Session:
     def __init__(self, command: Sequence[str], context: RunContext, *, store: Optional[HangStore] = None,
                  calibrator: Optional[Calibrator] = None, environment: Optional[Environment] = None,
                  on_output: Optional[Callable[[str], None]] = None, rank: int = 0,
-                 retry_wait: tuple[float, float] = (1.0, 8.0), executor: Optional[ExecutorSpec] = None) -> None:
+                 retry_wait: tuple[float, float] = (1.0, 8.0), executor: Optional[ExecutorSpec] = None,
+                 side_by_side: bool = True) -> None:
         self.command = list(command)
         self.executor = executor  # where a walk's attempts run (nsightwrap.fallback.executor); None: here, in turn
+        #: Here (no executor): a torchrun job's collectives, profiled on one rank, run beside the main program's
+        #: run on the same GPUs (nsightwrap.fallback.lines.SideBySide); False: one run at a time.
+        self.side_by_side = side_by_side
         self.context, self.store, self.on_output = context, store, on_output
         self.rank, self.retry_wait = rank, retry_wait
         self.shape = JobShape.of(self.command)
@@ -112,7 +117,8 @@ class Session:
         to make one from (default: RunConfig()). stall_timeout: an explicit stall timeout (seconds), which wins
         at every rung over calibrated allowances and the rungs' own (else the config's choice stands). parts:
         Session's keyword arguments (store, calibrator, environment, on_output, rank, retry_wait, executor: the
-        cluster engine a walk's independent jobs run on, nsightwrap.fallback.spec.ExecutorSpec)."""
+        cluster engine a walk's independent jobs run on, nsightwrap.fallback.spec.ExecutorSpec; side_by_side:
+        False runs a torchrun job's collectives after its main program, not beside it)."""
         context = run if isinstance(run, RunContext) else RunContext.create(run)
         if stall_timeout is not None:
             context = context.replace(stall_timeout=stall_timeout, stall_timeout_given=True)

@@ -23,15 +23,12 @@ records the job's size, so its hangs are not applied to single-process runs.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import copy
 import logging
 import sys
-import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional
 
-from nsightwrap.errors import AttemptFailed, NsightwrapError
+from nsightwrap.errors import AttemptFailed
 from nsightwrap.fallback.collectives import (
     COLLECTIVE_ALL_RANKS,
     COLLECTIVES_JOB,
@@ -40,18 +37,19 @@ from nsightwrap.fallback.collectives import (
     unprofiled_reason,
     up_front,
 )
-from nsightwrap.fallback.engineattempts import EngineAttempts
-from nsightwrap.fallback.executor import ProbeEngine, open_engine
+from nsightwrap.fallback.executor import open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
+from nsightwrap.fallback.lines import EngineStopped, Lines, OnEngine, SideBySide
 from nsightwrap.fallback.reads import Reads
-from nsightwrap.fallback.result import ATTEMPT_COLUMN, KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
+from nsightwrap.fallback.result import KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
 from nsightwrap.fallback.session import GpuKept, Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
+from nsightwrap.watch.launchers import second_run_env
 
 if TYPE_CHECKING:  # pandas loads while the first attempt runs (nsightwrap.fallback.reads), not before it
     import pandas as pd
@@ -147,7 +145,10 @@ def walk_ladder(
     settings = _Settings(retry_known_hangs, max_attempts, reader or report_rows)
     ladder = ladder.for_request(options, context.info).for_processes(session.shape.one_rank_possible)
     walk = _Walk(session, options, ladder, settings)
-    return walk.run() if session.executor is None else _on_engine(walk)
+    if session.executor is not None:
+        return _on_engine(walk)
+    beside = _side_by_side_env(walk)
+    return walk.run() if beside is None else _side_by_side(walk, beside)
 
 
 class _Walk:
@@ -157,7 +158,7 @@ class _Walk:
         self.session, self.options, self.ladder, self.s = session, options, ladder, settings
         self.command = session.command
         self.result = LadderResult(ladder)
-        self.lines: "Optional[_Lines]" = None  # on a cluster engine: the walk's lines (this one is one of them)
+        self.lines: Optional[Lines] = None  # lines walked at once: the walk's lines (this one is one of them)
         self.first = True  # the walk's first line: its first attempt is the walk's
         self.pops: list[tuple[int, int]] = []  # (steps, unprofiled) before each job taken from the queue
         self.origin: Optional[_Job] = None  # a line's first job
@@ -238,6 +239,8 @@ class _Walk:
         if planned is None:
             return True
         opts, notes = planned
+        where = self.lines.attempts.note(self) if self.lines is not None else None
+        notes = [*notes, where] if where else notes
         if rung.ranks == ONE_RANK and self.options.rank is None and not (self.shape.multi
                                                                           and self.shape.one_rank_possible):
             self.jobs.insert(0, job.lower())  # a one-rank rung, but the job turned out to have one process
@@ -260,14 +263,14 @@ class _Walk:
             self._record(job, rung, notes, e.attempt, shape)
             self.result.stopped = str(e)
             return False
-        except _EngineStopped as e:  # the engine gave up (no GPU or node left): the walk so far is the answer
+        except EngineStopped as e:  # the engine gave up (no GPU or node left): the walk so far is the answer
             self.result.stopped = str(e)
             return False
         self._record(job, rung, notes, attempt, shape)
         return self._follow(job, rung, attempt, one_rank=opts.rank is not None)
 
     def _attempt(self, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        """The session's attempt, here or (on a cluster engine) as a job of it."""
+        """The session's attempt, here or as one of a line (nsightwrap.fallback.lines)."""
         if self.lines is None:
             return self.session.attempt(options, tag, context)
         return self.lines.attempt(self, options, tag, context)
@@ -433,11 +436,11 @@ class _Walk:
             self._later(self._floor_first(_Job(hung, job.rung_index + 1, family=family), attempt))
 
     def _waiting(self) -> list[_Job]:
-        """The jobs after this one: this queue's, or (on a cluster engine) the first job of every line."""
+        """The jobs after this one: this queue's, or (lines walked at once) the first job of every line."""
         return self.jobs if self.lines is None else self.lines.firsts()
 
     def _later(self, job: _Job) -> None:
-        """A job independent of this one: at the queue's end, or (on a cluster engine) a line of its own."""
+        """A job independent of this one: at the queue's end, or (lines walked at once) a line of its own."""
         if self.lines is None:
             self.jobs.append(job)
         else:
@@ -445,7 +448,7 @@ class _Walk:
 
 
 
-# --- on a cluster engine (Session.executor; nsightwrap.fallback.executor) ---------------------------------
+# --- lines walked at once (nsightwrap.fallback.lines) -------------------------------------------------
 
 
 def _on_engine(walk: _Walk) -> LadderResult:
@@ -456,136 +459,32 @@ def _on_engine(walk: _Walk) -> LadderResult:
     assert spec is not None
     with open_engine(spec, spec.jobs, on_counts=session.context.listener.stage) as engine:
         try:
-            return _Lines(walk, engine).run()
+            return Lines(walk, OnEngine(session, engine)).run()
         finally:
             walk.result.jobs = list(engine.timeline)
             session.close()  # the lines' own store connections
 
 
-class _Lines:
-    """The walk's lines, each in a thread of its own, their attempts jobs of the engine.
-
-    A line is a job of the queue and the jobs that follow from it (the same kernel lower down, the program past
-    its hang), which the serial walk runs one after another before it takes the next job of the queue: lines are
-    independent (each kernel's steps depend on its own outcomes; the store's answers a line asks are about its
-    own kernel). So each line walks on its own (a _Walk of its own queue and result) and the lines' results are
-    put together in the serial walk's order: the same steps, statuses and rows, and the same max_attempts cut.
-    A line that stops the walk (a program fault, a crash) ends it there: the lines after it are cancelled, and
-    what they had run stays in the store (the serial walk would not have run it).
-    """
-
-    def __init__(self, walk: _Walk, engine: ProbeEngine) -> None:
-        self.walk, self.engine = walk, engine
-        self.dispatch = EngineAttempts(walk.session, engine)
-        self.cancel = threading.Event()
-        self.lock = threading.Lock()
-        self.lines: list[tuple[_Walk, cf.Future]] = []
-        self.pool = cf.ThreadPoolExecutor(max_workers=LINES_AT_ONCE, thread_name_prefix="nsightwrap-walk-line")
-
-    def firsts(self) -> list[_Job]:
-        """The first job of every line so far (the serial walk's queue, as the program's line sees it)."""
-        with self.lock:
-            return [line.origin for line, _ in self.lines if line.origin is not None]
-
-    def start(self, job: _Job) -> None:
-        """A line of its own for `job`, started at once (the engine gives it a GPU when one is free)."""
-        line = copy.copy(self.walk)
-        line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
-        line.undo, line.reads = [], Reads(self.walk.s.reader, background=False)  # each line is a thread already
-        line.lines, line.origin = self, job
-        with self.lock:
-            line.first = not self.lines
-            line.chain = f"{len(self.lines)}:{job.name}"
-            self.lines.append((line, self.pool.submit(self._run_line, line)))
-
-    def _run_line(self, line: _Walk) -> LadderResult:
-        """The line's walk; the engine told when it asks for no more jobs (its claim on a GPU ends)."""
-        try:
-            return line.run()
-        finally:
-            self.engine.chain_done(line.chain)
-
-    def attempt(self, line: _Walk, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        if self.cancel.is_set():
-            raise KeyboardInterrupt("the walk was interrupted")
-        try:
-            attempt, _ = self.dispatch.attempt(options, tag, context, chain=line.chain)
-        except NsightwrapError as e:  # every GPU or node set aside, the engine stopped, the store unreachable
-            raise _EngineStopped(str(e)) from e
-        return attempt
-
-    def run(self) -> LadderResult:
-        for job in self.walk.jobs:
-            self.start(job)
-        try:
-            done = self._wait()
-        except BaseException:
-            self.cancel.set()  # no new attempt; the jobs running now are cancelled, their lines told
-            self.engine.cancel()
-            raise
-        finally:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        return self._merged(done)
-
-    def _wait(self) -> list[_Walk]:
-        """The lines in order, each waited for, up to the first that stops the walk (the later ones cancelled)."""
-        done: list[_Walk] = []
-        while True:
-            with self.lock:
-                if len(done) == len(self.lines):
-                    return done
-                line, future = self.lines[len(done)]
-            while not cf.wait([future], timeout=0.5).done:  # short waits: Ctrl-C reaches this thread between them
-                pass
-            future.result()  # the line's own exception, if any
-            done.append(line)
-            if line.result.stopped:
-                self.cancel.set()
-                self.engine.cancel()
-                return done
-
-    def _merged(self, lines: list[_Walk]) -> LadderResult:
-        """The lines' steps in the serial walk's order, the rows' attempt numbers those of the whole walk."""
-        result = self.walk.result
-        for line in lines:
-            part = line.result
-            cut = self._cut(line, len(result.attempts))
-            steps, unprofiled = line.pops[cut] if cut is not None else (len(part.steps), len(part.unprofiled))
-            kept, frames = list(part.steps[:steps]), list(part.frames)
-            for pop, i, step, f, frame in reversed(line.undo if cut is not None else []):
-                if pop >= cut and i < len(kept):  # a job past the cut changed an earlier step: never run serially
-                    kept[i], frames[f] = step, frame
-            base = len(result.steps)
-            for frame in frames[:sum(1 for s in kept if s.attempt is not None)]:
-                if len(frame):
-                    frame = frame.copy()
-                    frame[ATTEMPT_COLUMN] = frame[ATTEMPT_COLUMN] + base
-                result.frames.append(frame)
-            result.steps += kept
-            for kernel in part.unprofiled[:unprofiled]:
-                result.unprofiled.append(kernel)
-                result.why_unprofiled[kernel] = part.why_unprofiled[kernel]
-            result.stopped = (f"the walk reached max_attempts={self.walk.s.max_attempts}" if cut is not None
-                              else part.stopped)
-            if result.stopped:
-                break
-        self.walk._note_shape()  # the job's shape as the attempts showed it
-        store = self.walk.session.store
-        result.notes = list(store.notes) if store is not None else []
-        return result
-
-    def _cut(self, line: _Walk, before: int) -> Optional[int]:
-        """The job of `line` at which the serial walk, `before` attempts in, would reach max_attempts."""
-        for i, (steps, _) in enumerate(line.pops):
-            if before + sum(1 for s in line.result.steps[:steps] if s.attempt is not None) >= self.walk.s.max_attempts:
-                return i
+def _side_by_side_env(walk: _Walk) -> Optional[dict[str, str]]:
+    """The variables of the collectives' run beside the main program's (nsightwrap.fallback.lines), or None where
+    the walk runs one job at a time: the session says so, nothing is made up front, or the launch cannot keep two
+    runs' ranks apart."""
+    session = walk.session
+    upfront = [j for j in walk.jobs if j.upfront]
+    if not session.side_by_side or not upfront or len(walk.jobs) < 2 or walk.jobs[0].kernel is not None:
         return None
+    env, why = second_run_env(session.command, session.context.env)
+    if env is None:
+        log.info(f"the collectives' run waits for the main program's: {why}")
+    return env
 
 
-class _EngineStopped(Exception):
-    """An engine attempt that could not be made (every GPU or node set aside, the engine stopped): the line stops
-    there as the serial walk stops on a GPU that keeps processes, its steps so far kept."""
-
-
-#: Lines walked at once on the engine (threads that wait on it; its GPUs bound the attempts).
-LINES_AT_ONCE = 64
+def _side_by_side(walk: _Walk, env: dict[str, str]) -> LadderResult:
+    """The walk with its collectives' run beside the main program's, on the same GPUs; each other job in turn."""
+    session = walk.session
+    log.info("the collectives' run (one rank profiled) runs beside the main program's, on the same GPUs; its "
+             f"ranks meet on a port of their own ({', '.join(f'{k}={v}' for k, v in env.items())})")
+    try:
+        return Lines(walk, SideBySide(session, env)).run()
+    finally:
+        session.close()  # the lines' own store connections

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from nsightwrap.errors import OptionsError
 
 __all__ = ["Launch", "RANK_VARS", "WRAPPER_MODULE", "chosen_rank", "launcher_python", "one_rank_argv",
-           "one_rank_launch", "parse_launch", "wrap_one_rank"]
+           "one_rank_launch", "parse_launch", "second_run_env", "wrap_one_rank"]
 
 #: The module each rank runs (`python -m ...`): see nsightwrap.watch.onerank.
 WRAPPER_MODULE = "nsightwrap.watch.onerank"
@@ -276,3 +277,40 @@ def one_rank_argv(command: Sequence[str], argv: Sequence[str], rank: int, wrappe
     prefix = list(argv[: len(argv) - len(command)])
     return wrap_one_rank(launch, prefix, rank, python=launcher_python(launch, wrapper_python),
                          wrapper_python=wrapper_python)
+
+
+#: torchrun's options (and their PET_ variables) that fix where its ranks meet: a second run of the job would
+#: meet the first one's ranks there. --nnodes is one of them unless it says one node.
+_MEETING = _names("--master-port --master_port --master-addr --master_addr --rdzv-endpoint --rdzv_endpoint",
+                  "--rdzv-backend --rdzv_backend --rdzv-id --rdzv_id --node-rank --node_rank --local-addr --local_addr")
+_MEETING_VARS = ("PET_MASTER_ADDR", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "PET_NODE_RANK")
+
+
+def second_run_env(command: Sequence[str], env: Mapping[str, str]) -> tuple[Optional[dict[str, str]], str]:
+    """(variables, why) for a second run of a launch while the first one runs, on the same node: torchrun takes
+    its rendezvous port from PET_MASTER_PORT unless its command line gives one, so each run gets a free port of
+    its own. None (and why not) where nsightwrap cannot keep the two runs' ranks apart: not torchrun, several
+    nodes, or the command or the environment fixes where the ranks meet (a program that fixes it itself, e.g.
+    init_method="tcp://...:PORT", is not seen here: its second run fails to meet, or meets the first one's)."""
+    kind, start = _launcher_kind(command)
+    if kind != "torchrun":
+        return None, ("only torchrun's ranks can be given a meeting place of their own" if kind else
+                      "no launcher nsightwrap knows starts the program")
+    opts, _, _, _, problem = _split(kind, command[start:])
+    if problem:
+        return None, problem
+    fixed = sorted(n for n in opts if n in _MEETING)
+    nodes = opts.get("--nnodes", "1").partition(":")
+    if nodes[0] != "1" or nodes[2] not in ("", "1"):
+        fixed.append(f"--nnodes {opts['--nnodes']}")
+    fixed += [v for v in _MEETING_VARS if env.get(v)]
+    if fixed:
+        return None, f"the job says where its ranks meet ({', '.join(fixed)}), so a second run would meet there too"
+    return {"PET_MASTER_PORT": str(free_port())}, "torchrun's rendezvous on a port of its own"
+
+
+def free_port() -> int:
+    """A TCP port of this machine that nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

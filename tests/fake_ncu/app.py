@@ -15,6 +15,8 @@ Each argument is one step:
   graph:A+B@spin=S     one CUDA graph launch of kernels A and B (each NAME or NAME@spin=S)
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
+  together:DIR:S       note this rank in DIR under its MASTER_PORT, then wait up to S seconds for a rank of another
+                       run of the job (another MASTER_PORT); print "together: ports A B" or "alone: port A"
   stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
   zombie:PATH          fork a child that exits at once and is not reaped while this process runs on (a zombie);
                        its pid goes to PATH once it has exited
@@ -43,6 +45,18 @@ def chatty(ms, bar):
             time.sleep(ms / 1000)
 
     threading.Thread(target=talk, daemon=True).start()
+
+
+def together(folder, seconds):
+    port = os.environ.get("MASTER_PORT", "none")
+    open(os.path.join(folder, f"{port}.{os.environ.get('RANK', '0')}"), "w").close()
+    deadline = time.monotonic() + float(seconds)
+    while True:
+        ports = sorted({name.partition(".")[0] for name in os.listdir(folder)})
+        if len(ports) > 1 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    print(f"together: ports {' '.join(ports)}" if len(ports) > 1 else f"alone: port {port}", flush=True)
 
 
 def step(arg):
@@ -81,6 +95,8 @@ def step(arg):
         child = subprocess.Popen(["sleep", "3"], env={})
         with open(arg[5:], "a") as f:
             f.write(f"{child.pid}\n")
+    elif arg.startswith("together:"):
+        together(*arg[9:].rsplit(":", 1))
     elif arg.startswith("sleep:"):
         time.sleep(float(arg[6:]))
     elif arg.startswith("exit:"):

@@ -41,7 +41,7 @@ class Watched(Session):
 @pytest.fixture
 def session(tmp_path, fake_env, tag):
     cfg = run_config(tmp_path, stall_timeout=0.6, env=dict(os.environ), stop=fast_stop(grace=0.5))
-    return Watched.open(JOB, cfg)
+    return Watched.open(JOB, cfg, side_by_side=False)  # one attempt after the other (lines read in their threads)
 
 
 def test_the_next_attempt_starts_while_the_last_report_is_read(session):

@@ -1,0 +1,280 @@
+"""A walk's lines: its independent jobs, each walked in a thread of its own, put together in the serial order.
+
+Two ways to make a line's attempts (its `LineAttempts`):
+- OnEngine: each attempt a job of a cluster engine (Session.executor; nsightwrap.fallback.executor), on a GPU or
+  node of its own, so the lines run at once as far as the engine has room;
+- SideBySide: each attempt made here, in the line's thread, on the job's own GPUs. A recognised torchrun job's
+  collectives, profiled on one rank (nsightwrap.fallback.collectives.up_front), run beside the main program's
+  run: each run is the whole job, on the same GPUs, its ranks meeting on a rendezvous port of their own
+  (nsightwrap.watch.launchers.second_run_env). Every other line waits for the lines before it (the serial walk,
+  one run at a time). FACTS.md, session 9: on 2x H200 the main run took 32.1 s with the collectives' run beside it
+  and 32.2 s alone; the collectives' run 12.1 s beside it and 14.0 s alone. ncu serialises the profiling itself
+  across its instances (one lock per machine), so the two runs never profile a kernel at the same time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import copy
+import logging
+import threading
+from typing import TYPE_CHECKING, Optional, Protocol
+
+from nsightwrap.errors import NsightwrapError, ProfileInterrupted
+from nsightwrap.fallback.engineattempts import EngineAttempts
+from nsightwrap.fallback.executor import ProbeEngine
+from nsightwrap.fallback.reads import Reads
+from nsightwrap.fallback.result import ATTEMPT_COLUMN, LadderResult
+from nsightwrap.fallback.session import Session, Tag
+from nsightwrap.ncu.attempt import Attempt
+from nsightwrap.ncu.context import RunContext
+from nsightwrap.ncu.options import ProfileOptions
+
+if TYPE_CHECKING:
+    from nsightwrap.fallback.walk import _Job, _Walk
+
+__all__ = ["EngineStopped", "LineAttempts", "Lines", "OnEngine", "SideBySide"]
+
+log = logging.getLogger("nsightwrap")
+
+
+class LineAttempts(Protocol):
+    """How the lines' attempts are made."""
+
+    #: Made in this process (a Ctrl-C then ends the walk as the attempt it stopped, ProfileInterrupted), not as
+    #: jobs of an engine (the engine's jobs are cancelled, KeyboardInterrupt).
+    here: bool
+
+    def turn(self, line: "_Walk") -> None:
+        """Return when `line` may start (KeyboardInterrupt once the walk is cancelled)."""
+
+    def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        """One attempt of `line`."""
+
+    def chain_done(self, chain: str) -> None:
+        """The line `chain` asks for no more attempts."""
+
+    def note(self, line: "_Walk") -> Optional[str]:
+        """What the steps of `line` say of where they ran, if anything."""
+
+    def cancel(self) -> None:
+        """Stop the attempts under way; no new one starts."""
+
+
+class OnEngine:
+    """Each attempt a job of the engine; the engine's GPUs bound how many run at once."""
+
+    here = False
+
+    def __init__(self, session: Session, engine: ProbeEngine) -> None:
+        self.engine = engine
+        self.dispatch = EngineAttempts(session, engine)
+
+    def turn(self, line: "_Walk") -> None:
+        return None
+
+    def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        try:
+            attempt, _ = self.dispatch.attempt(options, tag, context, chain=line.chain)
+        except NsightwrapError as e:  # every GPU or node set aside, the engine stopped, the store unreachable
+            raise EngineStopped(str(e)) from e
+        return attempt
+
+    def chain_done(self, chain: str) -> None:
+        self.engine.chain_done(chain)
+
+    def note(self, line: "_Walk") -> Optional[str]:
+        return None
+
+    def cancel(self) -> None:
+        self.engine.cancel()
+
+
+class SideBySide:
+    """Attempts made here, in the lines' threads: the line of the up-front collectives' job beside the lines
+    before it, with `env` (its own rendezvous port); every other line once the lines before it have ended."""
+
+    here = True
+
+    def __init__(self, session: Session, env: dict[str, str]) -> None:
+        self.session, self.env = session, env
+        self.stop = threading.Event()
+        self.changed = threading.Condition()
+        self.ended: set[int] = set()
+
+    @staticmethod
+    def _index(line: "_Walk") -> int:
+        return int(line.chain.partition(":")[0])
+
+    @staticmethod
+    def _beside(line: "_Walk") -> bool:
+        return line.origin is not None and line.origin.upfront
+
+    def turn(self, line: "_Walk") -> None:
+        if self._beside(line):
+            return
+        before = set(range(self._index(line)))
+        with self.changed:
+            while not before <= self.ended and not self.stop.is_set():
+                self.changed.wait(0.5)
+        if self.stop.is_set():
+            raise KeyboardInterrupt("the walk was interrupted")
+
+    def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        if self._beside(line):
+            context = context.replace(env={**context.env, **self.env})
+        return self.session.attempt(options, tag, context, cancel=self.stop)
+
+    def chain_done(self, chain: str) -> None:
+        with self.changed:
+            self.ended.add(int(chain.partition(":")[0]))
+            self.changed.notify_all()
+
+    def note(self, line: "_Walk") -> Optional[str]:
+        if not self._beside(line):
+            return None
+        port = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        return f"run beside the main program's run, on the same GPUs, its ranks meeting apart ({port})"
+
+    def cancel(self) -> None:
+        with self.changed:
+            self.stop.set()
+            self.changed.notify_all()
+
+
+class Lines:
+    """The walk's lines, each in a thread of its own, their attempts made by `attempts`.
+
+    A line is a job of the queue and the jobs that follow from it (the same kernel lower down, the program past
+    its hang), which the serial walk runs one after another before it takes the next job of the queue: lines are
+    independent (each kernel's steps depend on its own outcomes; the store's answers a line asks are about its
+    own kernel). So each line walks on its own (a _Walk of its own queue and result) and the lines' results are
+    put together in the serial walk's order: the same steps, statuses and rows, and the same max_attempts cut.
+    A line that stops the walk (a program fault, a crash) ends it there: the lines after it are cancelled, and
+    what they had run stays in the store (the serial walk would not have run it).
+    """
+
+    def __init__(self, walk: "_Walk", attempts: LineAttempts) -> None:
+        self.walk, self.attempts = walk, attempts
+        self.cancel = threading.Event()
+        self.lock = threading.Lock()
+        self.lines: list[tuple["_Walk", cf.Future]] = []
+        self.pool = cf.ThreadPoolExecutor(max_workers=LINES_AT_ONCE, thread_name_prefix="nsightwrap-walk-line")
+
+    def firsts(self) -> list["_Job"]:
+        """The first job of every line so far (the serial walk's queue, as the program's line sees it)."""
+        with self.lock:
+            return [line.origin for line, _ in self.lines if line.origin is not None]
+
+    def start(self, job: "_Job") -> None:
+        """A line of its own for `job`, started at once (it waits for its turn: LineAttempts.turn)."""
+        line = copy.copy(self.walk)
+        line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
+        line.undo, line.reads = [], Reads(self.walk.s.reader, background=False)  # each line is a thread already
+        line.lines, line.origin = self, job
+        with self.lock:
+            line.first = not self.lines
+            line.chain = f"{len(self.lines)}:{job.name}"
+            self.lines.append((line, self.pool.submit(self._run_line, line)))
+
+    def _run_line(self, line: "_Walk") -> LadderResult:
+        """The line's walk, once its turn comes; `attempts` told when it asks for no more (on an engine, its claim
+        on a GPU ends)."""
+        try:
+            self.attempts.turn(line)
+            return line.run()
+        finally:
+            self.attempts.chain_done(line.chain)
+
+    def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        if self.cancel.is_set():
+            raise KeyboardInterrupt("the walk was interrupted")
+        return self.attempts.attempt(line, options, tag, context)
+
+    def run(self) -> LadderResult:
+        for job in self.walk.jobs:
+            self.start(job)
+        try:
+            done = self._wait()
+        except BaseException as e:
+            self.cancel.set()  # no new attempt; the jobs running now are cancelled, their lines told
+            self.attempts.cancel()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            stopped = self._interrupted() if isinstance(e, KeyboardInterrupt) and self.attempts.here else None
+            if stopped is not None:  # attempts made here: the first line's stopped attempt says what was stopped
+                raise stopped from e
+            raise
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        return self._merged(done)
+
+    def _interrupted(self) -> Optional[ProfileInterrupted]:
+        """The first line's attempt that the interrupt stopped, where attempts are made in this process."""
+        with self.lock:
+            futures = [future for _, future in self.lines]
+        for future in futures:
+            if future.done() and not future.cancelled() and isinstance(future.exception(), ProfileInterrupted):
+                return future.exception()
+        return None
+
+    def _wait(self) -> list["_Walk"]:
+        """The lines in order, each waited for, up to the first that stops the walk (the later ones cancelled)."""
+        done: list["_Walk"] = []
+        while True:
+            with self.lock:
+                if len(done) == len(self.lines):
+                    return done
+                line, future = self.lines[len(done)]
+            while not cf.wait([future], timeout=0.5).done:  # short waits: Ctrl-C reaches this thread between them
+                pass
+            future.result()  # the line's own exception, if any
+            done.append(line)
+            if line.result.stopped:
+                self.cancel.set()
+                self.attempts.cancel()
+                return done
+
+    def _merged(self, lines: list["_Walk"]) -> LadderResult:
+        """The lines' steps in the serial walk's order, the rows' attempt numbers those of the whole walk."""
+        result = self.walk.result
+        for line in lines:
+            part = line.result
+            cut = self._cut(line, len(result.attempts))
+            steps, unprofiled = line.pops[cut] if cut is not None else (len(part.steps), len(part.unprofiled))
+            kept, frames = list(part.steps[:steps]), list(part.frames)
+            for pop, i, step, f, frame in reversed(line.undo if cut is not None else []):
+                if pop >= cut and i < len(kept):  # a job past the cut changed an earlier step: never run serially
+                    kept[i], frames[f] = step, frame
+            base = len(result.steps)
+            for frame in frames[:sum(1 for s in kept if s.attempt is not None)]:
+                if len(frame):
+                    frame = frame.copy()
+                    frame[ATTEMPT_COLUMN] = frame[ATTEMPT_COLUMN] + base
+                result.frames.append(frame)
+            result.steps += kept
+            for kernel in part.unprofiled[:unprofiled]:
+                result.unprofiled.append(kernel)
+                result.why_unprofiled[kernel] = part.why_unprofiled[kernel]
+            result.stopped = (f"the walk reached max_attempts={self.walk.s.max_attempts}" if cut is not None
+                              else part.stopped)
+            if result.stopped:
+                break
+        self.walk._note_shape()  # the job's shape as the attempts showed it
+        store = self.walk.session.store
+        result.notes = list(store.notes) if store is not None else []
+        return result
+
+    def _cut(self, line: "_Walk", before: int) -> Optional[int]:
+        """The job of `line` at which the serial walk, `before` attempts in, would reach max_attempts."""
+        for i, (steps, _) in enumerate(line.pops):
+            if before + sum(1 for s in line.result.steps[:steps] if s.attempt is not None) >= self.walk.s.max_attempts:
+                return i
+        return None
+
+
+class EngineStopped(Exception):
+    """An engine attempt that could not be made (every GPU or node set aside, the engine stopped): the line stops
+    there as the serial walk stops on a GPU that keeps processes, its steps so far kept."""
+
+
+#: Lines walked at once on the engine (threads that wait on it; its GPUs bound the attempts).
+LINES_AT_ONCE = 64

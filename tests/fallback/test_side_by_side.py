@@ -1,0 +1,135 @@
+"""A torchrun job's collectives, profiled on one rank, run beside the main program's run (nsightwrap.fallback.lines):
+the same steps and rows as one run after the other, each run's ranks meeting on a port of their own. Real processes:
+the fake torchrun (tests/fake_dist) listens on its rendezvous port (FAKE_DIST_PORTS=1), as the real one does, and the
+fake program's `together:DIR:S` step tells whether a rank of the other run was alive at the same time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import app, fast_stop, run_config
+
+from nsightwrap.fallback.collectives import COLLECTIVES_JOB
+from nsightwrap.fallback.session import Session
+from nsightwrap.fallback.walk import walk_ladder
+from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.store.hangstore import HangStore
+from nsightwrap.watch.tree import COOKIE_VAR, OWNER_VAR, processes_with
+
+DIST = Path(__file__).parents[1] / "fake_dist"
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+STEPS = ["gemm", f"{AR}@collective", "softmax", f"{AR}@collective"]
+
+
+def torchrun(*steps: str, launcher: tuple[str, ...] = ()) -> list[str]:
+    return [str(DIST / "torchrun"), *launcher, "--nproc-per-node", "2", *app(*steps)[1:]]
+
+
+def rows(attempt) -> pd.DataFrame:
+    return pd.DataFrame({"function": [k.name for k in attempt.kernels]})
+
+
+@pytest.fixture
+def ports(fake_env, monkeypatch):
+    monkeypatch.setenv("FAKE_DIST_PORTS", "1")
+    monkeypatch.setenv("PET_MASTER_PORT", str(_free_port()))  # this test's own: tests run side by side too
+    return dict(os.environ)
+
+
+def _free_port() -> int:
+    from nsightwrap.watch.launchers import free_port
+
+    return free_port()
+
+
+def _walk(tmp_path, env, command, *, side_by_side=True, store=None):
+    said: list[str] = []
+    cfg = run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=env, stop=fast_stop(grace=0.5))
+    session = Session.open(command, cfg, store=store, on_output=said.append, side_by_side=side_by_side)
+    return walk_ladder(session, ProfileOptions(set="full"), "default", reader=rows), "".join(said)
+
+
+def _shape(result) -> list[tuple]:
+    return [(s.job, s.rung.name, s.skipped, s.attempt.status if s.attempt else None) for s in result.steps]
+
+
+def test_the_collectives_run_beside_the_main_run_and_the_walk_is_the_serial_ones(ports, tmp_path):
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:20", *STEPS), store=HangStore(tmp_path / "a.db"))
+    # Both runs were alive at once (each rank saw a rank of the other run), on two ports.
+    assert said.count("together: ports") >= 2 and "alone" not in said, said
+    ports_seen = {line.split("ports ", 1)[1].strip() for line in said.splitlines() if "together: ports" in line}
+    assert len(ports_seen) == 1 and len(next(iter(ports_seen)).split()) == 2
+    side = [s for s in beside.steps if s.job == COLLECTIVES_JOB and s.attempt is not None]
+    assert len(side) == 1 and any("run beside the main program's run" in n for n in side[0].notes)
+    assert "PET_MASTER_PORT=" in " ".join(side[0].notes)
+
+    (tmp_path / "meet2").mkdir()
+    serial, said = _walk(tmp_path, ports, torchrun(f"together:{tmp_path / 'meet2'}:0.3", *STEPS), side_by_side=False,
+                         store=HangStore(tmp_path / "b.db"))
+    assert "together" not in said and said.count("alone: port") >= 2
+    assert not any("run beside" in n for s in serial.steps for n in s.notes)
+    # The same steps, statuses and rows, in the same order.
+    assert _shape(beside) == _shape(serial)
+    assert list(beside.df["function"]) == list(serial.df["function"])
+    assert beside.to_dict()["status"] == serial.to_dict()["status"] == "ok"
+
+
+def test_a_job_that_fixes_its_rendezvous_port_runs_its_collectives_after_the_main_run(ports, tmp_path, caplog):
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    port = str(_free_port())
+    with caplog.at_level("INFO", logger="nsightwrap"):
+        result, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:0.3", *STEPS,
+                                                       launcher=("--master-port", port)))
+    assert "together" not in said and said.count(f"alone: port {port}") >= 2
+    assert "the collectives' run waits for the main program's" in caplog.text and "--master-port" in caplog.text
+    assert [a.status for a in result.attempts] == ["ok", "ok"]
+
+
+def test_another_job_after_a_hang_waits_for_both_runs(ports, tmp_path):
+    """A kernel that hangs in the main run gets a line of its own, which starts once the runs before it ended: the
+    steps are the serial walk's, in its order (main, its rerun past the hang, the collectives, the kernel's rungs)."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    steps = [f"together:{meet}:20", "gemm", f"{AR}@collective", "softmax@hang-if=SourceCounters", f"{AR}@collective"]
+    beside, said = _walk(tmp_path, ports, torchrun(*steps), store=HangStore(tmp_path / "a.db"))
+    assert "together: ports" in said
+    assert [(s.job, s.rung.name, s.attempt.status) for s in beside.steps if s.attempt] == [
+        ("main", "requested", "hang"), ("main", "requested", "ok"), (COLLECTIVES_JOB, "one-rank-launch-stats", "ok"),
+        ("softmax", "duration", "ok"), ("softmax", "detailed", "hang"), ("softmax", "basic", "ok")]
+    assert beside.hangs == [("softmax", "requested"), ("softmax", "detailed")]
+
+
+def test_ctrl_c_while_both_runs_run_is_interrupted_records_nothing_and_leaves_no_process(ports, tmp_path):
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    store = tmp_path / "h.db"
+    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "run", "--json", "-q", "--no-preflight", "--profile",
+                          "default", "--set", "basic", "--store", str(store), "--",
+                          *torchrun(f"together:{meet}:20", "sleep:30", *STEPS)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ports, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while len({f.name.partition(".")[0] for f in meet.iterdir()}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # both runs' ranks are up
+        assert len({f.name.partition(".")[0] for f in meet.iterdir()}) == 2
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=40)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err.decode()
+    d = json.loads(out)
+    assert d["status"] == "interrupted" and d["exit_code"] == 130
+    assert processes_with(COOKIE_VAR, d["attempt"]["cookie"]) == []
+    assert processes_with(OWNER_VAR, str(p.pid)) == []  # neither run left a process
+    assert HangStore(store).records() == []
