@@ -11,6 +11,11 @@ On any machine, against the fakes of tests/ (fake ncu at real-time speed, fake t
 
     python3 benchmarks/walk_overhead.py --timeline
 
+--modes side-by-side,serial times both ways of a torchrun walk in one invocation (`--serial`: the collectives'
+run after the main one, not beside it), each with a store and tool cache of its own, in the order A B B A (first
+walks, then second walks), so that neither always runs on a warmer machine. With the runs beside each other, the
+attempts' time is the union of their windows (from the trace: --timeline), not their sum.
+
 Each run is the real command line in a process of its own. The first run starts with a fresh hang store and a
 fresh tool cache (ncu's probe and the report reader's lookup not cached yet), the later ones reuse both, as the
 "torchrun" step of bench_calibration.py does. --timeline runs the command line under a tracer (this file with
@@ -153,9 +158,10 @@ def environment(args: argparse.Namespace, work: Path) -> dict[str, str]:
     return env
 
 
-def one_run(args: argparse.Namespace, work: Path, env: dict[str, str], n: int) -> dict[str, Any]:
+def one_run(args: argparse.Namespace, work: Path, env: dict[str, str], n: int, mode: str = "side-by-side"
+            ) -> dict[str, Any]:
     argv = ["run", "-q", "--json", "--store", str(work / "store.db"), *(["--ncu", args.ncu] if args.ncu else []),
-            "--profile", "default", "--set", "basic", "--", *job(args)]
+            "--profile", "default", "--set", "basic", *(["--serial"] if mode == "serial" else []), "--", *job(args)]
     trace = work / f"trace-{n}.json"
     head = [sys.executable, __file__, "--traced"] if args.timeline else [sys.executable, "-m", "nsightwrap"]
     t = time.time()
@@ -167,11 +173,23 @@ def one_run(args: argparse.Namespace, work: Path, env: dict[str, str], n: int) -
     except ValueError:
         doc = {"status": f"no JSON (rc {done.returncode}): {done.stderr[-400:]}"}
     attempts = [s["attempt"]["elapsed_s"] for s in doc.get("steps", []) if s.get("attempt")]
-    run = {"run": n, "status": doc.get("status"), "wall_s": end - t, "attempts_s": attempts,
+    run = {"run": n, "mode": mode, "status": doc.get("status"), "wall_s": end - t, "attempts_s": attempts,
            "outside_s": end - t - sum(attempts), "why": doc.get("error") or doc.get("reason") or doc.get("stopped")}
     if args.timeline and trace.exists():
         run["phases"] = phases(json.loads(trace.read_text()), end)
+        run["outside_s"] = end - t - run["phases"]["attempts (the union of their windows), in all"]
     return run
+
+
+def _union(windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping (start, end) windows merged, in order."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(windows):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _windows(events: list, start: str, end: str, thread: "str | None" = "MainThread") -> list[tuple[float, float]]:
@@ -196,7 +214,7 @@ def _inside(events: list, name: str, lo: float, hi: float, thread: "str | None" 
 def phases(trace: dict[str, Any], ended: float) -> dict[str, float]:
     """Where the time outside the attempts went (seconds), from the tracer's events."""
     ev = trace["events"]
-    attempts = _windows(ev, "> run.watch", "< run.watch")
+    attempts = _union(_windows(ev, "> run.watch", "< run.watch", None))  # a line's attempts run in its thread
     at = {what: t for t, _, what in ev if not what.startswith((">", "<", "spawn"))}
     first = attempts[0][0] if attempts else at.get("main returned", ended)
     last = attempts[-1][1] if attempts else first
@@ -206,6 +224,7 @@ def phases(trace: dict[str, Any], ended: float) -> dict[str, float]:
     for name in ("outcome.preflight", "opening.open_store", "session.Session.hanging_kernels"):
         out[f"before attempt 1: {name}"] = _inside(ev, name, imported, first)
     out["before attempt 1 (after the imports), in all"] = first - imported
+    out["attempts (the union of their windows), in all"] = sum(b - a for a, b in attempts)
     gaps = [(a[1], b[0]) for a, b in zip(attempts, attempts[1:])]
     out["between attempts, in all"] = sum(b - a for a, b in gaps)
     for name in ("walk.report_rows", "session.Session.record"):
@@ -222,6 +241,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
              + " ".join(job(args)[:3]) + " ...", ""]
     for r in runs:
         label = "first (fresh store and tool cache)" if r["run"] == 1 else f"run {r['run']} (cached)"
+        label = f"{r['mode']}, {label}" if len(args.modes) > 1 else label
         lines.append(f"{label}: status {r['status']}, wall {r['wall_s']:.2f} s, attempts "
                      + " + ".join(f"{a:.2f}" for a in r["attempts_s"]) + f" s, outside the attempts "
                      f"{r['outside_s']:.2f} s" + ("" if r["status"] == "ok" else f" ({str(r['why'])[:300]})"))
@@ -241,15 +261,22 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2, help="walks in a row (the first with nothing cached)")
     ap.add_argument("--timeline", action="store_true", help="trace each run: where the time outside went")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds each run may take")
+    ap.add_argument("--modes", default="side-by-side", type=lambda v: v.split(","),
+                    help="side-by-side (the default walk), serial (run --serial), or both: side-by-side,serial")
     ap.add_argument("-o", "--output", help="also write the table here")
     args = ap.parse_args()
+    if not args.modes or set(args.modes) - {"side-by-side", "serial"}:
+        ap.error("--modes: side-by-side, serial, or both separated by a comma")
     work = Path(tempfile.mkdtemp(prefix="nsightwrap-walk-overhead-"))
     try:
-        env = environment(args, work)
         runs = []
         for n in range(1, args.runs + 1):
-            runs.append(one_run(args, work, env, n))
-            print(report(runs[-1:], args).splitlines()[2], flush=True)
+            order = args.modes if n % 2 else args.modes[::-1]  # A B, then B A: neither always on a warmer machine
+            for mode in order:
+                folder = work / mode
+                folder.mkdir(exist_ok=True)
+                runs.append(one_run(args, folder, environment(args, folder), n, mode))
+                print(report(runs[-1:], args).splitlines()[2], flush=True)
         text = report(runs, args)
         print("\n" + text)
         if args.output:
