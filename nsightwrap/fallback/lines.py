@@ -29,6 +29,7 @@ from nsightwrap.fallback.session import Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.options import ProfileOptions
+from nsightwrap.status import CRASHED, ERROR
 
 if TYPE_CHECKING:
     from nsightwrap.fallback.walk import _Job, _Walk
@@ -92,7 +93,12 @@ class OnEngine:
 
 class SideBySide:
     """Attempts made here, in the lines' threads: the line of the up-front collectives' job beside the lines
-    before it, with `env` (its own rendezvous port); every other line once the lines before it have ended."""
+    before it, with `env` (its own rendezvous port); every other line once the lines before it have ended.
+
+    Two runs of a job at once can make each other fail where nsightwrap cannot see it (a program that fixes its own
+    rendezvous port; the GPUs' memory, taken twice). So a run that ends in an error or a crash while the other ran
+    is made again alone, as the serial walk would have made it: the collectives' run once the lines before it have
+    ended (its later attempts follow it there), another run once the collectives' run under way has ended."""
 
     here = True
 
@@ -101,17 +107,21 @@ class SideBySide:
         self.stop = threading.Event()
         self.changed = threading.Condition()
         self.ended: set[int] = set()
+        self.apart: Optional[str] = None  # why the collectives' line no longer runs beside the others
+        self.beside_runs = 0  # the collectives' runs started beside the others, and those under way now
+        self.beside_now = 0
+        self.said: dict[int, str] = {}  # line index -> where its last attempt ran, when that is worth a note
 
     @staticmethod
     def _index(line: "_Walk") -> int:
         return int(line.chain.partition(":")[0])
 
     @staticmethod
-    def _beside(line: "_Walk") -> bool:
+    def _side(line: "_Walk") -> bool:
         return line.origin is not None and line.origin.upfront
 
     def turn(self, line: "_Walk") -> None:
-        if self._beside(line):
+        if self._side(line) and self.apart is None:
             return
         before = set(range(self._index(line)))
         with self.changed:
@@ -121,8 +131,53 @@ class SideBySide:
             raise KeyboardInterrupt("the walk was interrupted")
 
     def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        if self._beside(line):
-            context = context.replace(env={**context.env, **self.env})
+        if self._side(line):
+            if self.apart is None:
+                return self._beside(line, options, tag, context)
+            self.turn(line)  # apart: after the runs before it
+            return self._here(options, tag, context)
+        with self.changed:
+            runs, now = self.beside_runs, self.beside_now
+        attempt = self._here(options, tag, context)
+        with self.changed:
+            overlapped = now > 0 or self.beside_runs > runs
+        if not overlapped or attempt.status not in (ERROR, CRASHED):
+            return attempt
+        why = (f"with the collectives' run beside it this run ended {attempt.status} ({attempt.reason}), so it was "
+               "made again alone")
+        self.said[self._index(line)] = why
+        log.info(f"the main program's run: {why}")
+        with self.changed:
+            self.apart = self.apart or "the main program's run failed with it beside, so it ran after it"
+            while self.beside_now and not self.stop.is_set():
+                self.changed.wait(0.5)
+        return self._here(options, tag, context)
+
+    def _beside(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
+        with self.changed:
+            self.beside_runs += 1
+            self.beside_now += 1
+        try:
+            attempt = self._here(options, tag, context.replace(env={**context.env, **self.env}))
+        finally:
+            with self.changed:
+                self.beside_now -= 1
+                self.changed.notify_all()
+        if attempt.status not in (ERROR, CRASHED):
+            port = ", ".join(f"{k}={v}" for k, v in self.env.items())
+            self.said[self._index(line)] = ("run beside the main program's run, on the same GPUs, its ranks meeting "
+                                            f"apart ({port})")
+            return attempt
+        why = (f"beside the main program's run it ended {attempt.status} ({attempt.reason}), so it was made again "
+               "after it")
+        self.said[self._index(line)] = why
+        log.info(f"the collectives' run: {why}")
+        with self.changed:
+            self.apart = self.apart or why
+        self.turn(line)
+        return self._here(options, tag, context)
+
+    def _here(self, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
         return self.session.attempt(options, tag, context, cancel=self.stop)
 
     def chain_done(self, chain: str) -> None:
@@ -131,10 +186,7 @@ class SideBySide:
             self.changed.notify_all()
 
     def note(self, line: "_Walk") -> Optional[str]:
-        if not self._beside(line):
-            return None
-        port = ", ".join(f"{k}={v}" for k, v in self.env.items())
-        return f"run beside the main program's run, on the same GPUs, its ranks meeting apart ({port})"
+        return self.said.pop(self._index(line), None)
 
     def cancel(self) -> None:
         with self.changed:

@@ -239,8 +239,6 @@ class _Walk:
         if planned is None:
             return True
         opts, notes = planned
-        where = self.lines.attempts.note(self) if self.lines is not None else None
-        notes = [*notes, where] if where else notes
         if rung.ranks == ONE_RANK and self.options.rank is None and not (self.shape.multi
                                                                           and self.shape.one_rank_possible):
             self.jobs.insert(0, job.lower())  # a one-rank rung, but the job turned out to have one process
@@ -266,7 +264,8 @@ class _Walk:
         except EngineStopped as e:  # the engine gave up (no GPU or node left): the walk so far is the answer
             self.result.stopped = str(e)
             return False
-        self._record(job, rung, notes, attempt, shape)
+        where = self.lines.attempts.note(self) if self.lines is not None else None  # e.g. beside another run
+        self._record(job, rung, [*notes, where] if where else notes, attempt, shape)
         return self._follow(job, rung, attempt, one_rank=opts.rank is not None)
 
     def _attempt(self, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:

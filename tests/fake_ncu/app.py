@@ -15,6 +15,8 @@ Each argument is one step:
   graph:A+B@spin=S     one CUDA graph launch of kernels A and B (each NAME or NAME@spin=S)
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
+  bind:PORT            rank 0 listens on PORT until it exits (a program that fixes its own rendezvous port, as
+                       init_method="tcp://...:PORT" does); taken already: the error torch prints, exit 1
   together:DIR:S       note this rank in DIR under its MASTER_PORT, then wait up to S seconds for a rank of another
                        run of the job (another MASTER_PORT); print "together: ports A B" or "alone: port A"
   stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
@@ -45,6 +47,9 @@ def chatty(ms, bar):
             time.sleep(ms / 1000)
 
     threading.Thread(target=talk, daemon=True).start()
+
+
+_held = []  # sockets this process listens on (bind:PORT) until it exits
 
 
 def together(folder, seconds):
@@ -95,6 +100,18 @@ def step(arg):
         child = subprocess.Popen(["sleep", "3"], env={})
         with open(arg[5:], "a") as f:
             f.write(f"{child.pid}\n")
+    elif arg.startswith("bind:"):
+        if os.environ.get("RANK", "0") == "0":
+            import socket
+
+            _held.append(socket.socket())
+            try:
+                _held[-1].bind(("127.0.0.1", int(arg[5:])))
+            except OSError:
+                print(f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                      f"network address. port: {arg[5:]}, code: -98, name: EADDRINUSE", file=sys.stderr, flush=True)
+                sys.exit(1)
+            _held[-1].listen()
     elif arg.startswith("together:"):
         together(*arg[9:].rsplit(":", 1))
     elif arg.startswith("sleep:"):
