@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
 from nsightwrap.calibrate.cupti.trace import StalledKernel
-from nsightwrap.calibrate.traced import measure_traced
+from nsightwrap.calibrate.traced import interrupted, measure_traced
 from nsightwrap.calibrate.verdict import program_verdict
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
@@ -65,11 +65,11 @@ def measure_plain(command: Sequence[str], config: RunConfig, limit_s: float,
     """One plain watched run: its wall time bounds every kernel in it (run in `env`, else config's)."""
     env = _run_env(config) if env is None else dict(env)
     try:
-        outcome = watch(list(command), TotalTimeout(limit_s), policy=config.stop, env=env, cwd=config.cwd,
-                        on_output=on_output, frontend_names=())
+        outcome = watch(list(command), config.stoppable(TotalTimeout(limit_s)), policy=config.stop, env=env,
+                        cwd=config.cwd, on_output=on_output, frontend_names=())
     except OSError as e:
         return Calibration.failed(ERROR, f"the program could not be started without ncu: {e}", PLAIN)
-    if outcome.interrupted:
+    if interrupted(outcome):
         raise KeyboardInterrupt("calibration run interrupted; its process tree was stopped")
     if outcome.exception is not None:
         raise outcome.exception

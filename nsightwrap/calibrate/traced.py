@@ -24,7 +24,7 @@ from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
 from nsightwrap.ncu.listen import SILENT, CalibrationProgress, RunListener
 from nsightwrap.paths import work_dir
-from nsightwrap.status import ERROR, OK, TIMEOUT
+from nsightwrap.status import ERROR, INTERRUPTED, OK, TIMEOUT
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
 
@@ -133,6 +133,12 @@ def _with_troubles(cal: Calibration, follower: TraceFollower) -> Calibration:
     return replace(cal, notes=cal.notes + troubles) if troubles else cal
 
 
+def interrupted(outcome: RunOutcome) -> bool:
+    """The watched run was stopped by an interrupt: Ctrl-C or a signal here, or RunConfig.cancel from another
+    thread (the Cancelled rule's verdict)."""
+    return bool(outcome.interrupted) or (outcome.verdict is not None and outcome.verdict.status == INTERRUPTED)
+
+
 def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limit_s: float,
                    on_output: Optional[Callable[[str], None]] = None, *, env: Mapping[str, str],
                    stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_CALIBRATION_LIMIT_S,
@@ -146,12 +152,12 @@ def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limi
         run_env = dict(env, **{INJECTION_VAR: str(tracer), TRACE_DIR_VAR: str(work)})
         started = clock()
         try:
-            outcome = watch(list(command), TotalTimeout(limit_s) | rule, policy=config.stop, env=run_env,
-                            cwd=config.cwd, clock=clock, on_output=on_output, frontend_names=())
+            outcome = watch(list(command), config.stoppable(TotalTimeout(limit_s) | rule), policy=config.stop,
+                            env=run_env, cwd=config.cwd, clock=clock, on_output=on_output, frontend_names=())
         finally:  # the live line drops the calibration whatever happened
             now = clock()
             listener.calibrating(CalibrationProgress(CUPTI, now, now - started, done=True))
-        if outcome.interrupted:
+        if interrupted(outcome):
             raise KeyboardInterrupt("calibration run interrupted; its process tree was stopped")
         if isinstance(outcome.exception, OSError):
             why = f"the program could not be started without ncu: {outcome.exception}"

@@ -43,14 +43,12 @@ from nsightwrap.fallback.spec import ExecutorSpec
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunConfig, RunContext
 from nsightwrap.ncu.engine import profile_command
-from nsightwrap.ncu.known import run_rules
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.status import ERROR, INTERRUPTED
 from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
 from nsightwrap.store.schema import Record
 from nsightwrap.watch.locate import check_program
-from nsightwrap.watch.rules import Cancelled
 
 __all__ = ["GpuKept", "Session", "Tag", "TRANSIENT_ERRORS", "is_transient"]
 
@@ -204,11 +202,13 @@ class Session:
                                 f"ncu's error looks transient: retrying {what} in {state.next_action.sleep:.0f} s"))
 
         def once(ctx: RunContext) -> Attempt:
-            rules = None if cancel is None else run_rules(self.command, options, ctx.config) | Cancelled(cancel)
-            return retrying(profile_command, self.command, options, ctx, on_output=self.on_output, rules=rules)
+            return retrying(profile_command, self.command, options, ctx, on_output=self.on_output)
 
         _ = self.environment  # asked once, and handed to the calibrator before it looks in the store
-        attempt = self.calibrator.run(once, context or self.context, options)
+        context = context or self.context
+        if cancel is not None:  # stops the profiled runs and the calibration's (RunConfig.cancel)
+            context = context.replace(cancel=cancel)
+        attempt = self.calibrator.run(once, context, options)
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
         return attempt

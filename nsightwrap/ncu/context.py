@@ -24,7 +24,7 @@ from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.files import DEFAULT_REPORT_DIR
 from nsightwrap.watch.gpu import GpuInfo, LastListing, gpus
 from nsightwrap.watch.notes import orphans_note
-from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, ToolStuck, TotalTimeout, WatchRule
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, Cancelled, ToolStuck, TotalTimeout, WatchRule
 from nsightwrap.watch.tree import StopPolicy
 
 __all__ = ["DEFAULT_CALIBRATION_LIMIT_S", "FindNcu", "ProbeNcu", "RunConfig", "RunContext"]
@@ -84,6 +84,9 @@ class RunConfig:
     #: Keeps each run's ncu log and timestamped transcript, and what a stall looked like (nvidia-smi -q, host
     #: stacks) in a folder per run, for `hangs bundle` (nsightwrap.watch.evidence); None: nothing kept.
     evidence: Optional[StallEvidence] = None
+    #: A threading.Event that stops this run's watched processes (the profiled run and its calibration runs) from
+    #: another thread, as Ctrl-C does in the main one: a walk's lines, sweep --jobs. Set per run, never pickled.
+    cancel: Optional[threading.Event] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.stuck_timeout is not None and not self.stuck_timeout > 0:
@@ -109,8 +112,12 @@ class RunConfig:
         return rule
 
     def watched(self, rule: WatchRule) -> WatchRule:
-        """`rule` (the run's own rules) | ToolStuck: what the watch loop checks."""
-        return rule if self.stuck_timeout is None else rule | ToolStuck(self.stuck_timeout, "ncu")
+        """`rule` (the run's own rules) | ToolStuck | Cancelled: what the watch loop checks."""
+        return self.stoppable(rule if self.stuck_timeout is None else rule | ToolStuck(self.stuck_timeout, "ncu"))
+
+    def stoppable(self, rule: WatchRule) -> WatchRule:
+        """`rule` | Cancelled(cancel) when another thread may stop the run (RunConfig.cancel)."""
+        return rule if self.cancel is None else rule | Cancelled(self.cancel)
 
     def replace(self, **changes: Any) -> "RunConfig":
         return replace(self, **changes)
