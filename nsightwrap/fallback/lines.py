@@ -143,12 +143,9 @@ class SideBySide:
             overlapped = now > 0 or self.beside_runs > runs
         if not overlapped or attempt.status not in (ERROR, CRASHED):
             return attempt
-        why = (f"with the collectives' run beside it this run ended {attempt.status} ({attempt.reason}), so it was "
-               "made again alone")
-        self.said[self._index(line)] = why
-        log.info(f"the main program's run: {why}")
+        self._apart(line, f"with the collectives' run beside it, this run ended {attempt.status} ({attempt.reason}), "
+                          "so it was made again alone")
         with self.changed:
-            self.apart = self.apart or "the main program's run failed with it beside, so it ran after it"
             while self.beside_now and not self.stop.is_set():
                 self.changed.wait(0.5)
         return self._here(options, tag, context)
@@ -168,14 +165,17 @@ class SideBySide:
             self.said[self._index(line)] = ("run beside the main program's run, on the same GPUs, its ranks meeting "
                                             f"apart ({port})")
             return attempt
-        why = (f"beside the main program's run it ended {attempt.status} ({attempt.reason}), so it was made again "
-               "after it")
-        self.said[self._index(line)] = why
-        log.info(f"the collectives' run: {why}")
-        with self.changed:
-            self.apart = self.apart or why
+        self._apart(line, f"beside the main program's run, this run ended {attempt.status} ({attempt.reason}), so it "
+                          "was made again after it")
         self.turn(line)
         return self._here(options, tag, context)
+
+    def _apart(self, line: "_Walk", why: str) -> None:
+        """`line`'s run failed with the other run beside it: from now on, one run at a time; its step says why."""
+        self.said[self._index(line)] = why
+        log.info(f"{line.chain}: {why}")
+        with self.changed:
+            self.apart = self.apart or why
 
     def _here(self, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
         return self.session.attempt(options, tag, context, cancel=self.stop)
