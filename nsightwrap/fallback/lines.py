@@ -132,7 +132,11 @@ class SideBySide:
 
     def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
         if self._side(line):
-            if self.apart is None:
+            with self.changed:  # decided and counted at once: a run failing now waits for this one
+                beside = self.apart is None
+                self.beside_runs += beside
+                self.beside_now += beside
+            if beside:
                 return self._beside(line, options, tag, context)
             self.turn(line)  # apart: after the runs before it
             return self._here(options, tag, context)
@@ -151,9 +155,7 @@ class SideBySide:
         return self._here(options, tag, context)
 
     def _beside(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        with self.changed:
-            self.beside_runs += 1
-            self.beside_now += 1
+        """The collectives' run beside the others (counted in beside_now by the caller)."""
         try:
             attempt = self._here(options, tag, context.replace(env={**context.env, **self.env}))
         finally:
