@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,8 +68,8 @@ def test_the_collectives_run_beside_the_main_run_and_the_walk_is_the_serial_ones
     beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:20", *STEPS), store=HangStore(tmp_path / "a.db"))
     # Both runs were alive at once (each rank saw a rank of the other run), on two ports.
     assert said.count("together: ports") >= 2 and "alone" not in said, said
-    ports_seen = {line.split("ports ", 1)[1].strip() for line in said.splitlines() if "together: ports" in line}
-    assert len(ports_seen) == 1 and len(next(iter(ports_seen)).split()) == 2
+    ports_seen = set(re.findall(r"together: ports (\d+) (\d+)", said))  # output comes in pieces, not lines
+    assert len(ports_seen) == 1 and len(set(next(iter(ports_seen)))) == 2
     side = [s for s in beside.steps if s.job == COLLECTIVES_JOB and s.attempt is not None]
     assert len(side) == 1 and any("run beside the main program's run" in n for n in side[0].notes)
     assert "PET_MASTER_PORT=" in " ".join(side[0].notes)
