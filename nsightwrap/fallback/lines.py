@@ -3,13 +3,10 @@
 Two ways to make a line's attempts (its `LineAttempts`):
 - OnEngine: each attempt a job of a cluster engine (Session.executor; nsightwrap.fallback.executor), on a GPU or
   node of its own, so the lines run at once as far as the engine has room;
-- SideBySide: each attempt made here, in the line's thread, on the job's own GPUs. A recognised torchrun job's
-  collectives, profiled on one rank (nsightwrap.fallback.collectives.up_front), run beside the main program's
-  run: each run is the whole job, on the same GPUs, its ranks meeting on a rendezvous port of their own
-  (nsightwrap.watch.launchers.second_run_env). Every other line waits for the lines before it (the serial walk,
-  one run at a time). FACTS.md, session 9: on 2x H200 the main run took 32.1 s with the collectives' run beside it
-  and 32.2 s alone; the collectives' run 12.1 s beside it and 14.0 s alone. ncu serialises the profiling itself
-  across its instances (one lock per machine), so the two runs never profile a kernel at the same time.
+- SideBySide (nsightwrap.fallback.sidebyside): each attempt made here, in the line's thread, on the job's own GPUs:
+  a torchrun job's collectives' run beside its main run, every other line after the lines before it.
+Lines whose attempts are made here read their reports in a thread of their own each (while their next attempt
+runs), one report at a time across the lines (the report reader is not known to be thread-safe).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import concurrent.futures as cf
 import copy
 import logging
 import threading
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from nsightwrap.errors import NsightwrapError, ProfileInterrupted
 from nsightwrap.fallback.engineattempts import EngineAttempts
@@ -29,12 +26,13 @@ from nsightwrap.fallback.session import Session, Tag
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.options import ProfileOptions
-from nsightwrap.status import CRASHED, ERROR
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from nsightwrap.fallback.walk import _Job, _Walk
 
-__all__ = ["EngineStopped", "LineAttempts", "Lines", "OnEngine", "SideBySide"]
+__all__ = ["EngineStopped", "LineAttempts", "Lines", "OnEngine"]
 
 log = logging.getLogger("nsightwrap")
 
@@ -91,111 +89,6 @@ class OnEngine:
         self.engine.cancel()
 
 
-class SideBySide:
-    """Attempts made here, in the lines' threads: the line of the up-front collectives' job beside the lines
-    before it, with `env` (its own rendezvous port); every other line once the lines before it have ended.
-
-    Two runs of a job at once can make each other fail where nsightwrap cannot see it (a program that fixes its own
-    rendezvous port; the GPUs' memory, taken twice). So a run that ends in an error or a crash while the other ran
-    is made again alone, as the serial walk would have made it: the collectives' run once the lines before it have
-    ended (its later attempts follow it there), another run once the collectives' run under way has ended."""
-
-    here = True
-
-    def __init__(self, session: Session, env: dict[str, str]) -> None:
-        self.session, self.env = session, env
-        self.stop = threading.Event()
-        self.changed = threading.Condition()
-        self.ended: set[int] = set()
-        self.apart: Optional[str] = None  # why the collectives' line no longer runs beside the others
-        self.beside_runs = 0  # the collectives' runs started beside the others, and those under way now
-        self.beside_now = 0
-        self.said: dict[int, str] = {}  # line index -> where its last attempt ran, when that is worth a note
-
-    @staticmethod
-    def _index(line: "_Walk") -> int:
-        return int(line.chain.partition(":")[0])
-
-    @staticmethod
-    def _side(line: "_Walk") -> bool:
-        return line.origin is not None and line.origin.upfront
-
-    def turn(self, line: "_Walk") -> None:
-        if self._side(line) and self.apart is None:
-            return
-        before = set(range(self._index(line)))
-        with self.changed:
-            while not before <= self.ended and not self.stop.is_set():
-                self.changed.wait(0.5)
-        if self.stop.is_set():
-            raise KeyboardInterrupt("the walk was interrupted")
-
-    def attempt(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        if self._side(line):
-            with self.changed:  # decided and counted at once: a run failing now waits for this one
-                beside = self.apart is None
-                self.beside_runs += beside
-                self.beside_now += beside
-            if beside:
-                return self._beside(line, options, tag, context)
-            self.turn(line)  # apart: after the runs before it
-            return self._here(options, tag, context)
-        with self.changed:
-            runs, now = self.beside_runs, self.beside_now
-        attempt = self._here(options, tag, context)
-        with self.changed:
-            overlapped = now > 0 or self.beside_runs > runs
-        if not overlapped or attempt.status not in (ERROR, CRASHED):
-            return attempt
-        self._apart(line, f"with the collectives' run beside it, this run ended {attempt.status} ({attempt.reason}), "
-                          "so it was made again alone")
-        with self.changed:
-            while self.beside_now and not self.stop.is_set():
-                self.changed.wait(0.5)
-        return self._here(options, tag, context)
-
-    def _beside(self, line: "_Walk", options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        """The collectives' run beside the others (counted in beside_now by the caller)."""
-        try:
-            attempt = self._here(options, tag, context.replace(env={**context.env, **self.env}))
-        finally:
-            with self.changed:
-                self.beside_now -= 1
-                self.changed.notify_all()
-        if attempt.status not in (ERROR, CRASHED):
-            port = ", ".join(f"{k}={v}" for k, v in self.env.items())
-            self.said[self._index(line)] = ("run beside the main program's run, on the same GPUs, its ranks meeting "
-                                            f"apart ({port})")
-            return attempt
-        self._apart(line, f"beside the main program's run, this run ended {attempt.status} ({attempt.reason}), so it "
-                          "was made again after it")
-        self.turn(line)
-        return self._here(options, tag, context)
-
-    def _apart(self, line: "_Walk", why: str) -> None:
-        """`line`'s run failed with the other run beside it: from now on, one run at a time; its step says why."""
-        self.said[self._index(line)] = why
-        log.info(f"{line.chain}: {why}")
-        with self.changed:
-            self.apart = self.apart or why
-
-    def _here(self, options: ProfileOptions, tag: Tag, context: RunContext) -> Attempt:
-        return self.session.attempt(options, tag, context, cancel=self.stop)
-
-    def chain_done(self, chain: str) -> None:
-        with self.changed:
-            self.ended.add(int(chain.partition(":")[0]))
-            self.changed.notify_all()
-
-    def note(self, line: "_Walk") -> Optional[str]:
-        return self.said.pop(self._index(line), None)
-
-    def cancel(self) -> None:
-        with self.changed:
-            self.stop.set()
-            self.changed.notify_all()
-
-
 class Lines:
     """The walk's lines, each in a thread of its own, their attempts made by `attempts`.
 
@@ -210,6 +103,7 @@ class Lines:
 
     def __init__(self, walk: "_Walk", attempts: LineAttempts) -> None:
         self.walk, self.attempts = walk, attempts
+        self.reader = _one_at_a_time(walk.s.reader) if attempts.here else walk.s.reader
         self.cancel = threading.Event()
         self.lock = threading.Lock()
         self.lines: list[tuple["_Walk", cf.Future]] = []
@@ -224,7 +118,8 @@ class Lines:
         """A line of its own for `job`, started at once (it waits for its turn: LineAttempts.turn)."""
         line = copy.copy(self.walk)
         line.result, line.jobs, line.floor_hung, line.pops = LadderResult(self.walk.ladder), [job], set(), []
-        line.undo, line.reads = [], Reads(self.walk.s.reader, background=False)  # each line is a thread already
+        # A line on an engine reads at once (its thread waits on the engine anyway); here, beside its next attempt.
+        line.undo, line.reads = [], Reads(self.reader, background=self.attempts.here)
         line.lines, line.origin = self, job
         with self.lock:
             line.first = not self.lines
@@ -246,9 +141,9 @@ class Lines:
         return self.attempts.attempt(line, options, tag, context)
 
     def run(self) -> LadderResult:
-        for job in self.walk.jobs:
-            self.start(job)
         try:
+            for job in self.walk.jobs:  # inside: an interrupt while they start cancels those started
+                self.start(job)
             done = self._wait()
         except BaseException as e:
             self.cancel.set()  # no new attempt; the jobs running now are cancelled, their lines told
@@ -323,6 +218,17 @@ class Lines:
             if before + sum(1 for s in line.result.steps[:steps] if s.attempt is not None) >= self.walk.s.max_attempts:
                 return i
         return None
+
+
+def _one_at_a_time(reader: Callable[[Attempt], "pd.DataFrame"]) -> Callable[[Attempt], "pd.DataFrame"]:
+    """`reader`, called by one thread at a time."""
+    lock = threading.Lock()
+
+    def read(attempt: Attempt) -> "pd.DataFrame":
+        with lock:
+            return reader(attempt)
+
+    return read
 
 
 class EngineStopped(Exception):

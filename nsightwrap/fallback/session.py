@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
@@ -209,6 +209,9 @@ class Session:
         if cancel is not None:  # stops the profiled runs and the calibration's (RunConfig.cancel)
             context = context.replace(cancel=cancel)
         attempt = self.calibrator.run(once, context, options)
+        if attempt.status != INTERRUPTED and cancel is not None and cancel.is_set():  # cancelled as it ended
+            attempt = replace(attempt, status=INTERRUPTED, reason="interrupted (Ctrl-C or a termination signal) as "
+                              f"it ended ({attempt.status}: {attempt.reason}); not taken")
         if attempt.status == INTERRUPTED:
             raise ProfileInterrupted(attempt)
         return attempt
@@ -217,8 +220,17 @@ class Session:
                 cancel: Optional[threading.Event] = None) -> Attempt:
         """One attempt of a walk or sweep: run (see `run`), the job's shape learnt from it, recorded in the
         store; GpuKept (after recording) when the GPU keeps processes of it."""
-        what = f"rung {tag.rung!r}" if tag.rung else "the probe"
-        attempt = self.run(options, context, what=what, cancel=cancel)
+        attempt = self.run(options, context, what=self.what(tag), cancel=cancel)
+        return self.keep(attempt, options, tag)
+
+    @staticmethod
+    def what(tag: Tag) -> str:
+        """How the live line names an attempt of `tag`."""
+        return f"rung {tag.rung!r}" if tag.rung else "the probe"
+
+    def keep(self, attempt: Attempt, options: ProfileOptions, tag: Tag) -> Attempt:
+        """A run (see `run`) taken as an attempt: the job's shape learnt from it, recorded in the store; GpuKept
+        (after recording) when the GPU keeps processes of it."""
         self.learn(attempt)
         self.record(attempt, options, tag)
         if attempt.gpu_left_after:

@@ -40,10 +40,11 @@ from nsightwrap.fallback.collectives import (
 from nsightwrap.fallback.executor import open_engine
 from nsightwrap.fallback.floor import IMPLIED_HANG, floor_index, implied_by_floor
 from nsightwrap.fallback.ladder import Ladder, Rung, exclude_kernels, load_ladder
-from nsightwrap.fallback.lines import EngineStopped, Lines, OnEngine, SideBySide
+from nsightwrap.fallback.lines import EngineStopped, Lines, OnEngine
 from nsightwrap.fallback.reads import Reads
 from nsightwrap.fallback.result import KNOWN_EMPTY, KNOWN_HANG, LadderResult, Step
 from nsightwrap.fallback.session import GpuKept, Session, Tag
+from nsightwrap.fallback.sidebyside import SideBySide
 from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
@@ -133,7 +134,8 @@ def walk_ladder(
     measured at the first stall, and a stall is a hang only once calibrated.
     reader turns an attempt into rows (default: its report, through
     load_report); it is called in a thread of the walk's own while the next
-    attempt runs (nsightwrap.fallback.reads), one read at a time, in order,
+    attempt runs (nsightwrap.fallback.reads), one read at a time, in order (in each line's order where lines run
+    at once: nsightwrap.fallback.lines),
     and an exception it raises ends the walk. One-rank rungs profile session.rank in a multi-process job
     (unless options.rank chooses one for every rung). The verdict is the
     result's: status, exit_code, to_dict().
@@ -479,11 +481,16 @@ def _side_by_side_env(walk: _Walk) -> Optional[dict[str, str]]:
 
 
 def _side_by_side(walk: _Walk, env: dict[str, str]) -> LadderResult:
-    """The walk with its collectives' run beside the main program's, on the same GPUs; each other job in turn."""
+    """The walk with its collectives' run beside the main program's, on the same GPUs; each other job in turn
+    (nsightwrap.fallback.sidebyside)."""
     session = walk.session
     log.info("the collectives' run (one rank profiled) runs beside the main program's, on the same GPUs; its "
-             f"ranks meet on a port of their own ({', '.join(f'{k}={v}' for k, v in env.items())})")
+             f"ranks meet on a port of their own (a free one for each run, e.g. {', '.join(env)})")
+
+    def meeting() -> Optional[dict[str, str]]:  # a free port for each run, taken as it starts
+        return second_run_env(session.command, session.context.env)[0]
+
     try:
-        return Lines(walk, SideBySide(session, env)).run()
+        return Lines(walk, SideBySide(session, meeting)).run()
     finally:
         session.close()  # the lines' own store connections

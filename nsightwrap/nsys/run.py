@@ -282,7 +282,8 @@ def profile_nsys(
     if orphans:
         notes.append(orphans)
     outcome = watch(argv, config.stoppable(rules if rules is not None else nsys_rules(config, silence_timeout)),
-                    policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output, frontend_names=FRONTEND_NAMES)
+                    policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
+                    frontend_names=FRONTEND_NAMES)
     run = build_nsys_run(outcome, command=command, expected=report, nsys=nsys, notes=notes)
     if outcome.interrupted:
         raise NsysInterrupted(run)

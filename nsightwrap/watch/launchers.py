@@ -283,7 +283,8 @@ def one_rank_argv(command: Sequence[str], argv: Sequence[str], rank: int, wrappe
 #: meet the first one's ranks there. --nnodes is one of them unless it says one node.
 _MEETING = _names("--master-port --master_port --master-addr --master_addr --rdzv-endpoint --rdzv_endpoint",
                   "--rdzv-backend --rdzv_backend --rdzv-id --rdzv_id --node-rank --node_rank --local-addr --local_addr")
-_MEETING_VARS = ("PET_MASTER_ADDR", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "PET_NODE_RANK")
+_MEETING_VARS = ("PET_MASTER_ADDR", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_NNODES", "PET_NODE_RANK",
+                 "NCCL_COMM_ID")  # the last: NCCL's own bootstrap address, the same for both runs
 
 
 def second_run_env(command: Sequence[str], env: Mapping[str, str]) -> tuple[Optional[dict[str, str]], str]:
@@ -291,7 +292,9 @@ def second_run_env(command: Sequence[str], env: Mapping[str, str]) -> tuple[Opti
     its rendezvous port from PET_MASTER_PORT unless its command line gives one, so each run gets a free port of
     its own. None (and why not) where nsightwrap cannot keep the two runs' ranks apart: not torchrun, several
     nodes, or the command or the environment fixes where the ranks meet (a program that fixes it itself, e.g.
-    init_method="tcp://...:PORT", is not seen here: its second run fails to meet, or meets the first one's)."""
+    init_method="tcp://...:PORT", is not seen here: its second run fails to meet, or meets the first one's; so
+    does torchrun --standalone before PyTorch 2.1, which meets on localhost:29400 whatever PET_MASTER_PORT says:
+    nsightwrap.fallback.sidebyside then makes the run that failed again alone)."""
     kind, start = _launcher_kind(command)
     if kind != "torchrun":
         return None, ("only torchrun's ranks can be given a meeting place of their own" if kind else

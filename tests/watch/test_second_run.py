@@ -26,6 +26,7 @@ def test_torchrun_gets_a_free_port_of_its_own():
     (["torchrun", "--nnodes", "2", "--nproc-per-node", "2", "t.py"], {}, "--nnodes 2"),
     (["torchrun", "--nnodes", "1:2", "--nproc-per-node", "2", "t.py"], {}, "--nnodes 1:2"),
     (["torchrun", "--nproc-per-node", "2", "t.py"], {"PET_RDZV_ENDPOINT": "h:1"}, "PET_RDZV_ENDPOINT"),
+    (["torchrun", "--nproc-per-node", "2", "t.py"], {"NCCL_COMM_ID": "h:1234"}, "NCCL_COMM_ID"),
     (["mpirun", "-np", "2", "./a.out"], {}, "only torchrun"),
     (["./a.out"], {}, "no launcher"),
     (["torchrun", "--frobnicate", "2", "t.py"], {}, "not one nsightwrap knows"),
