@@ -173,14 +173,23 @@ def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(fake_gpus, tmp_p
         time.sleep(0.1)
 
 
-def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(fake_gpus, tmp_path, capsys):
+def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(fake_gpus, tmp_path, capsys,
+                                                                                   monkeypatch):
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. Two
     sections, one culprit each (a third adds only probes, each a job of ~1 s of CPU: the sweep's search is
-    tested in test_sweep.py); the second sweep reads its answer through main(argv) in this process."""
+    tested in test_sweep.py); the second sweep reads its answer through main(argv) in this process.
+
+    The same run (its jobs are the suite's dearest: one run for three checks) shows as well:
+    - the next whole-program run starts before the last one's verdict (test_speculation.py: a speculation, taken,
+      on the idle GPU: kernel b's run starts while a's run waits for its verdict), the culprits unchanged;
+    - the nodes ask nvidia-smi only for the GPU checks (test_engine_overhead.py): one --query-gpu in all (the
+      sweep's own environment, asked once, travels with each task), none per probe; every record keeps it."""
+    smi = fake_gpus / "smi.log"
+    monkeypatch.setenv("FAKE_SMI_LOG", str(smi))
     folder = tmp_path / "jobs"
     argv = ["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS[:2]), []), "--json",
             "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
-            "--stall-timeout", "0.6", "--", *PROGRAM]  # hangs calibrated on a node: the Slurm tests
+            "--stall-timeout", "1.2", "--", *PROGRAM]  # hangs calibrated on a node: the Slurm tests
     r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
     doc = json.loads(r.stdout)
     assert r.returncode == 0, r.stderr
@@ -189,6 +198,17 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     probes = [p for k in doc["kernels"] for p in k["probes"] if not p["from_store"]]
     assert probes and {p["gpu"] for p in probes} == {"0", "1"}  # each pinned to one GPU; both GPUs used
     assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
+    # The speculation: the run that finds b started before a's run had its verdict.
+    wholes = [j for j in doc["engine_jobs"] if j["chain"] == ""]
+    assert any(j["speculative"] and not j["dropped"] for j in wholes), doc["engine_jobs"]
+    first, second = wholes[0], next(j for j in wholes if j["speculative"])
+    assert second["submitted_s"] < first["seen_s"], "the second whole-program run did not start before the first's end"
+    # nvidia-smi: the environment asked once; every record (one per probe, on the nodes) keeps it.
+    calls = smi.read_text().splitlines()
+    assert sum(c.startswith("--query-gpu") for c in calls) == 1, calls
+    with HangStore(tmp_path / "hangs.db", readonly=True) as store:
+        records = store.records()
+    assert len({(x.gpu, x.driver, x.host, x.gpus) for x in records}) == 1 and records[0].gpu == "NVIDIA H200"
     # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
     code, out, err = cli_main(argv, capsys)
     assert code == 0, err
