@@ -33,8 +33,10 @@ from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 
-# a hangs whenever SourceCounters is collected, b whenever Occupancy is: they step down to different rungs.
-TWO_HANGS = app("vec_add", "a@hang-if=SourceCounters", "vec_add", "b@hang-if=Occupancy", "block_reduce")
+# a hangs whenever WarpStateStats (of the full set only) is collected, b whenever SourceCounters is: they step down
+# to different rungs (a to detailed, b to basic) in 8 attempts (b hanging with Occupancy took 10: each attempt of
+# the command line's walk is a submitit job, ~0.7 s of CPU).
+TWO_HANGS = app("vec_add", "a@hang-if=WarpStateStats", "vec_add", "b@hang-if=SourceCounters", "block_reduce")
 
 
 def cfg(tmp_path):
