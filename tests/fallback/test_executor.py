@@ -177,7 +177,9 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
                                                                                    monkeypatch):
     """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. Two
     sections, one culprit each (a third adds only probes, each a job of ~1 s of CPU: the sweep's search is
-    tested in test_sweep.py); the second sweep reads its answer through main(argv) in this process.
+    tested in test_sweep.py); both sweeps through main(argv) in this process (the jobs are real processes; the
+    command line's own process, its exit status and signals, is test_ctrl_c_cancels_the_jobs_... and
+    test_engine_cancel_ignored.py's), the second one answered from the store.
 
     The same run (its jobs are the suite's dearest: one run for three checks) shows as well:
     - the next whole-program run starts before the last one's verdict (test_speculation.py: a speculation, taken,
@@ -186,15 +188,16 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
       sweep's own environment, asked once, travels with each task), none per probe; every record keeps it."""
     smi = fake_gpus / "smi.log"
     monkeypatch.setenv("FAKE_SMI_LOG", str(smi))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
     folder = tmp_path / "jobs"
     argv = ["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS[:2]), []), "--json",
             "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
             "--stall-timeout", "1.2", "--", *PROGRAM]  # hangs calibrated on a node: the Slurm tests
-    r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
-    doc = json.loads(r.stdout)
-    assert r.returncode == 0, r.stderr
+    code, out, err = cli_main(argv, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
     assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
-    assert "running" in r.stderr and "finished" in r.stderr  # the live line
+    assert "running" in err and "finished" in err  # the live line
     probes = [p for k in doc["kernels"] for p in k["probes"] if not p["from_store"]]
     assert probes and {p["gpu"] for p in probes} == {"0", "1"}  # each pinned to one GPU; both GPUs used
     assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job

@@ -18,6 +18,7 @@ from helpers import (
     alive_in_scope,
     app,
     attempt_rows,
+    cli_main,
     ctrl_c_sweep,
     run_cli,
     run_config,
@@ -95,15 +96,18 @@ def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_else
 # --- the command line ------------------------------------------------------------------------------------
 
 
-def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = run_cli(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2", "--json",
-                 "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
-                 *TWO_HANGS], env)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path, capsys, monkeypatch):
+    """The walk through main(argv) in this process (its attempts are submitit jobs, real processes: the command
+    line's own process, its exit status and SIGINT, is the Ctrl-C part's)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
+    code, out, err = cli_main(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2",
+                               "--json", "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"),
+                               "--no-preflight", "--", *TWO_HANGS], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
     assert {s["job"] for s in doc["steps"]} == {"main", "a", "b"} and doc["status"] == "ok"
-    assert "running" in r.stderr and "finished" in r.stderr  # the live line: queued, running, finished
+    assert "running" in err and "finished" in err  # the live line: queued, running, finished
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
     doc = ctrl_c_sweep(["run", "--profile", "default", "--executor", "local", "--json", "--stall-timeout", "60",
                         "--store", str(tmp_path / "hangs2.db"), "--no-preflight", "--", *app("a@hang")], env)
