@@ -243,30 +243,27 @@ def fake_slurm(fake_gpus, monkeypatch, tmp_path):
     return tmp_path / "slurm"
 
 
-def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slurm, tmp_path):
+def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_again_without_its_node(
+        fake_slurm, tmp_path, monkeypatch):
+    """One sweep on fake Slurm whose first job fails (a node failure: no result): the same culprit as the thread
+    pool, every job's script with the options, the failed job run again with its node excluded. (One run: each
+    job is ~0.8 s of CPU; a second kernel added only jobs.)"""
+    monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
+    # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
+    # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
+    monkeypatch.setattr("submitit.core.core.Job._results_timeout_s", 0)
     spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store, executor=spec), sections=SECTIONS[:2])
-    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
+                           sections=SECTIONS[:2])
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
     # One sbatch per round of pending probes (an array when several were pending at once), each with the options.
     scripts = [p.read_text() for p in (tmp_path / "jobs").rglob("*submission*.sh")]
     assert scripts and all("--partition=gpu" in s and "--gpus-per-node=1" in s and "--constraint=h100" in s
                            and "--time=10" in s for s in scripts)
-
-
-def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
-    # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
-    # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
-    monkeypatch.setattr("submitit.core.core.Job._results_timeout_s", 0)
-    spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
-    with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
-                           sections=["SourceCounters"])  # a second section adds only probes (jobs of ~1 s)
-    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
 
