@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import HERE, ROOT, GpuSlots, alive_in_scope, app, cli_main, ctrl_c_sweep, run_cli, run_config
+from helpers import HERE, ROOT, GpuSlots, alive_in_scope, app, cli_main, ctrl_c_sweep, run_config
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ProbeEngine
@@ -221,10 +221,9 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     assert all(p["from_store"] for k in json.loads(out)["kernels"] for p in k["probes"])
 
 
-def test_slurm_options_need_the_slurm_executor(fake_gpus, tmp_path):
-    r = run_cli(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")],
-                {**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 2 and "needs --executor slurm" in r.stderr
+def test_slurm_options_need_the_slurm_executor(fake_gpus, tmp_path, capsys):
+    code, out, err = cli_main(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")], capsys)
+    assert code == 2 and "needs --executor slurm" in err
 
 
 # --- Slurm, with fake sbatch/srun/sacct/scancel (tests/fake_slurm) -----------------------------------

@@ -20,7 +20,6 @@ from helpers import (
     attempt_rows,
     cli_main,
     ctrl_c_sweep,
-    run_cli,
     run_config,
 )
 from helpers import store_records as records
@@ -123,9 +122,9 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path, capsys, 
     (["--profile", "default", "--jobs", "2"], "--jobs N needs --executor local"),
     (["--profile", "default", "--slurm-partition", "gpu"], "needs --executor slurm"),
 ])
-def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message):
-    r = run_cli(["run", *argv, "--", *app("a")], {**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 2 and message in r.stderr, r.stderr
+def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message, capsys):
+    code, out, err = cli_main(["run", *argv, "--", *app("a")], capsys)
+    assert code == 2 and message in err, err
 
 
 def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus, tmp_path):
