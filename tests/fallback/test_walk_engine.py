@@ -37,6 +37,9 @@ from nsightwrap.store.hangstore import HangStore
 # to different rungs (a to detailed, b to basic) in 8 attempts (b hanging with Occupancy took 10: each attempt of
 # the command line's walk is a submitit job, ~0.7 s of CPU).
 TWO_HANGS = app("vec_add", "a@hang-if=WarpStateStats", "vec_add", "b@hang-if=SourceCounters", "block_reduce")
+#: The command line's walk: one line beside the main one, 4 attempts, each a submitit job (two lines were 8 jobs;
+#: how lines of different kernels go together is the in-process tests' above).
+ONE_HANG = app("vec_add", "a@hang-if=WarpStateStats", "block_reduce")
 
 
 def cfg(tmp_path):
@@ -101,10 +104,11 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path, capsys, 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
     code, out, err = cli_main(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2",
                                "--json", "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"),
-                               "--no-preflight", "--", *TWO_HANGS], capsys)
+                               "--no-preflight", "--", *ONE_HANG], capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert {s["job"] for s in doc["steps"]} == {"main", "a", "b"} and doc["status"] == "ok"
+    assert [(s["job"], s["rung"]) for s in doc["steps"]] == [
+        ("main", "requested"), ("main", "requested"), ("a", "duration"), ("a", "detailed")] and doc["status"] == "ok"
     assert "running" in err and "finished" in err  # the live line: queued, running, finished
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
