@@ -34,8 +34,8 @@ from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 
 # a hangs whenever WarpStateStats (of the full set only) is collected, b whenever SourceCounters is: they step down
-# to different rungs (a to detailed, b to basic) in 8 attempts (b hanging with Occupancy took 10: each attempt of
-# the command line's walk is a submitit job, ~0.7 s of CPU).
+# to different rungs (a to detailed, b to basic) in 8 attempts a walk (b hanging with Occupancy took 10, each
+# attempt a fake ncu run).
 TWO_HANGS = app("vec_add", "a@hang-if=WarpStateStats", "vec_add", "b@hang-if=SourceCounters", "block_reduce")
 #: The command line's walk: one line beside the main one, 4 attempts, each a submitit job (two lines were 8 jobs;
 #: how lines of different kernels go together is the in-process tests' above).
