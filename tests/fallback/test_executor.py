@@ -23,8 +23,6 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
 
 FAKE_SLURM_DIR = HERE / "fake_slurm"
-SECTIONS = ["SourceCounters", "Occupancy", "LaunchStats"]
-PROGRAM = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
 
 
 def cfg(tmp_path, **kw):
@@ -255,7 +253,7 @@ def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_agai
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
         r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
-                           sections=SECTIONS[:2])
+                           sections=["SourceCounters", "Occupancy"])
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
