@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import yaml
-
 from nsightwrap.errors import LadderError, did_you_mean
 from nsightwrap.ncu.catalog import NcuInfo
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
@@ -270,6 +268,8 @@ def builtin_profiles() -> list[str]:
 
 def load_ladder(name_or_path: str = "default") -> Ladder:
     """A built-in profile by name (default, quick, deep) or a YAML file by path."""
+    import yaml  # here, not at the top: a probe's job imports this module (JobShape) and never reads a profile
+
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
         path = PROFILES_DIR / f"{name_or_path}.yaml"

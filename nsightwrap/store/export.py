@@ -14,8 +14,6 @@ import os
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Optional, Union
 
-import yaml
-
 from nsightwrap.errors import StoreError
 from nsightwrap.store.schema import COLUMNS, SCHEMA_VERSION, Record
 
@@ -58,6 +56,8 @@ def write_csv(records: Iterable[Record], target: Target, store_path: Path) -> in
 
 def write_yaml(records: Iterable[Record], target: Target, store_path: Path) -> int:
     """Write ``{schema_version, records: [...]}`` with yaml.safe_dump; the rows written."""
+    import yaml  # here, not at the top: every process that opens a store (a probe's job) would pay its import
+
     recs = list(records)
     doc = {"schema_version": SCHEMA_VERSION, "records": [r.to_dict() for r in recs]}
     _write_out(target, lambda f: yaml.safe_dump(doc, f, sort_keys=False, allow_unicode=True), store_path)
@@ -105,6 +105,8 @@ _NULLABLE = {"host", "gpu", "driver", "ncu_version", "set", "passes_reached", "s
 
 def read_records(path: Union[str, "os.PathLike[str]"], fmt: Optional[str] = None) -> list[Record]:
     """The records of an export (its format from `fmt`, else from the file's name, else JSON lines)."""
+    import yaml  # as write_yaml
+
     fmt = fmt or format_of(path, "jsonl")
     try:
         with open(path, newline="", encoding="utf-8") as f:

@@ -4,38 +4,16 @@ local jobs often (a poll of a process), and each job's timeline says where the t
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from helpers import app, run_config
 
-from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.spec import LOCAL_POLL_S, POLL_S, ExecutorSpec
-from nsightwrap.fallback.sweep import sweep_sections
-from nsightwrap.store.hangstore import HangStore
 
-
-@pytest.fixture
-def smi(fake_gpus, monkeypatch):
-    monkeypatch.setenv("FAKE_SMI_LOG", str(fake_gpus / "smi.log"))
-    return fake_gpus / "smi.log"
-
-
-def test_local_jobs_ask_nvidia_smi_only_for_the_gpu_checks(smi, tmp_path):
-    """One --query-gpu in all (the sweep's own environment, asked once), none per probe; every record keeps
-    that environment."""
-    with HangStore(tmp_path / "hangs.db") as store:
-        config = run_config(tmp_path, env=dict(os.environ), check_gpu=True)
-        session = Session.open(app("a@hang-if=SourceCounters"), config, store=store,
-                               executor=ExecutorSpec("local", jobs=2))
-        r = sweep_sections(session, sections=["SourceCounters", "Occupancy"])
-        assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
-        records = store.records()
-    calls = smi.read_text().splitlines()
-    jobs = len(r.whole_runs) + sum(k.probes_run for k in r.kernels)
-    assert jobs >= 3 and sum(c.startswith("--query-gpu") for c in calls) == 1, calls
-    assert len({(x.gpu, x.driver, x.host, x.gpus) for x in records}) == 1 and records[0].gpu == "NVIDIA H200"
+# The nodes ask nvidia-smi only for the GPU checks (the sweep's environment travels with the task): asserted in
+# test_executor.py's test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu (the same run
+# of submitit jobs).
 
 
 def test_local_jobs_are_looked_at_often_slurm_jobs_as_before():

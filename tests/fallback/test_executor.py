@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import HERE, ROOT, GpuSlots, alive_in_scope, app, cli_main, ctrl_c_sweep, run_cli, run_config
+from helpers import HERE, ROOT, GpuSlots, alive_in_scope, app, cli_main, ctrl_c_sweep, run_config
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.executor import ProbeEngine
@@ -23,8 +23,6 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.store.keys import Environment, ProfileKey
 
 FAKE_SLURM_DIR = HERE / "fake_slurm"
-SECTIONS = ["SourceCounters", "Occupancy", "LaunchStats"]
-PROGRAM = app("a@hang-if=SourceCounters", "b@hang-if=Occupancy")
 
 
 def cfg(tmp_path, **kw):
@@ -173,32 +171,57 @@ def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(fake_gpus, tmp_p
         time.sleep(0.1)
 
 
-def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(fake_gpus, tmp_path, capsys):
-    """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. Two
-    sections, one culprit each (a third adds only probes, each a job of ~1 s of CPU: the sweep's search is
-    tested in test_sweep.py); the second sweep reads its answer through main(argv) in this process."""
+def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(fake_gpus, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. One
+    section, two kernels hanging with it: 5 jobs (two sections and a culprit each were 12, each job ~0.7 s of CPU:
+    the sweep's search is tested in test_sweep.py, its probes of section sets as jobs by the Slurm tests); both
+    sweeps through main(argv) in this process (the jobs are real processes; the command line's own process, its
+    exit status and signals, is test_ctrl_c_cancels_the_jobs_... and test_engine_cancel_ignored.py's), the
+    second one answered from the store.
+
+    The same run (its jobs are the suite's dearest: one run for three checks) shows as well:
+    - the next whole-program run starts before the last one's verdict (test_speculation.py: a speculation, taken,
+      on the idle GPU: kernel b's run starts while a's run waits for its verdict), the culprits unchanged;
+    - the nodes ask nvidia-smi only for the GPU checks (test_engine_overhead.py): one --query-gpu in all (the
+      sweep's own environment, asked once, travels with each task), none per probe; every record keeps it."""
+    smi = fake_gpus / "smi.log"
+    monkeypatch.setenv("FAKE_SMI_LOG", str(smi))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
     folder = tmp_path / "jobs"
-    argv = ["sweep-sections", "--executor", "local", *sum((["--section", s] for s in SECTIONS[:2]), []), "--json",
+    argv = ["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
             "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
-            "--stall-timeout", "0.6", "--", *PROGRAM]  # hangs calibrated on a node: the Slurm tests
-    r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
-    doc = json.loads(r.stdout)
-    assert r.returncode == 0, r.stderr
-    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
-    assert "running" in r.stderr and "finished" in r.stderr  # the live line
+            "--stall-timeout", "1.2",  # (hangs calibrated on a node: the Slurm tests)
+            "--", *app("a@hang-if=SourceCounters", "b@hang-if=SourceCounters")]
+    code, out, err = cli_main(argv, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["SourceCounters"]}
+    assert "running" in err and "finished" in err  # the live line
     probes = [p for k in doc["kernels"] for p in k["probes"] if not p["from_store"]]
-    assert probes and {p["gpu"] for p in probes} == {"0", "1"}  # each pinned to one GPU; both GPUs used
+    assert probes and {p["gpu"] for p in probes} <= {"0", "1"}  # each pinned to one GPU
+    assert {j["where"] for j in doc["engine_jobs"]} == {"0", "1"}  # both GPUs used
     assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
+    # The speculation: the run that finds b started before a's run had its verdict.
+    wholes = [j for j in doc["engine_jobs"] if j["chain"] == ""]
+    assert any(j["speculative"] and not j["dropped"] for j in wholes), doc["engine_jobs"]
+    first, second = wholes[0], next(j for j in wholes if j["speculative"])
+    assert second["submitted_s"] < first["seen_s"], "the second whole-program run did not start before the first's end"
+    # nvidia-smi: the environment asked once; every record (one per probe, on the nodes) keeps it.
+    calls = smi.read_text().splitlines()
+    assert sum(c.startswith("--query-gpu") for c in calls) == 1, calls
+    with HangStore(tmp_path / "hangs.db", readonly=True) as store:
+        records = store.records()
+    assert len({(x.gpu, x.driver, x.host, x.gpus) for x in records}) == 1 and records[0].gpu == "NVIDIA H200"
     # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
     code, out, err = cli_main(argv, capsys)
     assert code == 0, err
     assert all(p["from_store"] for k in json.loads(out)["kernels"] for p in k["probes"])
 
 
-def test_slurm_options_need_the_slurm_executor(fake_gpus, tmp_path):
-    r = run_cli(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")],
-                {**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 2 and "needs --executor slurm" in r.stderr
+def test_slurm_options_need_the_slurm_executor(fake_gpus, tmp_path, capsys):
+    code, out, err = cli_main(["sweep-sections", "--slurm-partition", "gpu", "--", *app("a")], capsys)
+    assert code == 2 and "needs --executor slurm" in err
 
 
 # --- Slurm, with fake sbatch/srun/sacct/scancel (tests/fake_slurm) -----------------------------------
@@ -217,30 +240,27 @@ def fake_slurm(fake_gpus, monkeypatch, tmp_path):
     return tmp_path / "slurm"
 
 
-def test_slurm_executor_submits_job_arrays_and_finds_the_same_culprits(fake_slurm, tmp_path):
+def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_again_without_its_node(
+        fake_slurm, tmp_path, monkeypatch):
+    """One sweep on fake Slurm whose first job fails (a node failure: no result): the same culprit as the thread
+    pool, every job's script with the options, the failed job run again with its node excluded. (One run: each
+    job is ~0.8 s of CPU; a second kernel added only jobs.)"""
+    monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
+    # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
+    # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
+    monkeypatch.setattr("submitit.core.core.Job._results_timeout_s", 0)
     spec = ExecutorSpec("slurm", partition="gpu", time="10", options=(("constraint", "h100"),),
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(PROGRAM, cfg(tmp_path), store=store, executor=spec), sections=SECTIONS)
-    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}
+        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
+                           sections=["SourceCounters", "Occupancy"])
+    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
     # One sbatch per round of pending probes (an array when several were pending at once), each with the options.
     scripts = [p.read_text() for p in (tmp_path / "jobs").rglob("*submission*.sh")]
     assert scripts and all("--partition=gpu" in s and "--gpus-per-node=1" in s and "--constraint=h100" in s
                            and "--time=10" in s for s in scripts)
-
-
-def test_a_failed_slurm_job_is_run_again_without_its_node(fake_slurm, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
-    # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
-    # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
-    monkeypatch.setattr("submitit.core.core.Job._results_timeout_s", 0)
-    spec = ExecutorSpec("slurm", folder=str(tmp_path / "jobs"), poll_s=0.1)
-    with HangStore(tmp_path / "hangs.db") as store:
-        r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
-                           sections=["SourceCounters", "Occupancy"])
-    assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     excluded = {p.name: p.read_text() for p in fake_slurm.glob("*.exclude")}
     assert excluded.pop("1000.exclude") == "" and set(excluded.values()) == {"fakenode"}
 

@@ -9,7 +9,7 @@ import os
 import uuid
 
 import pytest
-from helpers import FAKE_SMI_DIR, app, attempt_rows, cli_main, run_cli, run_config
+from helpers import FAKE_SMI_DIR, app, attempt_rows, cli_main, run_config
 
 from nsightwrap.call.profiler import Profiler
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -117,15 +117,17 @@ def test_a_walk_of_three_attempts_asks_nvidia_smi_at_most_four_times(smi_log, tm
     assert len(calls) <= 4, calls
 
 
-def test_through_the_cli_too_with_the_preflight(smi_log, tmp_path):
+def test_through_the_cli_too_with_the_preflight(smi_log, tmp_path, capsys):
     """`run --profile` (the preflight's GPU checks included): the GPU inventory once, and the processes once
-    per attempt at most (the preflight's listing serves the first attempt, a stopped attempt's the next)."""
+    per attempt at most (the preflight's listing serves the first attempt, a stopped attempt's the next). Through
+    main(argv) in this process: nvidia-smi is asked by what the command runs, not by its process."""
     ladder = tmp_path / "two.yaml"
     ladder.write_text("name: two\nrungs:\n  - {name: requested, requested: true}\n"
                       "  - {name: duration, metrics: [gpu__time_duration.sum]}\n")
-    out = run_cli(["run", "--json", "--profile", str(ladder), "--stall-timeout", "0.6", "--store",
-                   str(tmp_path / "s.db"), "-o", str(tmp_path / "r"), "--", *PROGRAM], env=dict(os.environ))
-    doc = json.loads(out.stdout)
+    code, out, err = cli_main(["run", "--json", "--profile", str(ladder), "--stall-timeout", "0.6", "--store",
+                               str(tmp_path / "s.db"), "-o", str(tmp_path / "r"), "--", *PROGRAM], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
     assert [(s["job"], s["attempt"]["status"]) for s in doc["steps"]] == [("main", "hang"), ("main", "ok"),
                                                                           ("k", "ok")]
     calls = _calls(smi_log)

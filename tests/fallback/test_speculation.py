@@ -8,11 +8,10 @@ or cancels it when the verdict went another way.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
-from helpers import ROOT, ManualGpus, ManualTask, app, run_cli, wait_until
+from helpers import ManualGpus, ManualTask, wait_until
 
 from nsightwrap.fallback.announce import StallAnnouncer, read_suspect, suspected_kernel
 from nsightwrap.fallback.executor import ProbeEngine
@@ -165,21 +164,9 @@ def test_drop_speculations_cancels_what_the_last_run_did_not_need(tmp_path):
 # --- end to end: the fakes on two fake GPUs -----------------------------------------------------
 
 
-def test_cli_sweep_on_two_gpus_starts_the_next_whole_program_run_before_the_last_verdict(fake_gpus, tmp_path):
-    """Kernels a and b hang with SourceCounters: the run that finds b starts while a's run waits for its
-    verdict (a speculation, taken); the same culprits as without it."""
-    argv = ["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--section", "Occupancy",
-            "--json", "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--stall-timeout", "1.2", "--",
-            *app("a@hang-if=SourceCounters", "b@hang-if=SourceCounters")]
-    r = run_cli(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["SourceCounters"]}
-    jobs = doc["engine_jobs"]
-    wholes = [j for j in jobs if j["chain"] == ""]
-    assert any(j["speculative"] and not j["dropped"] for j in wholes), jobs
-    first, second = wholes[0], next(j for j in wholes if j["speculative"])
-    assert second["submitted_s"] < first["seen_s"], "the second whole-program run did not start before the first's end"
+# The command line's sweep on two GPUs, whose next whole-program run starts before the last one's verdict, is
+# test_executor.py's test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu (one run of
+# submitit jobs for the local executor's checks and this one).
 
 
 # --- a speculation that fails, races its taking, or outlives the sweep (review of session 8) ---------

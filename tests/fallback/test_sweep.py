@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from helpers import DATA, STALL_S, app, run_cli, run_config
+from helpers import DATA, STALL_S, app, cli_main, run_config
 
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import investigate, sweep_sections
@@ -155,15 +155,18 @@ def test_sweep_with_nothing_hanging(cfg):
     assert r.clean and r.kernels == []
 
 
-def test_sweep_cli(fake_env, tmp_path):
+def test_sweep_cli(fake_env, tmp_path, capsys, monkeypatch):
+    """Through main(argv) in this process (the command line's own process is tests/cli's): the interpreter's start
+    and the imports of two `python -m nsightwrap` saved."""
+    monkeypatch.chdir(tmp_path)
     md = tmp_path / "debug.md"
-    r = run_cli(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S),
-                 "--store", str(tmp_path / "s.db"), "--markdown", str(md),
-                 "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats", "--",
-                 *app("vec_add", "k@hang-if=SourceCounters")], fake_env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    code, out, err = cli_main(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S),
+                               "--store", str(tmp_path / "s.db"), "--markdown", str(md),
+                               "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats",
+                               "--", *app("vec_add", "k@hang-if=SourceCounters")], capsys)
+    assert code == 0, err
+    d = json.loads(out)
     assert d["kernels"][0]["kernel"] == "k" and d["kernels"][0]["hang_alone"] == ["SourceCounters"]
     assert md.read_text().startswith("# Debug log: k")
-    listed = run_cli(["hangs", "list", "--store", str(tmp_path / "s.db")], fake_env)
-    assert listed.returncode == 0 and "k" in listed.stdout
+    code, out, err = cli_main(["hangs", "list", "--store", str(tmp_path / "s.db")], capsys)
+    assert code == 0 and "k" in out

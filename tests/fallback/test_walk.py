@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from helpers import STALL_S, app, attempt_rows, run_cli, run_config, scaled_ladder
+from helpers import STALL_S, app, attempt_rows, cli_main, run_config, scaled_ladder
 
 from nsightwrap.errors import AttemptFailed, LadderError
 from nsightwrap.fallback.ladder import (
@@ -318,18 +318,21 @@ def test_exclusion_filter(user, names, matches, misses):
         assert not re.search(f.pattern, m), m
 
 
-def test_run_profile_cli(fake_env, tmp_path):
-    """`run --profile`: the walk from the command line, with the user's regex filter kept in every attempt."""
+def test_run_profile_cli(fake_env, tmp_path, capsys, monkeypatch):
+    """`run --profile`: the walk from the command line, with the user's regex filter kept in every attempt (through
+    main(argv) in this process: the command line's own process is tests/cli's)."""
     import json
 
+    monkeypatch.chdir(tmp_path)
     ladder = tmp_path / "fast.yaml"  # the built-in ladders' own stall timeouts (6-8 s) would win over --stall-timeout
     ladder.write_text("name: fast\nrungs:\n  - {name: requested, requested: true}\n"
                       "  - {name: sol, sections: [SpeedOfLight]}\n")
-    r = run_cli(["run", "-q", "--json", "--profile", str(ladder), "--set", "full", "--stall-timeout", str(STALL_S),
-                 "--grace", "1", "--store", str(tmp_path / "s.db"), "--kernel", "regex:^(k|vec_add)$", "--",
-                 *app("vec_add", "k@hang-if=SourceCounters", "vec_add")], fake_env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    code, out, err = cli_main(["run", "-q", "--json", "--profile", str(ladder), "--set", "full", "--stall-timeout",
+                               str(STALL_S), "--grace", "1", "--store", str(tmp_path / "s.db"), "--kernel",
+                               "regex:^(k|vec_add)$", "--", *app("vec_add", "k@hang-if=SourceCounters", "vec_add")],
+                              capsys)
+    assert code == 0, err
+    d = json.loads(out)
     assert d["unprofiled"] == [] and d["hangs"] == [["k", "requested"]]
     assert [(s["job"], s["rung"]) for s in d["steps"]] == [("main", "requested"), ("main", "requested"), ("k", "sol")]
     first, resumed = (d["steps"][i]["attempt"] for i in (0, 1))

@@ -18,8 +18,8 @@ from helpers import (
     alive_in_scope,
     app,
     attempt_rows,
+    cli_main,
     ctrl_c_sweep,
-    run_cli,
     run_config,
 )
 from helpers import store_records as records
@@ -33,8 +33,13 @@ from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
 
-# a hangs whenever SourceCounters is collected, b whenever Occupancy is: they step down to different rungs.
-TWO_HANGS = app("vec_add", "a@hang-if=SourceCounters", "vec_add", "b@hang-if=Occupancy", "block_reduce")
+# a hangs whenever WarpStateStats (of the full set only) is collected, b whenever SourceCounters is: they step down
+# to different rungs (a to detailed, b to basic) in 8 attempts a walk (b hanging with Occupancy took 10, each
+# attempt a fake ncu run).
+TWO_HANGS = app("vec_add", "a@hang-if=WarpStateStats", "vec_add", "b@hang-if=SourceCounters", "block_reduce")
+#: The command line's walk: one line beside the main one, 4 attempts, each a submitit job (two lines were 8 jobs;
+#: how lines of different kernels go together is the in-process tests' above).
+ONE_HANG = app("vec_add", "a@hang-if=WarpStateStats", "block_reduce")
 
 
 def cfg(tmp_path):
@@ -93,15 +98,19 @@ def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_else
 # --- the command line ------------------------------------------------------------------------------------
 
 
-def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path):
+def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path, capsys, monkeypatch):
+    """The walk through main(argv) in this process (its attempts are submitit jobs, real processes: the command
+    line's own process, its exit status and SIGINT, is the Ctrl-C part's)."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
+    code, out, err = cli_main(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2",
+                               "--json", "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"),
+                               "--no-preflight", "--", *ONE_HANG], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [(s["job"], s["rung"]) for s in doc["steps"]] == [
+        ("main", "requested"), ("main", "requested"), ("a", "duration"), ("a", "detailed")] and doc["status"] == "ok"
+    assert "running" in err and "finished" in err  # the live line: queued, running, finished
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = run_cli(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2", "--json",
-                 "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--",
-                 *TWO_HANGS], env)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert {s["job"] for s in doc["steps"]} == {"main", "a", "b"} and doc["status"] == "ok"
-    assert "running" in r.stderr and "finished" in r.stderr  # the live line: queued, running, finished
     # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
     doc = ctrl_c_sweep(["run", "--profile", "default", "--executor", "local", "--json", "--stall-timeout", "60",
                         "--store", str(tmp_path / "hangs2.db"), "--no-preflight", "--", *app("a@hang")], env)
@@ -117,9 +126,9 @@ def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path):
     (["--profile", "default", "--jobs", "2"], "--jobs N needs --executor local"),
     (["--profile", "default", "--slurm-partition", "gpu"], "needs --executor slurm"),
 ])
-def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message):
-    r = run_cli(["run", *argv, "--", *app("a")], {**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 2 and message in r.stderr, r.stderr
+def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message, capsys):
+    code, out, err = cli_main(["run", *argv, "--", *app("a")], capsys)
+    assert code == 2 and message in err, err
 
 
 def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus, tmp_path):
