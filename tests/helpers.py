@@ -129,10 +129,10 @@ def run_cli(args: Sequence[str], env: Optional[dict] = None, timeout: float = 12
                           env=env, timeout=timeout, cwd=cwd)
 
 
-def start_cli(args: Sequence[str], env: dict) -> subprocess.Popen:
-    """`python -m nsightwrap ARGS` in the background, stdout and stderr piped."""
+def start_cli(args: Sequence[str], env: dict, cwd: Optional[Path] = None) -> subprocess.Popen:
+    """`python -m nsightwrap ARGS` in the background (in `cwd`, else this one), stdout and stderr piped."""
     return subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
+                            stderr=subprocess.PIPE, env=env, cwd=cwd)
 
 
 def read_until(p: subprocess.Popen, stream: Any, needle: bytes, timeout: float = 30) -> bytes:

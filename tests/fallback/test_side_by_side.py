@@ -9,14 +9,12 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import app, fast_stop, run_config
+from helpers import app, fast_stop, run_config, start_cli
 
 from nsightwrap.fallback.collectives import COLLECTIVES_JOB
 from nsightwrap.fallback.session import Session
@@ -116,10 +114,8 @@ def test_ctrl_c_while_both_runs_run_is_interrupted_records_nothing_and_leaves_no
     meet = tmp_path / "meet"
     meet.mkdir()
     store = tmp_path / "h.db"
-    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "run", "--json", "-q", "--no-preflight", "--profile",
-                          "default", "--set", "basic", "--store", str(store), "--",
-                          *torchrun(f"together:{meet}:20", "sleep:30", *STEPS)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ports, cwd=tmp_path)
+    p = start_cli(["run", "--json", "-q", "--no-preflight", "--profile", "default", "--set", "basic", "--store",
+                   str(store), "--", *torchrun(f"together:{meet}:20", "sleep:30", *STEPS)], ports, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 30
         while len({f.name.partition(".")[0] for f in meet.iterdir()}) < 2 and time.monotonic() < deadline:
