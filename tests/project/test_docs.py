@@ -11,7 +11,7 @@ import ast
 import functools
 import re
 
-from helpers import ROOT
+from helpers import ROOT, parsed
 
 from nsightwrap.fallback.ladder import LADDER_KEYS, RUNG_KEYS
 
@@ -81,7 +81,7 @@ def variables_read() -> frozenset[str]:
     found: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
         reads = _Reads()
-        reads.visit(ast.parse(path.read_text(), str(path)))
+        reads.visit(parsed(path))
         found |= reads.found
     for path in (p for p in PACKAGE.rglob("*") if p.suffix in (".c", ".cc", ".cpp", ".cu", ".h")):
         found |= set(re.findall(r"getenv\(\s*\"([A-Z][A-Z0-9_]*)\"", path.read_text()))
