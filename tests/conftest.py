@@ -28,9 +28,9 @@ CHECKOUT_CACHES = {".pytest_cache", ".hypothesis", ".benchmarks", ".ruff_cache",
 def checkout_files(root: Path = HERE.parent) -> set[str]:
     """What is in the checkout's (`root`'s) top folder, tests/ and the default report folder (not caches)."""
     names = set()
-    for folder in (root, root / "tests", root / "nsightwrap-reports"):
+    for sub in ("", "tests", "nsightwrap-reports"):  # os.listdir: run before and after every test (issue 20)
         try:
-            names.update(str(p.relative_to(root)) for p in folder.iterdir() if p.name not in CHECKOUT_CACHES)
+            names.update(os.path.join(sub, n) for n in os.listdir(os.path.join(root, sub)) if n not in CHECKOUT_CACHES)
         except FileNotFoundError:
             pass
     return names
