@@ -97,10 +97,12 @@ def pytest_unconfigure(config):
 def own_places(tmp_path_factory, monkeypatch):
     """Each test runs in a folder of its own, with its own run records and $TMPDIR for the processes it starts:
     a report written to a relative path, or a temporary folder that a stopped process (a fake launcher killed
-    by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR."""
-    own = tmp_path_factory.mktemp("own")
+    by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR.
+    (tempfile.mkdtemp there, not tmp_path_factory.mktemp: that numbers its folders by listing the ones made
+    before, a list that grows with every test of the worker, and moves a symbolic link each time.)"""
+    own = Path(tempfile.mkdtemp(prefix="own-", dir=tmp_path_factory.getbasetemp()))
     for name in ("cwd", "runtime", "tmp"):
-        (own / name).mkdir()
+        os.mkdir(own / name)
     monkeypatch.chdir(own / "cwd")
     monkeypatch.setenv(RUNTIME_VAR, str(own / "runtime"))
     monkeypatch.setenv("TMPDIR", str(own / "tmp"))
