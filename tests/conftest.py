@@ -256,11 +256,29 @@ def pg_server():
     why = pg.missing()
     if why:
         unavailable(f"no PostgreSQL server: {why}")
-    server = pg.start_server()
+    server = pg.start_server(template=_pg_template())
     try:
         yield server
     finally:
         server.stop()
+
+
+def _pg_template() -> Path | None:
+    """The session's folder where the first worker to start a server runs initdb, and the others copy its data
+    folder (tests/pg.py): in the folder pytest_configure made (removed at the end), the server's user's
+    (nobody, when we are root: the folder above lets it through). None outside such a session."""
+    folder = os.environ.get(FAST_PYTHON_VAR)
+    if not folder or not os.path.isdir(folder):
+        return None
+    template = Path(folder, "pg-template")
+    template.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(template, nobody.pw_uid, nobody.pw_gid)
+        os.chmod(folder, 0o711)
+    return template
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
