@@ -408,9 +408,11 @@ def unavailable(why: str) -> None:
 
 #: `python -m pytest` for a test of the pytest plugin or fixtures (a pytest session inside a test): without the
 #: plugins the suite itself runs on (xdist, pytest-benchmark, hypothesis), which the inner session never uses and
-#: which doubled its start (0.76 -> 0.40 s of CPU); nsightwrap's own plugin still loads from its entry point.
+#: which doubled its start (0.76 -> 0.40 s of CPU); nsightwrap's own plugin still loads from its entry point. Nor
+#: the unraisable-exception plugin, which collects garbage five times at the session's end (~0.1 s each with
+#: pandas loaded) to warn of exceptions in __del__: the outer test reads the inner session's pass count only.
 INNER_PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
-                "-p", "no:hypothesispytest")
+                "-p", "no:hypothesispytest", "-p", "no:unraisableexception")
 
 
 # --- a backend of the probe engine whose jobs end when the test says (tests/fallback) ---------------
