@@ -28,9 +28,9 @@ CHECKOUT_CACHES = {".pytest_cache", ".hypothesis", ".benchmarks", ".ruff_cache",
 def checkout_files(root: Path = HERE.parent) -> set[str]:
     """What is in the checkout's (`root`'s) top folder, tests/ and the default report folder (not caches)."""
     names = set()
-    for folder in (root, root / "tests", root / "nsightwrap-reports"):
+    for sub in ("", "tests", "nsightwrap-reports"):  # os.listdir: run before and after every test (issue 20)
         try:
-            names.update(str(p.relative_to(root)) for p in folder.iterdir() if p.name not in CHECKOUT_CACHES)
+            names.update(os.path.join(sub, n) for n in os.listdir(os.path.join(root, sub)) if n not in CHECKOUT_CACHES)
         except FileNotFoundError:
             pass
     return names
@@ -43,6 +43,19 @@ NO_SITE = "no-site"
 _SAVED_ENV = pytest.StashKey[dict]()
 
 
+def _collect_garbage_once(config) -> None:
+    """pytest's unraisable-exception plugin collects garbage five times at the end of each session (xdist worker):
+    ~0.1 s each with pandas and SQLAlchemy loaded, ~0.4 s a worker, ~2.5 s for the suite's six (issue 20). One
+    collection frees what the tests left (cycles with a __del__ included, PEP 442); the later four find only
+    what finalizers run by the first left behind. The plugin's check after each test is unchanged. Its stash
+    key is where pytest lets this be set (pytester sets it too)."""
+    try:
+        from _pytest.unraisableexception import gc_collect_iterations_key
+    except ImportError:  # another pytest: its own default
+        return
+    config.stash[gc_collect_iterations_key] = 1
+
+
 def pytest_configure(config):
     """Child processes start cheaply (the suite starts thousands: issue 20). The fakes' `#!/usr/bin/env python3`
     finds this interpreter first on PATH (a two-line sh script), not a version manager's shim (pyenv's costs
@@ -52,6 +65,7 @@ def pytest_configure(config):
     `__pycache__` folders (ignored by git) even where PYTHONDONTWRITEBYTECODE is set. Done once, in the first
     process (xdist's workers inherit it); undone at the end (a pytest killed by SIGKILL leaves the folder of
     wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
+    _collect_garbage_once(config)
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
@@ -83,10 +97,12 @@ def pytest_unconfigure(config):
 def own_places(tmp_path_factory, monkeypatch):
     """Each test runs in a folder of its own, with its own run records and $TMPDIR for the processes it starts:
     a report written to a relative path, or a temporary folder that a stopped process (a fake launcher killed
-    by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR."""
-    own = tmp_path_factory.mktemp("own")
+    by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR.
+    (tempfile.mkdtemp there, not tmp_path_factory.mktemp: that numbers its folders by listing the ones made
+    before, a list that grows with every test of the worker, and moves a symbolic link each time.)"""
+    own = Path(tempfile.mkdtemp(prefix="own-", dir=tmp_path_factory.getbasetemp()))
     for name in ("cwd", "runtime", "tmp"):
-        (own / name).mkdir()
+        os.mkdir(own / name)
     monkeypatch.chdir(own / "cwd")
     monkeypatch.setenv(RUNTIME_VAR, str(own / "runtime"))
     monkeypatch.setenv("TMPDIR", str(own / "tmp"))
@@ -240,11 +256,29 @@ def pg_server():
     why = pg.missing()
     if why:
         unavailable(f"no PostgreSQL server: {why}")
-    server = pg.start_server()
+    server = pg.start_server(template=_pg_template())
     try:
         yield server
     finally:
         server.stop()
+
+
+def _pg_template() -> Path | None:
+    """The session's folder where the first worker to start a server runs initdb, and the others copy its data
+    folder (tests/pg.py): in the folder pytest_configure made (removed at the end), the server's user's
+    (nobody, when we are root: the folder above lets it through). None outside such a session."""
+    folder = os.environ.get(FAST_PYTHON_VAR)
+    if not folder or not os.path.isdir(folder):
+        return None
+    template = Path(folder, "pg-template")
+    template.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(template, nobody.pw_uid, nobody.pw_gid)
+        os.chmod(folder, 0o711)
+    return template
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

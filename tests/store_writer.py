@@ -4,6 +4,9 @@ Records N records (kernel ``w{WORKER}``, uid derived from (WORKER, i)) and, afte
 appends i to DONE_FILE: a record counts as written once its line is there. Started again after a SIGKILL,
 it goes on from the first index not in DONE_FILE, retrying that one with the same uid (it may have been
 committed before the kill): the store must keep it once.
+
+`python store_writer.py --serve STORE` imports the store once and forks each writer when asked (its
+protocol: serve_forks); tests/store_kills.py starts the writers of the kill test so.
 """
 
 from __future__ import annotations
@@ -49,5 +52,62 @@ def write_plainly(store: str, worker: int, n: int) -> None:
                      note=f"{worker}:{i}")
 
 
+def fork_plain_writers(store: str, workers: int, n: int) -> list[int]:
+    """write_plainly(store, w, n) for each w in its own process, all at once: forked from this one, which has
+    imported the store (SQLAlchemy) once for them all (each writer a fresh interpreter cost ~0.45 s of CPU, most
+    of test_concurrent_writers_lose_nothing's 3.4 s). Nothing is opened before the fork: each writer opens the
+    store itself. The writers' exit statuses, in order (1 where one raised; its traceback on stderr)."""
+    _import_the_store(store)
+    pids = [_fork(write_plainly, store, w, n) for w in range(workers)]
+    return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+
+
+def _import_the_store(store: str) -> None:
+    """What HangStore imports when it opens `store` (SQLAlchemy; its PostgreSQL dialect and driver for a URL),
+    imported without opening it: the forked writers still race to create its tables."""
+    import nsightwrap.store.check  # noqa: F401
+    import nsightwrap.store.database  # noqa: F401
+    import nsightwrap.store.migrate  # noqa: F401
+    import nsightwrap.store.queries  # noqa: F401
+
+    if "://" in store:
+        import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
+
+
+def _fork(target, *args) -> int:
+    """target(*args) in a child process (exit status 0, or 1 where it raised, its traceback on stderr)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        target(*args)
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)  # never the parent's buffers or atexit handlers
+
+
+def serve_forks(store: str) -> None:
+    """Answer one line on stdout for each line on stdin: `start WORKER N DONE_FILE` forks main(store, ...)
+    and answers its pid; `poll PID` answers `running` or its exit status (negative: the signal that ended it),
+    `wait PID` its exit status once it ended. Its writers are its children: only it can wait for them."""
+    _import_the_store(store)
+    for line in sys.stdin:
+        verb, *args = line.split()
+        if verb == "start":
+            answer = str(_fork(main, store, int(args[0]), int(args[1]), args[2]))
+        else:
+            pid, status = os.waitpid(int(args[0]), os.WNOHANG if verb == "poll" else 0)
+            answer = "running" if pid == 0 else str(os.waitstatus_to_exitcode(status))
+        print(answer, flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    if sys.argv[1] == "--serve":
+        serve_forks(sys.argv[2])
+    else:
+        main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

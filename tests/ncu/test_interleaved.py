@@ -11,6 +11,7 @@ application-replay pass) arrives is counted.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -38,6 +39,20 @@ def text(name: str) -> str:
 def boundaries(whole: str) -> list[int]:
     """Where a program's write can fall: between two of ncu's pieces."""
     return sorted({0, len(whole)} | {e for _, _, e in atoms(whole)})
+
+
+def distinct_boundaries(whole: str) -> list[int]:
+    """The boundaries, one of each kind: the first of those with the same text around them (the line before and
+    the line it falls in, numbers aside). An application-replay transcript repeats its pass's lines with other
+    numbers: its 135 points are 33 kinds, and the parser takes the same path at each point of a kind (issue 20:
+    the exhaustive test cost 2.3 s of CPU on that transcript)."""
+    first: dict[tuple[str, str], int] = {}
+    for at in boundaries(whole):
+        start = whole.rfind("\n", 0, max(whole.rfind("\n", 0, at), 0)) + 1
+        end = whole.find("\n", at)
+        end = len(whole) if end < 0 else end + 1
+        first.setdefault((re.sub(r"\d+", "N", whole[start:at]), re.sub(r"\d+", "N", whole[at:end])), at)
+    return sorted(first.values())
 
 
 def counted(events) -> tuple[list, list]:
@@ -74,15 +89,15 @@ def test_transcripts_hold_kernels():
 
 @pytest.mark.parametrize("name", TRANSCRIPTS)
 def test_a_program_line_at_every_point_loses_no_kernel(name):
-    """One program write at each point where one can fall: the same kernels, every time."""
+    """One program write at each kind of point where one can fall: the same kernels, every time."""
     whole = text(name)
     clean = counted(parse_all(whole))
-    for at in boundaries(whole):
+    for at in distinct_boundaries(whole):
         for program in PROGRAM_LINES:
             assert counted(parse_all(inject(whole, [(at, program)]))) == clean, (at, program)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)  # 300 repeated the paths: each kind of point is tested above too
 @given(data=st.data(), name=st.sampled_from(TRANSCRIPTS))
 def test_program_text_anywhere_between_ncu_pieces(data, name):
     """Several writes of any text at random points, the stream read in chunks of any size."""

@@ -279,7 +279,9 @@ def segments(draw) -> tuple[str, list]:
     return t + nl, [Output(t)]
 
 
-@settings(max_examples=300, deadline=None)
+# 120 examples, not 300: twelve kinds of segment, each drawn ~100 times in 120 lists of up to 12, and the splits
+# fall at every kind of point between them; the extra examples repeated those paths (1.4 s of CPU; issue 20).
+@settings(max_examples=120, deadline=None)
 @given(data=st.data(), segs=st.lists(segments(), max_size=12))
 def test_synthetic_output_any_split(data, segs):
     whole = "".join(s for s, _ in segs)
@@ -298,7 +300,7 @@ FRAGMENTS = st.sampled_from([
 ])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)  # 200 x up to 40 of 28 fragments: each pair of them comes (issue 20)
 @given(data=st.data(), parts=st.lists(FRAGMENTS, max_size=40))
 def test_fragment_soup_any_split(data, parts):
     whole = "".join(parts)

@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Iterator, NamedTuple, Optional
 
+from helpers import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nsightwrap"
 
@@ -72,9 +74,8 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-@functools.cache
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return parsed(path)
 
 
 def _is_type_checking(node: ast.AST) -> bool:

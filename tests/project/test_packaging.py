@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+from helpers import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nsightwrap"
 
@@ -32,7 +34,7 @@ def third_party_imports() -> dict[str, set[str]]:
     """{top-level module: files importing it} for every import in the package outside the stdlib."""
     found: dict[str, set[str]] = {}
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

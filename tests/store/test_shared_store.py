@@ -86,7 +86,7 @@ def test_writers_killed_at_random_lose_and_duplicate_nothing(store_setting, tmp_
     when record() returned; after random SIGKILLs (each writer started again, retrying its unconfirmed
     record with the same uid) every one is there once, and the writers' records are all there."""
     workers, n = 4, 40
-    kills = write_with_kills(store_setting, tmp_path, workers, n, kills=4)
+    kills = write_with_kills(store_setting, tmp_path, workers, n, kills=4, forked=True, pause=(0.01, 0.1))
     with HangStore(store_setting, readonly=True) as store:
         recs = store.records()
     assert kills == 4 and check_written(recs, tmp_path, workers, n) == (0, 0)

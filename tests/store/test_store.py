@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import multiprocessing
+import os
 import signal
 import sqlite3
 import subprocess
@@ -16,6 +16,7 @@ import time
 
 import pytest
 import yaml
+from helpers import HERE, ROOT
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -364,16 +365,13 @@ def test_export_csv_and_yaml_parse_back(store, tmp_path):
 # --- several processes -------------------------------------------------------
 
 def test_concurrent_writers_lose_nothing(tmp_path):
-    from store_writer import write_plainly
-
     path = str(tmp_path / "shared.db")
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=write_plainly, args=(path, w, 50)) for w in range(6)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert [p.exitcode for p in procs] == [0] * 6          # no "database is locked" in any writer
+    # Six writers at once, each a process with its own connection: forked by one interpreter that imported the
+    # store once for them all (tests/store_writer.py), not six interpreters importing it each.
+    code = "import json, sys, store_writer; print(json.dumps(store_writer.fork_plain_writers(sys.argv[1], 6, 50)))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout) == [0] * 6, done.stderr  # no "database is locked"
     with HangStore(path) as s:
         recs = s.records()
         assert len(recs) == 300
