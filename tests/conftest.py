@@ -43,19 +43,6 @@ NO_SITE = "no-site"
 _SAVED_ENV = pytest.StashKey[dict]()
 
 
-def _collect_garbage_once(config) -> None:
-    """pytest's unraisable-exception plugin collects garbage five times at the end of each session (xdist worker):
-    ~0.1 s each with pandas and SQLAlchemy loaded, ~0.4 s a worker, ~2.5 s for the suite's six (issue 20). One
-    collection frees what the tests left (cycles with a __del__ included, PEP 442); the later four find only
-    what finalizers run by the first left behind. The plugin's check after each test is unchanged. Its stash
-    key is where pytest lets this be set (pytester sets it too)."""
-    try:
-        from _pytest.unraisableexception import gc_collect_iterations_key
-    except ImportError:  # another pytest: its own default
-        return
-    config.stash[gc_collect_iterations_key] = 1
-
-
 def pytest_configure(config):
     """Child processes start cheaply (the suite starts thousands: issue 20). The fakes' `#!/usr/bin/env python3`
     finds this interpreter first on PATH (a two-line sh script), not a version manager's shim (pyenv's costs
@@ -65,7 +52,6 @@ def pytest_configure(config):
     `__pycache__` folders (ignored by git) even where PYTHONDONTWRITEBYTECODE is set. Done once, in the first
     process (xdist's workers inherit it); undone at the end (a pytest killed by SIGKILL leaves the folder of
     wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
-    _collect_garbage_once(config)
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
