@@ -135,11 +135,12 @@ def test_ctrl_c_while_both_runs_run_is_interrupted_records_nothing_and_leaves_no
 
 def test_runs_that_fail_beside_each_other_are_made_again_alone(ports, tmp_path):
     """A program that fixes its own rendezvous port (bind:PORT, as init_method="tcp://...:PORT" does): whichever run
-    comes second fails to listen there; it is made again alone, and the walk is the serial one."""
+    comes second fails to listen there (both runs are up first: together); it is made again alone, and the walk
+    is the serial one."""
     meet = tmp_path / "meet"
     meet.mkdir()
     port = str(_free_port())
-    beside, said = _walk(tmp_path, ports, torchrun(f"bind:{port}", f"together:{meet}:2", *STEPS),
+    beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:10", f"bind:{port}", "sleep:0.5", *STEPS),
                          store=HangStore(tmp_path / "a.db"))
     assert "EADDRINUSE" in said  # one of the two runs did fail beside the other
     assert [(s.job, s.rung.name, s.attempt.status) for s in beside.steps if s.attempt] == [
