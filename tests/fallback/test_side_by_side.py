@@ -156,7 +156,10 @@ def test_a_hang_beside_another_run_is_not_recorded_but_made_again_alone(ports, t
     explicit stall timeout: the hang is called during the other run's sleep, with no calibration between; a
     calibrated hang is judged by the silence of its last run, tested the same way.)"""
     store = HangStore(tmp_path / "a.db")
-    steps = ["gemm", f"{AR}@collective", "softmax@hang-if=SourceCounters", "sleep:1.5", f"{AR}@collective"]
+    meet = tmp_path / "meet"
+    meet.mkdir()  # both runs reach the hanging kernel together; the collectives' run then sleeps through the stall
+    steps = ["gemm", f"{AR}@collective", f"together:{meet}:10", "softmax@hang-if=SourceCounters", "sleep:2",
+             f"{AR}@collective"]
     result, _ = _walk(tmp_path, ports, torchrun(*steps), store=store, stall_timeout=0.6)
     main = [s for s in result.steps if s.job == "main" and s.attempt]
     assert [s.attempt.status for s in main] == ["hang", "ok"]
@@ -177,11 +180,12 @@ def test_a_gpu_that_keeps_processes_of_one_run_stops_the_other_and_the_walk(port
 
     monkeypatch.setattr(engine, "build_attempt", kept)
     store = HangStore(tmp_path / "a.db")
-    steps = ["gemm@slow=0.5/4", f"{AR}@collective", "gemm@slow=0.5/4", f"{AR}@collective"]  # the main run: ~4 s more
+    # gemm is slow only where it is profiled: the main run takes 20 s more, the collectives' run does not.
+    steps = ["gemm@slow=1/10", f"{AR}@collective", "gemm@slow=1/10", f"{AR}@collective"]
     t0 = time.monotonic()
     result, _ = _walk(tmp_path, ports, torchrun(*steps), store=store)
     assert "the GPU still runs processes of the last attempt (4242 (python))" in result.stopped
-    assert time.monotonic() - t0 < 4  # the main run was stopped, not waited for
+    assert time.monotonic() - t0 < 15  # the main run was stopped, not waited for
     assert {r.rung for r in store.records()} == {"one-rank-launch-stats"}  # the main run: nothing recorded
     assert result.to_dict()["status"] != "ok"
 
