@@ -117,7 +117,10 @@ def stalled_launch(attempt: Attempt, options: Any = None) -> StalledKernel:
     kept = attempt.n_kernels == len(attempt.kernels)
     if chosen or attempt.connected > 1 or not kept:
         return StalledKernel(stall.kernel)
-    return StalledKernel(stall.kernel, sum(1 for k in attempt.kernels if k.name == stall.kernel))
+    # Only the launches ncu finished before the stalled one: the stalled launch itself may finish while the run is
+    # stopped (a loaded machine printed its 100% late), and a later one of the same kernel with it.
+    earlier = [k for k in attempt.kernels if stall.kernel_id is None or k.kernel_id < stall.kernel_id]
+    return StalledKernel(stall.kernel, sum(1 for k in earlier if k.name == stall.kernel))
 
 
 def confirm_limit(attempt: Attempt, config: RunConfig) -> tuple[float, float]:
