@@ -52,7 +52,10 @@ run: install
 # engine's logic tested on in-process backends (helpers.ThreadGpus) instead of submitit jobs, and six workers,
 # which overlap more of the tests' waits (tests/fallback + calibrate + watch, alternated: -n 4 96, 93 s; -n 5 86 s;
 # -n 6 80, 79, 84 s; -n 8 81 s; --dist load at six 94 s; load 1.3-8, 2026-11-27). The CPU of submitit's jobs,
-# orphans, is not in these counts (tests/README.md: count it with a subreaper).
+# orphans, is not in these counts (tests/README.md: count it with a subreaper). Counted with one (a per-test
+# plugin: the tests' own CPU, their children's, orphans reaped): 298 s (72 in the workers, 226 in children) for
+# 1279 tests, 160 s wall -> 257 s (64 + 193) for 1302 tests, 150 s wall, once tests/fallback (121 -> 78-82 s) and the
+# other folders (~26 s) were made cheaper and 23 tests added (2026-11-27; `.ci/run`: 143.6 and 140.0 s, 1302 tests).
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal
