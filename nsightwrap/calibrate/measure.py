@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from nsightwrap.calibrate.cupti.build import find_tracer
 from nsightwrap.calibrate.cupti.trace import StalledKernel
-from nsightwrap.calibrate.traced import interrupted, measure_traced
+from nsightwrap.calibrate.traced import measure_traced
 from nsightwrap.calibrate.verdict import program_verdict
 from nsightwrap.errors import NsightwrapError, ToolNotFound
 from nsightwrap.ncu.allowance import Calibration
@@ -69,7 +69,7 @@ def measure_plain(command: Sequence[str], config: RunConfig, limit_s: float,
                         cwd=config.cwd, on_output=on_output, frontend_names=())
     except OSError as e:
         return Calibration.failed(ERROR, f"the program could not be started without ncu: {e}", PLAIN)
-    if interrupted(outcome):
+    if outcome.stopped_by_interrupt:
         raise KeyboardInterrupt("calibration run interrupted; its process tree was stopped")
     if outcome.exception is not None:
         raise outcome.exception

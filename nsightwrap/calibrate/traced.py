@@ -24,7 +24,7 @@ from nsightwrap.ncu.allowance import Calibration
 from nsightwrap.ncu.context import DEFAULT_CALIBRATION_LIMIT_S, RunConfig
 from nsightwrap.ncu.listen import SILENT, CalibrationProgress, RunListener
 from nsightwrap.paths import work_dir
-from nsightwrap.status import ERROR, INTERRUPTED, OK, TIMEOUT
+from nsightwrap.status import ERROR, OK, TIMEOUT
 from nsightwrap.watch.rules import RunState, TotalTimeout, Verdict, WatchRule
 from nsightwrap.watch.run import RunOutcome, watch
 
@@ -133,12 +133,6 @@ def _with_troubles(cal: Calibration, follower: TraceFollower) -> Calibration:
     return replace(cal, notes=cal.notes + troubles) if troubles else cal
 
 
-def interrupted(outcome: RunOutcome) -> bool:
-    """The watched run was stopped by an interrupt: Ctrl-C or a signal here, or RunConfig.cancel from another
-    thread (the Cancelled rule's verdict)."""
-    return bool(outcome.interrupted) or (outcome.verdict is not None and outcome.verdict.status == INTERRUPTED)
-
-
 def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limit_s: float,
                    on_output: Optional[Callable[[str], None]] = None, *, env: Mapping[str, str],
                    stalled: Optional[StalledKernel] = None, kernel_limit_s: float = DEFAULT_CALIBRATION_LIMIT_S,
@@ -157,7 +151,7 @@ def measure_traced(command: Sequence[str], config: RunConfig, tracer: Path, limi
         finally:  # the live line drops the calibration whatever happened
             now = clock()
             listener.calibrating(CalibrationProgress(CUPTI, now, now - started, done=True))
-        if interrupted(outcome):
+        if outcome.stopped_by_interrupt:
             raise KeyboardInterrupt("calibration run interrupted; its process tree was stopped")
         if isinstance(outcome.exception, OSError):
             why = f"the program could not be started without ncu: {outcome.exception}"

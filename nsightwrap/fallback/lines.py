@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import copy
-import logging
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
@@ -33,9 +32,6 @@ if TYPE_CHECKING:
     from nsightwrap.fallback.walk import _Job, _Walk
 
 __all__ = ["EngineStopped", "LineAttempts", "Lines", "OnEngine"]
-
-log = logging.getLogger("nsightwrap")
-
 
 class LineAttempts(Protocol):
     """How the lines' attempts are made."""

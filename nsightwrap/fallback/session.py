@@ -24,7 +24,7 @@ caller's).
 A session may name a cluster engine (`executor`, an ExecutorSpec): a walk then runs its independent jobs as
 jobs of that engine (nsightwrap.fallback.executor), each attempt recorded on the node as `Session.record`
 records it here. Without one, a walk of a torchrun job runs its collectives' job beside the main program's
-(`side_by_side`, nsightwrap.fallback.lines), in a thread of its own.
+(`side_by_side`, nsightwrap.fallback.sidebyside), in a thread of its own.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class Session:
         self.command = list(command)
         self.executor = executor  # where a walk's attempts run (nsightwrap.fallback.executor); None: here, in turn
         #: Here (no executor): a torchrun job's collectives, profiled on one rank, run beside the main program's
-        #: run on the same GPUs (nsightwrap.fallback.lines.SideBySide); False: one run at a time.
+        #: run on the same GPUs (nsightwrap.fallback.sidebyside); False: one run at a time.
         self.side_by_side = side_by_side
         self.context, self.store, self.on_output = context, store, on_output
         self.rank, self.retry_wait = rank, retry_wait

@@ -3,7 +3,7 @@
 A walk of a recognised torchrun job (nsightwrap.fallback.collectives.up_front) makes two runs of the whole job: every
 rank without the collectives, and the collectives profiled on one rank. SideBySide (the lines' LineAttempts,
 nsightwrap.fallback.lines) makes the collectives' line start with the main one, its ranks meeting on a free port of
-their own (`meeting`: nsightwrap.watch.launchers.second_run_env); every other line waits for the lines before it, as
+their own (`meeting`: nsightwrap.watch.launchers.meeting_apart); every other line waits for the lines before it, as
 in the serial walk. FACTS.md, session 9: on 2x H200 the walk took 38.8 s and 34.9 s (first and second) against
 48.7 s and 45.9 s one run after the other.
 
@@ -54,12 +54,17 @@ class _Window:
     end: Optional[float] = None
 
 
+def _number(chain: str) -> int:
+    """A line's number in the walk's order, from its chain name ("N:job", nsightwrap.fallback.lines.Lines.start)."""
+    return int(chain.partition(":")[0])
+
+
 class SideBySide:
     """The lines' attempts, made here in their threads: see the module docstring."""
 
     here = True
 
-    def __init__(self, session: Session, meeting: Callable[[], Optional[dict[str, str]]],
+    def __init__(self, session: Session, meeting: Callable[[], dict[str, str]],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.session, self.meeting, self.clock = session, meeting, clock
         self.stop = threading.Event()  # every run's cancel: Ctrl-C, or a GPU that keeps processes
@@ -72,7 +77,7 @@ class SideBySide:
 
     @staticmethod
     def _index(line: "_Walk") -> int:
-        return int(line.chain.partition(":")[0])
+        return _number(line.chain)
 
     @staticmethod
     def _side(line: "_Walk") -> bool:
@@ -115,7 +120,7 @@ class SideBySide:
 
     def chain_done(self, chain: str) -> None:
         with self.changed:
-            self.ended.add(int(chain.partition(":")[0]))
+            self.ended.add(_number(chain))
             self.changed.notify_all()
 
     def note(self, line: "_Walk") -> Optional[str]:

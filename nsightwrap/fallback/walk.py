@@ -50,7 +50,7 @@ from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.known import COLLECTIVE_PREFIXES, collective_family
 from nsightwrap.ncu.options import KernelFilter, ProfileOptions
 from nsightwrap.status import CRASHED, ERROR, HANG, NO_KERNELS, OK, ONE_RANK, RANGE_MODES, TIMEOUT
-from nsightwrap.watch.launchers import second_run_env
+from nsightwrap.watch.launchers import meeting_apart, second_run_env
 
 if TYPE_CHECKING:  # pandas loads while the first attempt runs (nsightwrap.fallback.reads), not before it
     import pandas as pd
@@ -149,8 +149,7 @@ def walk_ladder(
     walk = _Walk(session, options, ladder, settings)
     if session.executor is not None:
         return _on_engine(walk)
-    beside = _side_by_side_env(walk)
-    return walk.run() if beside is None else _side_by_side(walk, beside)
+    return _side_by_side(walk) if _side_by_side_possible(walk) else walk.run()
 
 
 class _Walk:
@@ -466,31 +465,26 @@ def _on_engine(walk: _Walk) -> LadderResult:
             session.close()  # the lines' own store connections
 
 
-def _side_by_side_env(walk: _Walk) -> Optional[dict[str, str]]:
-    """The variables of the collectives' run beside the main program's (nsightwrap.fallback.lines), or None where
-    the walk runs one job at a time: the session says so, nothing is made up front, or the launch cannot keep two
+def _side_by_side_possible(walk: _Walk) -> bool:
+    """The collectives' run may go beside the main program's (nsightwrap.fallback.sidebyside): the session allows
+    it, the main program and the collectives' job made up front are both queued, and the launch can keep two
     runs' ranks apart."""
     session = walk.session
-    upfront = [j for j in walk.jobs if j.upfront]
-    if not session.side_by_side or not upfront or len(walk.jobs) < 2 or walk.jobs[0].kernel is not None:
-        return None
+    if not (session.side_by_side and walk.jobs[0].kernel is None and any(j.upfront for j in walk.jobs)):
+        return False
     env, why = second_run_env(session.command, session.context.env)
     if env is None:
         log.info(f"the collectives' run waits for the main program's: {why}")
-    return env
+    return env is not None
 
 
-def _side_by_side(walk: _Walk, env: dict[str, str]) -> LadderResult:
+def _side_by_side(walk: _Walk) -> LadderResult:
     """The walk with its collectives' run beside the main program's, on the same GPUs; each other job in turn
     (nsightwrap.fallback.sidebyside)."""
     session = walk.session
     log.info("the collectives' run (one rank profiled) runs beside the main program's, on the same GPUs; its "
-             f"ranks meet on a port of their own (a free one for each run, e.g. {', '.join(env)})")
-
-    def meeting() -> Optional[dict[str, str]]:  # a free port for each run, taken as it starts
-        return second_run_env(session.command, session.context.env)[0]
-
+             f"ranks meet on a port of their own (a free one for each run: {', '.join(meeting_apart())})")
     try:
-        return Lines(walk, SideBySide(session, meeting)).run()
+        return Lines(walk, SideBySide(session, meeting_apart)).run()
     finally:
         session.close()  # the lines' own store connections

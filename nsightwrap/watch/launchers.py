@@ -309,7 +309,12 @@ def second_run_env(command: Sequence[str], env: Mapping[str, str]) -> tuple[Opti
     fixed += [v for v in _MEETING_VARS if env.get(v)]
     if fixed:
         return None, f"the job says where its ranks meet ({', '.join(fixed)}), so a second run would meet there too"
-    return {"PET_MASTER_PORT": str(free_port())}, "torchrun's rendezvous on a port of its own"
+    return meeting_apart(), "torchrun's rendezvous on a port of its own"
+
+
+def meeting_apart() -> dict[str, str]:
+    """The variables of one more run of a torchrun job that second_run_env allows: a free rendezvous port."""
+    return {"PET_MASTER_PORT": str(free_port())}
 
 
 def free_port() -> int:

@@ -98,6 +98,12 @@ class RunOutcome:
     warnings: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)  # other users' processes of the run, not signalled
 
+    @property
+    def stopped_by_interrupt(self) -> bool:
+        """Stopped by an interrupt: Ctrl-C or a signal here, or another thread's cancel event (the Cancelled
+        rule's verdict, nsightwrap.watch.rules)."""
+        return self.interrupted or (self.verdict is not None and self.verdict.status == INTERRUPTED)
+
 
 class _Watch:
     """One watched process tree: its channels, observer, rules, guard and stop."""
