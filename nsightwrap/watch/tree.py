@@ -62,6 +62,14 @@ def alive(p: psutil.Process) -> bool:
         return False
 
 
+def _still(p: psutil.Process) -> bool:
+    """p is still there (a zombie too), not another process with its pid."""
+    try:
+        return p.is_running()
+    except psutil.Error:
+        return False
+
+
 def start_time(pid: int) -> Optional[float]:
     """When `pid` started (psutil's create_time), or None if it is gone."""
     try:
@@ -155,7 +163,8 @@ class ProcessTree:
     A cookie proves nothing about a process of another user (they may have
     read it from a process of the run that they own): processes of other
     users belong to the tree only by descent (children of the root or of a
-    member, or members of the root's session, which no outsider can join),
+    member, or members of the run's sessions, which no outsider can join:
+    the root's and those its members started; see _our_sessions),
     and only when this user is root, since no one else may signal them.
     Those seen but not signalled are kept in `foreign`, for the notes.
     """
@@ -168,6 +177,7 @@ class ProcessTree:
         self.frontend_names = tuple(frontend_names)
         self.uid = os.getuid() if uid is None else uid
         self._seen: dict[int, psutil.Process] = {}
+        self._sessions: set[int] = set()  # the run's sessions, by their leader's pid (see _our_sessions)
         self.foreign: dict[int, str] = {}  # other users' processes of the run that this user may not signal
 
     def members(self) -> list[psutil.Process]:
@@ -177,9 +187,10 @@ class ProcessTree:
         running = self.root_running()
         if running:
             roots.add(self.root_pid)
+            self._sessions.add(self.root_pid)  # started in a session of its own
         kin = roots | _descendants(table, roots)
-        if running:  # a helper that cleared its environment and left the root's children is still in its session
-            kin.update(pid for pid, (_, sid) in table.items() if sid == self.root_pid)
+        sessions = self._our_sessions(table, running)
+        kin.update(pid for pid, (_, sid) in table.items() if sid in sessions)
         for pid in kin - found.keys():
             try:
                 found[pid] = psutil.Process(pid)
@@ -190,7 +201,23 @@ class ProcessTree:
                 found[pid] = p
         live = {pid: p for pid, p in found.items() if alive(p) and self._owned(p)}
         self._seen.update(live)
+        self._sessions.update(pid for pid in live if table.get(pid, (0, 0))[1] == pid)  # a member's own session
         return list(live.values())
+
+    def _our_sessions(self, table: Mapping[int, tuple[int, int]], root_running: bool) -> set[int]:
+        """The sessions of the run (the root's, and those a member started with setsid, as ncu's front end does):
+        a process in one is of the run even when its environment cannot be read and its parent is gone, as for
+        a target whose exec is under way when its launcher dies (an empty environment, a dead parent: seen when
+        a stop came while the fake ncu launched its target). A session's number stays taken while any process
+        is in it, even once its leader has exited; a number that a process other than the run's leader now holds
+        was given to a new session: not ours."""
+        for sid in list(self._sessions):
+            if sid == self.root_pid and root_running:
+                continue
+            leader = self._seen.get(sid)
+            if sid in table and (leader is None or not _still(leader)):
+                self._sessions.discard(sid)
+        return self._sessions
 
     def _owned(self, p: psutil.Process) -> bool:
         """Found by descent (cookie carriers were chosen by uid already): this user's, or anyone's for root."""

@@ -196,7 +196,8 @@ def test_sigterm_during_a_sweep(fake_env, tmp_path, when):
     doc = one_json(out.decode())
     assert p.returncode == 130 and doc["status"] == "interrupted", (buf + err).decode(errors="replace")
     assert b"Traceback" not in err
-    assert [q for q, e in processes_with(COOKIE_VAR) if e.get("NSIGHTWRAP_OWNER") == str(p.pid)] == []
+    left = [q for q, e in processes_with(COOKIE_VAR) if e.get("NSIGHTWRAP_OWNER") == str(p.pid)]
+    assert left == [], [q.cmdline() for q in left]
 
 
 # --- live progress, through a pseudo terminal -----------------------------------------------------

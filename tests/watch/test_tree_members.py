@@ -1,0 +1,76 @@
+"""Who belongs to a run's tree (watch.tree.ProcessTree.members): its sessions count, even once their leader is gone.
+
+The race this guards (test_cli_surface's SIGTERM during a sweep's probe, 4 failures in 15 runs under a CPU load of
+6): the stop came while the fake ncu launched its target. The front end exited at once, the launcher died after
+starting the target, and for a moment the target had neither a readable cookie (its exec under way) nor a living
+parent: one empty look at the tree and the stop called the run gone, leaving the target running. The target was
+still in the session the front end had started with setsid.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from nsightwrap.watch import tree as tree_mod
+from nsightwrap.watch.tree import COOKIE_VAR, ProcessTree
+
+# Starts a child in a session of its own or not (ncu's front end starts one); once told (a line on stdin), that child
+# starts a grandchild whose environment is empty (no cookie), prints its pid and exits: the grandchild is left with
+# no parent of the run, and was never seen while it had one.
+_LEADER = """
+import subprocess, sys
+kid = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; print('ready', flush=True); "
+    "sys.stdin.readline(); p = subprocess.Popen(['sleep', '30'], env={}); print(p.pid, flush=True)"],
+    start_new_session=%s)
+kid.wait()
+"""
+
+
+def _start(new_session: bool):
+    cookie = uuid.uuid4().hex
+    env = {"PATH": "/usr/bin:/bin", COOKIE_VAR: cookie}
+    root = subprocess.Popen([sys.executable, "-c", _LEADER % new_session], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env, start_new_session=True)
+    assert root.stdout.readline() == b"ready\n"
+    tree = ProcessTree(root.pid, cookie, root_running=lambda: root.poll() is None)
+    assert len(tree.members()) == 2  # the root and its child, seen before the grandchild is started
+    root.stdin.write(b"\n")
+    root.stdin.close()
+    return root, tree, int(root.stdout.readline())
+
+
+@pytest.mark.parametrize("new_session", [False, True], ids=["root's session", "a member's session"])
+def test_a_process_without_cookie_or_parent_is_still_found_by_its_session(new_session):
+    root, tree, orphan = _start(new_session)
+    try:
+        root.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while psutil.Process(orphan).ppid() != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # No cookie (an empty environment), no parent of the run, the root reaped: only the session says whose.
+        assert orphan in {p.pid for p in tree.members()}
+    finally:
+        psutil.Process(orphan).kill()
+        root.stdout.close()
+
+
+def test_a_session_number_taken_by_another_process_is_not_the_runs(monkeypatch):
+    """The leader of a run's session is gone and its pid now belongs to another process: that session is not ours."""
+    t = ProcessTree(999_999, uuid.uuid4().hex, root_running=lambda: False)
+    gone = psutil.Process()  # stands for the old leader: a process object that no longer is what holds its pid
+    monkeypatch.setattr(gone, "is_running", lambda: False)
+    t._seen[4242] = gone
+    t._sessions.add(4242)
+    table = {4242: (1, 4242), 4243: (4242, 4242)}
+    monkeypatch.setattr(tree_mod, "_kinship", lambda: table)
+    monkeypatch.setattr(tree_mod, "processes_with", lambda *a, **k: [])
+    assert t._our_sessions(table, root_running=False) == set()
+    t._sessions.add(4242)
+    table.pop(4242)  # the leader has exited and its number is free of a process: its session is still ours
+    assert t._our_sessions(table, root_running=False) == {4242}
