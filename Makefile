@@ -6,8 +6,8 @@
 # They install into a virtual environment of their own, $(VENV) (.venv/ in the checkout, ignored by
 # git), made with $(PYTHON) -m venv by devtools/make_venv.sh and reused while it is up to date: Debian's
 # and Ubuntu's python3 is externally managed (PEP 668), and pip refuses to install into it. The venv sees
-# PYTHON's own packages (--system-site-packages: PyTorch for the example, and what an offline machine
-# already has). A PYTHON that already runs in a virtual environment is used as it is, e.g.
+# PYTHON's own packages (PyTorch for the example, and what an offline machine already has) through a .pth
+# file that lists their folders (make_venv.sh says why not --system-site-packages). A PYTHON that already runs in a virtual environment is used as it is, e.g.
 # `make test PYTHON=venv/bin/python`. pip reads its own variables: on a machine without network,
 # `PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels make run`.
 PYTHON ?= python3
@@ -26,11 +26,15 @@ ifneq ($(IN_VENV),1)
 	@sh devtools/make_venv.sh "$(PYTHON)" "$(VENV)"
 endif
 
+# Editable installs in setuptools' compat mode: the checkout's folder on sys.path by a .pth line, where the
+# default mode installs an import finder whose import costs 10-19 ms at every start of Python (issue 20).
+EDITABLE := --config-settings editable_mode=compat
+
 install: venv
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q $(EDITABLE) -e .
 
 install-test: venv
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q $(EDITABLE) -e '.[test]'
 
 run: install
 	$(PY) -m nsightwrap doctor

@@ -3,15 +3,19 @@
 #
 # Debian's and Ubuntu's python3 is "externally managed" (PEP 668): pip refuses to install into it, so the
 # Makefile installs into a virtual environment of its own, made here with PYTHON's `venv`, seeing PYTHON's
-# packages (--system-site-packages: PyTorch for `make run`'s example, and whatever an offline machine has).
-# Reused while it was made by the same interpreter and still runs; remade when PYTHON changed or the venv broke.
+# packages (PyTorch for `make run`'s example, and whatever an offline machine has). They are seen through a
+# .pth file that lists PYTHON's site-packages folders, not --system-site-packages: that flag also runs every
+# .pth hook of those folders at each start of Python (a sandbox's certifi hook, an editable install's import
+# finder: 36 ms of the 48 a start took on the CI machine, and nsightwrap and its tests start thousands of
+# Pythons: a guard per run, the tests' fakes; issue 20).
+# Reused while it was made by the same interpreter in this layout and still runs; remade otherwise.
 # A folder at VENV that this script did not make is used as it is if it runs, and never removed.
 set -eu
 python=$1
 venv=$2
 marker="$venv/.made-by-nsightwrap"
 
-if ! want=$("$python" -c 'import sys; print(sys.version.split()[0], sys.base_prefix)' 2>/dev/null); then
+if ! want=$("$python" -c 'import sys; print(sys.version.split()[0], sys.base_prefix, "site-by-pth")' 2>/dev/null); then
     echo "nsightwrap: cannot run PYTHON=$python; install Python >= 3.10, or give make PYTHON=/path/to/python3" >&2
     exit 1
 fi
@@ -19,14 +23,14 @@ if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c '' 2>/dev/null; then
     if [ ! -f "$marker" ] || [ "$(cat "$marker")" = "$want" ]; then
         exit 0  # up to date (or a venv of the user's own: used as it is)
     fi
-    echo "nsightwrap: $venv was made by another Python ($(cat "$marker")); making it again with $python"
+    echo "nsightwrap: $venv was made by another Python or in an older layout ($(cat "$marker")); making it again with $python"
 elif [ -e "$venv" ] && [ ! -f "$marker" ]; then
     echo "nsightwrap: $venv exists but is not a working virtual environment; remove it, or give make VENV=another-folder" >&2
     exit 1
 fi
 rm -rf "$venv"
 echo "nsightwrap: making the virtual environment $venv with $python"
-if ! "$python" -m venv --system-site-packages "$venv"; then
+if ! "$python" -m venv "$venv"; then
     rm -rf "$venv"
     version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     echo "nsightwrap: $python cannot make a virtual environment (its venv module or ensurepip is missing)." >&2
@@ -34,4 +38,14 @@ if ! "$python" -m venv --system-site-packages "$venv"; then
     echo "  elsewhere, give make PYTHON=/path/to/a/python3 that has venv." >&2
     exit 1
 fi
+# PYTHON's packages, seen after the venv's own (as --system-site-packages orders them), their hooks not run.
+purelib=$("$venv/bin/python" -c 'import sys, sysconfig; print(sysconfig.get_paths()["purelib"] if sys.prefix != sys.base_prefix else "")')
+if [ -z "$purelib" ]; then  # never write into PYTHON's own folders
+    echo "nsightwrap: $venv/bin/python does not run in the virtual environment just made; remove $venv and retry" >&2
+    exit 1
+fi
+mkdir -p "$purelib"
+"$python" -c 'import os, site
+paths = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+print("\n".join(p for p in paths if os.path.isdir(p)))' >"$purelib/_nsightwrap_python_packages.pth"
 echo "$want" >"$marker"

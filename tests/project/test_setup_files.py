@@ -29,15 +29,17 @@ from nsightwrap.store.paths import default_store_path
 ROOT = Path(__file__).resolve().parents[2]
 MAKE_VENV = ROOT / "devtools" / "make_venv.sh"
 
-#: A python3 whose `-m venv` is faked (a folder whose bin/python is the real one), or fails as Debian's does
-#: without python3-venv; everything else is the real interpreter.
+#: A python3 whose `-m venv` is faked (a folder whose bin/python is the real base interpreter, with a pyvenv.cfg), or
+#: fails as Debian's does without python3-venv; everything else is the real interpreter.
 FAKE_PYTHON = """#!/bin/sh
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
     if [ -n "${NO_VENV:-}" ]; then
         echo "The virtual environment was not created successfully because ensurepip is not available." >&2
         exit 1
     fi
-    mkdir -p "$4/bin" && ln -s REAL "$4/bin/python" && echo "$*" >>"$MADE_LOG"
+    for venv; do :; done
+    mkdir -p "$venv/bin" && ln -s BASE "$venv/bin/python" && echo "$*" >>"$MADE_LOG"
+    printf 'home = %s\ninclude-system-site-packages = false\n' "$(dirname BASE)" >"$venv/pyvenv.cfg"
     exit 0
 fi
 exec REAL "$@"
@@ -47,7 +49,7 @@ exec REAL "$@"
 @pytest.fixture
 def fake_python(tmp_path):
     path = tmp_path / "python3"
-    path.write_text(FAKE_PYTHON.replace("REAL", sys.executable))
+    path.write_text(FAKE_PYTHON.replace("REAL", sys.executable).replace("BASE", sys._base_executable))
     path.chmod(0o755)
     return path
 
@@ -57,13 +59,22 @@ def make_venv(python: Path, venv: Path, **env: str) -> subprocess.CompletedProce
                           env={**os.environ, "MADE_LOG": str(venv.parent / "made.log"), **env}, timeout=60)
 
 
-def test_the_venv_is_made_once_with_system_packages_then_reused(fake_python, tmp_path):
+def test_the_venv_is_made_once_seeing_the_pythons_packages_then_reused(fake_python, tmp_path):
+    """PYTHON's packages are seen through a .pth file of plain folders: their own .pth hooks are not run at every
+    start of Python, as --system-site-packages would (issue 20)."""
     venv = tmp_path / ".venv"
     for _ in range(2):
         r = make_venv(fake_python, venv)
         assert r.returncode == 0, r.stderr
-    assert (tmp_path / "made.log").read_text().splitlines() == [f"-m venv --system-site-packages {venv}"]
+    assert (tmp_path / "made.log").read_text().splitlines() == [f"-m venv {venv}"]
     assert (venv / ".made-by-nsightwrap").read_text().split()[0] == sys.version.split()[0]
+    folders = subprocess.run([sys.executable, "-c", "import site; print(*site.getsitepackages(), sep='\\n')"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    pth = list(venv.glob("lib/python3*/site-packages/_nsightwrap_python_packages.pth"))
+    assert len(pth) == 1 and pth[0].read_text().split() == [f for f in folders if os.path.isdir(f)]
+    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(*sys.path, sep='\\n')"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert set(folders) <= set(seen)  # and so pandas, psutil, ... of PYTHON import in the venv
 
 
 def test_a_venv_made_by_another_python_is_made_again(fake_python, tmp_path):
