@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 import psutil
 
@@ -62,14 +62,6 @@ def alive(p: psutil.Process) -> bool:
         return False
 
 
-def _still(p: psutil.Process) -> bool:
-    """p is still there (a zombie too), not another process with its pid."""
-    try:
-        return p.is_running()
-    except psutil.Error:
-        return False
-
-
 def start_time(pid: int) -> Optional[float]:
     """When `pid` started (psutil's create_time), or None if it is gone."""
     try:
@@ -94,43 +86,71 @@ def _looks_like(p: psutil.Process, names: Sequence[str]) -> bool:
     return any(os.path.basename(c) in names for c in cmd)
 
 
-def _environ(p: psutil.Process, needle: bytes) -> Optional[dict[str, str]]:
-    """p's environment if it holds `needle`, else None (unreadable ones: None)."""
-    try:
-        with open(f"/proc/{p.pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        try:
-            env = p.environ()
-        except psutil.Error:
-            return None
-        return env if needle.split(b"=")[0].decode() in env else None
-    if needle not in raw:
-        return None
+def _carrying(var: str, value: Optional[str]) -> Callable[[bytes], bool]:
+    """Whether a raw environment (/proc/PID/environ) sets `var` (to exactly `value`, if given)."""
+    entry = b"\0" + f"{var}=".encode() + (value.encode() + b"\0" if value is not None else b"")
+    return lambda raw: entry in b"\0" + raw
+
+
+def _environs(carries: Callable[[bytes], bool]) -> dict[int, bytes]:
+    """pid -> raw environment of every process whose environment `carries` (one read each; unreadable: left out)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue  # gone, or another user's
+            if carries(raw):
+                found[int(name)] = raw
+    return found
+
+
+def _parsed(raw: bytes) -> dict[str, str]:
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def _real_uid(pid: int) -> Optional[int]:
+    """The real uid of `pid` (/proc/PID/status), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            line = next(line for line in f if line.startswith(b"Uid:"))
+        return int(line.split()[1])
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
 def processes_with(var: str, value: Optional[str] = None,
                    uid: Optional[int] = None) -> list[tuple[psutil.Process, Mapping[str, str]]]:
-    """Live processes whose environment sets `var` (to `value`, if given), of user `uid` if given."""
+    """Live processes whose environment sets `var` (to `value`, if given), of user `uid` if given. Only the
+    environments are read for every process (this runs in every wait of a stop, issue 20): the rest for those
+    that match."""
     found = []
-    needle = f"{var}=".encode() + (value.encode() if value is not None else b"")
-    for p in psutil.process_iter():
-        if uid is not None:
-            try:
-                if p.uids().real != uid:
-                    continue
-            except psutil.Error:
-                continue
-        env = _environ(p, needle)
-        if env is not None and var in env and (value is None or env[var] == value) and alive(p):
-            found.append((p, env))
+    for pid, raw in _environs(_carrying(var, value)).items():
+        if uid is not None and _real_uid(pid) != uid:
+            continue
+        try:
+            p = psutil.Process(pid)
+        except psutil.Error:
+            continue
+        if alive(p):
+            found.append((p, _parsed(raw)))
     return found
 
 
-def _kinship() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, session id) of every live process, from /proc/PID/stat (readable by all)."""
+class _Stat(NamedTuple):
+    """What /proc/PID/stat says of a process that matters here (a tuple: one is made per process per look)."""
+
+    ppid: int
+    sid: int
+    zombie: bool
+    start: int  # clock ticks after boot: with the pid, which process this is
+
+
+def _stats() -> dict[int, _Stat]:
+    """pid -> _Stat of every live process, from /proc/PID/stat (readable by all)."""
     table = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -138,15 +158,16 @@ def _kinship() -> dict[int, tuple[int, int]]:
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            table[int(name)] = (int(fields[1]), int(fields[3]))
+            table[int(name)] = _Stat(int(fields[1]), int(fields[3]), fields[0] == b"Z", int(fields[19]))
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
     return table
 
 
-def _descendants(table: Mapping[int, tuple[int, int]], roots: Iterable[int]) -> set[int]:
+def _descendants(parents: Mapping[int, int], roots: Iterable[int]) -> set[int]:
+    """Every descendant of `roots` in `parents` (pid -> parent pid)."""
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
+    for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
     found, todo = set(), list(roots)
     while todo:
@@ -177,34 +198,63 @@ class ProcessTree:
         self.frontend_names = tuple(frontend_names)
         self.uid = os.getuid() if uid is None else uid
         self._seen: dict[int, psutil.Process] = {}
+        self._starts: dict[int, int] = {}  # pid -> start (ticks) of the process met under it
+        self._uids: dict[tuple[int, int], Optional[int]] = {}  # (pid, start) -> real uid of that process
         self._sessions: set[int] = set()  # the run's sessions, by their leader's pid (see _our_sessions)
         self.foreign: dict[int, str] = {}  # other users' processes of the run that this user may not signal
 
     def members(self) -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {p.pid: p for p, _ in processes_with(COOKIE_VAR, self.cookie, self.uid)}
-        table = _kinship()
-        roots = set(found)
+        """The live processes of the run, by cookie (this user's), by descent from the root or a member, by
+        session (_our_sessions), or seen before and still the same process. /proc is read once for the
+        environments and once for the stat lines: a stop asks this every 50 ms (issue 20)."""
+        table = _stats()
+        carriers = {pid for pid in _environs(_carrying(COOKIE_VAR, self.cookie))
+                    if pid in table and self._uid(pid, table[pid]) == self.uid}
+        roots = set(carriers)
         running = self.root_running()
         if running:
             roots.add(self.root_pid)
             self._sessions.add(self.root_pid)  # started in a session of its own
-        kin = roots | _descendants(table, roots)
+        kin = roots | _descendants({pid: st.ppid for pid, st in table.items()}, roots)
         sessions = self._our_sessions(table, running)
-        kin.update(pid for pid, (_, sid) in table.items() if sid in sessions)
-        for pid in kin - found.keys():
-            try:
-                found[pid] = psutil.Process(pid)
-            except psutil.Error:
-                pass
-        for pid, p in list(self._seen.items()):
-            if pid not in found and alive(p):  # is_running() also checks the pid was not reused
-                found[pid] = p
-        live = {pid: p for pid, p in found.items() if alive(p) and self._owned(p)}
+        kin.update(pid for pid, st in table.items() if st.sid in sessions)
+        kin.update(pid for pid in self._seen if self._same(pid, table))
+        live = {}
+        for pid in kin:
+            st = table.get(pid)
+            if st is None or st.zombie:
+                continue
+            p = self._process(pid, st)
+            if p is not None and (pid in carriers or self._owned(p, st)):
+                live[pid] = p
         self._seen.update(live)
-        self._sessions.update(pid for pid in live if table.get(pid, (0, 0))[1] == pid)  # a member's own session
+        self._sessions.update(pid for pid in live if table[pid].sid == pid)  # a member's own session
         return list(live.values())
 
-    def _our_sessions(self, table: Mapping[int, tuple[int, int]], root_running: bool) -> set[int]:
+    def _same(self, pid: int, table: Mapping[int, _Stat]) -> bool:
+        """`pid` is still the process seen under it (not gone, not another one given its number)."""
+        return pid in table and table[pid].start == self._starts.get(pid)
+
+    def _process(self, pid: int, st: _Stat) -> Optional[psutil.Process]:
+        """The psutil object of the process `pid` started at `st.start`: the one seen before, else a new one."""
+        if self._starts.get(pid) == st.start and pid in self._seen:
+            return self._seen[pid]
+        try:
+            p = psutil.Process(pid)
+        except psutil.Error:
+            return None
+        self._seen.pop(pid, None)  # the pid now names another process
+        self._starts[pid] = st.start
+        return p
+
+    def _uid(self, pid: int, st: _Stat) -> Optional[int]:
+        """The real uid of the process `pid` started at `st.start`, read once."""
+        key = (pid, st.start)
+        if key not in self._uids:
+            self._uids[key] = _real_uid(pid)
+        return self._uids[key]
+
+    def _our_sessions(self, table: Mapping[int, _Stat], root_running: bool) -> set[int]:
         """The sessions of the run (the root's, and those a member started with setsid, as ncu's front end does):
         a process in one is of the run even when its environment cannot be read and its parent is gone, as for
         a target whose exec is under way when its launcher dies (an empty environment, a dead parent: seen when
@@ -214,16 +264,14 @@ class ProcessTree:
         for sid in list(self._sessions):
             if sid == self.root_pid and root_running:
                 continue
-            leader = self._seen.get(sid)
-            if sid in table and (leader is None or not _still(leader)):
+            if sid in table and not self._same(sid, table):
                 self._sessions.discard(sid)
         return self._sessions
 
-    def _owned(self, p: psutil.Process) -> bool:
+    def _owned(self, p: psutil.Process, st: _Stat) -> bool:
         """Found by descent (cookie carriers were chosen by uid already): this user's, or anyone's for root."""
-        try:
-            uid = p.uids().real
-        except psutil.Error:
+        uid = self._uid(p.pid, st)
+        if uid is None:
             return False
         if uid == self.uid or self.uid == 0:
             return True
@@ -363,7 +411,7 @@ def ignores(pid: int, sig: int) -> bool:
 
 def descendants_of(pids: Iterable[int]) -> set[int]:
     """Every live descendant of `pids` (by parent pid)."""
-    return _descendants(_kinship(), pids)
+    return _descendants({pid: st.ppid for pid, st in _stats().items()}, pids)
 
 
 def stop_processes(find: Callable[[], list], policy: StopPolicy, clock: Callable[[], float] = time.monotonic,

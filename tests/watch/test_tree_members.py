@@ -17,8 +17,8 @@ import uuid
 import psutil
 import pytest
 
-from nsightwrap.watch import tree as tree_mod
 from nsightwrap.watch.tree import COOKIE_VAR, ProcessTree
+from nsightwrap.watch.tree import _Stat as Stat
 
 # Starts a child in a session of its own or not (ncu's front end starts one); once told (a line on stdin), that child
 # starts a grandchild whose environment is empty (no cookie), prints its pid and exits: the grandchild is left with
@@ -60,17 +60,12 @@ def test_a_process_without_cookie_or_parent_is_still_found_by_its_session(new_se
         root.stdout.close()
 
 
-def test_a_session_number_taken_by_another_process_is_not_the_runs(monkeypatch):
+def test_a_session_number_taken_by_another_process_is_not_the_runs():
     """The leader of a run's session is gone and its pid now belongs to another process: that session is not ours."""
     t = ProcessTree(999_999, uuid.uuid4().hex, root_running=lambda: False)
-    gone = psutil.Process()  # stands for the old leader: a process object that no longer is what holds its pid
-    monkeypatch.setattr(gone, "is_running", lambda: False)
-    t._seen[4242] = gone
+    t._seen[4242] = psutil.Process()  # the leader, met when it started at tick 100
+    t._starts[4242] = 100
     t._sessions.add(4242)
-    table = {4242: (1, 4242), 4243: (4242, 4242)}
-    monkeypatch.setattr(tree_mod, "_kinship", lambda: table)
-    monkeypatch.setattr(tree_mod, "processes_with", lambda *a, **k: [])
-    assert t._our_sessions(table, root_running=False) == set()
-    t._sessions.add(4242)
-    table.pop(4242)  # the leader has exited and its number is free of a process: its session is still ours
-    assert t._our_sessions(table, root_running=False) == {4242}
+    assert t._our_sessions({4242: Stat(1, 4242, False, 100)}, root_running=False) == {4242}
+    assert t._our_sessions({}, root_running=False) == {4242}  # the leader has exited: its session is still ours
+    assert t._our_sessions({4242: Stat(1, 4242, False, 900)}, root_running=False) == set()  # pid taken again
