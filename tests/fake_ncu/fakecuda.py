@@ -168,7 +168,7 @@ def _rendezvous(tag, warn_mode=None):
         if not warned and time.monotonic() - start > 3.0 * _scale():
             _out(SLOW_WARNING.format(mode=warn_mode))
             warned = True
-        time.sleep(0.002)
+        time.sleep(0.02)  # a rank that waits for one that never comes (a hang) polls for seconds
 
 
 class _serialised:
