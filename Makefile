@@ -28,13 +28,15 @@ endif
 
 # Editable installs in setuptools' compat mode: the checkout's folder on sys.path by a .pth line, where the
 # default mode installs an import finder whose import costs 10-19 ms at every start of Python (issue 20).
-EDITABLE := --config-settings editable_mode=compat
+# Given through pip's environment, not --config-settings: a pip older than 22.1 (Ubuntu 22.04's venvs) has no
+# such option and ignores the variable (the finder, then: slower, not wrong).
+EDITABLE := PIP_CONFIG_SETTINGS=editable_mode=compat
 
 install: venv
-	$(PY) -m pip install -q $(EDITABLE) -e .
+	$(EDITABLE) $(PY) -m pip install -q -e .
 
 install-test: venv
-	$(PY) -m pip install -q $(EDITABLE) -e '.[test]'
+	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
 
 run: install
 	$(PY) -m nsightwrap doctor

@@ -30,6 +30,10 @@ elif [ -e "$venv" ] && [ ! -f "$marker" ]; then
 fi
 rm -rf "$venv"
 echo "nsightwrap: making the virtual environment $venv with $python"
+# Until the marker is written, a failure (or Ctrl-C) removes the half-made venv: one without a marker would be
+# taken for the user's own next time and used as it is.
+trap 'rm -rf "$venv"' EXIT
+trap 'exit 130' INT TERM
 if ! "$python" -m venv "$venv"; then
     rm -rf "$venv"
     version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -38,14 +42,32 @@ if ! "$python" -m venv "$venv"; then
     echo "  elsewhere, give make PYTHON=/path/to/a/python3 that has venv." >&2
     exit 1
 fi
-# PYTHON's packages, seen after the venv's own (as --system-site-packages orders them), their hooks not run.
+# PYTHON's packages, seen after the venv's own, in --system-site-packages' order (the user's folder first), with
+# the folders their own .pth files add (an editable or `setup.py develop` install, easy-install.pth); the .pth
+# files' `import` lines (start-up hooks) are not run.
 purelib=$("$venv/bin/python" -c 'import sys, sysconfig; print(sysconfig.get_paths()["purelib"] if sys.prefix != sys.base_prefix else "")')
 if [ -z "$purelib" ]; then  # never write into PYTHON's own folders
-    echo "nsightwrap: $venv/bin/python does not run in the virtual environment just made; remove $venv and retry" >&2
+    echo "nsightwrap: $venv/bin/python does not run in the virtual environment just made" >&2
     exit 1
 fi
 mkdir -p "$purelib"
-"$python" -c 'import os, site
-paths = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
-print("\n".join(p for p in paths if os.path.isdir(p)))' >"$purelib/_nsightwrap_python_packages.pth"
+"$python" -c 'import glob, os, site
+folders = ([site.getusersitepackages()] if site.ENABLE_USER_SITE else []) + site.getsitepackages()
+seen = []
+for folder in folders:
+    if not os.path.isdir(folder) or folder in seen:
+        continue
+    seen.append(folder)
+    for pth in sorted(glob.glob(os.path.join(folder, "*.pth"))):
+        try:
+            lines = open(pth, encoding="utf-8").read().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            line = line.strip()
+            path = os.path.join(folder, line)
+            if line and not line.startswith(("#", "import ", "import\t")) and os.path.isdir(path) and path not in seen:
+                seen.append(path)
+print("\n".join(seen))' >"$purelib/_nsightwrap_python_packages.pth"
 echo "$want" >"$marker"
+trap - EXIT INT TERM

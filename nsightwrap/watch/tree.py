@@ -63,7 +63,9 @@ def alive(p: psutil.Process) -> bool:
 
 
 def start_time(pid: int) -> Optional[float]:
-    """When `pid` started (psutil's create_time), or None if it is gone."""
+    """When `pid` started (psutil's create_time), or None if it is gone (or was never given: pid <= 0)."""
+    if pid <= 0:
+        return None
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -89,7 +91,7 @@ def _looks_like(p: psutil.Process, names: Sequence[str]) -> bool:
 def _carrying(var: str, value: Optional[str]) -> Callable[[bytes], bool]:
     """Whether a raw environment (/proc/PID/environ) sets `var` (to exactly `value`, if given)."""
     entry = b"\0" + f"{var}=".encode() + (value.encode() + b"\0" if value is not None else b"")
-    return lambda raw: entry in b"\0" + raw
+    return lambda raw: entry in b"\0" + raw + b"\0"  # the last entry may lack its NUL
 
 
 def _environs(carries: Callable[[bytes], bool]) -> dict[int, bytes]:
@@ -164,6 +166,11 @@ def _stats() -> dict[int, _Stat]:
     return table
 
 
+def _started_at(st: _Stat) -> float:
+    """A _Stat's start as psutil's create_time gives it (seconds since the epoch)."""
+    return psutil.boot_time() + st.start / os.sysconf("SC_CLK_TCK")
+
+
 def _descendants(parents: Mapping[int, int], roots: Iterable[int]) -> set[int]:
     """Every descendant of `roots` in `parents` (pid -> parent pid)."""
     children: dict[int, list[int]] = {}
@@ -199,7 +206,7 @@ class ProcessTree:
         self.uid = os.getuid() if uid is None else uid
         self._seen: dict[int, psutil.Process] = {}
         self._starts: dict[int, int] = {}  # pid -> start (ticks) of the process met under it
-        self._uids: dict[tuple[int, int], Optional[int]] = {}  # (pid, start) -> real uid of that process
+        self._uids: dict[tuple[int, int], Optional[int]] = {}  # (pid, start) -> real uid, during one look
         self._sessions: set[int] = set()  # the run's sessions, by their leader's pid (see _our_sessions)
         self.foreign: dict[int, str] = {}  # other users' processes of the run that this user may not signal
 
@@ -208,6 +215,7 @@ class ProcessTree:
         session (_our_sessions), or seen before and still the same process. /proc is read once for the
         environments and once for the stat lines: a stop asks this every 50 ms (issue 20)."""
         table = _stats()
+        self._uids.clear()  # read again at each look: a member may change its uid (su, a privilege drop)
         carriers = {pid for pid in _environs(_carrying(COOKIE_VAR, self.cookie))
                     if pid in table and self._uid(pid, table[pid]) == self.uid}
         roots = set(carriers)
@@ -241,6 +249,8 @@ class ProcessTree:
             return self._seen[pid]
         try:
             p = psutil.Process(pid)
+            if abs(p.create_time() - _started_at(st)) > 0.05:
+                return None  # the pid was given to another process after the look: seen at the next one
         except psutil.Error:
             return None
         self._seen.pop(pid, None)  # the pid now names another process
@@ -248,7 +258,7 @@ class ProcessTree:
         return p
 
     def _uid(self, pid: int, st: _Stat) -> Optional[int]:
-        """The real uid of the process `pid` started at `st.start`, read once."""
+        """The real uid of the process `pid` started at `st.start`, read once per look."""
         key = (pid, st.start)
         if key not in self._uids:
             self._uids[key] = _real_uid(pid)
@@ -259,13 +269,14 @@ class ProcessTree:
         a process in one is of the run even when its environment cannot be read and its parent is gone, as for
         a target whose exec is under way when its launcher dies (an empty environment, a dead parent: seen when
         a stop came while the fake ncu launched its target). A session's number stays taken while any process
-        is in it, even once its leader has exited; a number that a process other than the run's leader now holds
-        was given to a new session: not ours."""
+        is in it, even once its leader has exited; once no process is in it, or a process other than the run's
+        leader holds the number, it is not ours (a daemon's fork-setsid-fork may take a freed number at once)."""
+        in_use = {st.sid for st in table.values()}  # zombies too: their session's number is still taken
         for sid in list(self._sessions):
             if sid == self.root_pid and root_running:
                 continue
-            if sid in table and not self._same(sid, table):
-                self._sessions.discard(sid)
+            if sid not in in_use or (sid in table and not self._same(sid, table)):
+                self._sessions.discard(sid)  # empty: its number may be given to a new session from now on
         return self._sessions
 
     def _owned(self, p: psutil.Process, st: _Stat) -> bool:

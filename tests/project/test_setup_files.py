@@ -39,7 +39,8 @@ if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
     fi
     for venv; do :; done
     mkdir -p "$venv/bin" && ln -s BASE "$venv/bin/python" && echo "$*" >>"$MADE_LOG"
-    printf 'home = %s\ninclude-system-site-packages = false\n' "$(dirname BASE)" >"$venv/pyvenv.cfg"
+    [ -n "${NO_CFG:-}" ] ||
+        printf 'home = %s\ninclude-system-site-packages = false\n' "$(dirname BASE)" >"$venv/pyvenv.cfg"
     exit 0
 fi
 exec REAL "$@"
@@ -71,7 +72,10 @@ def test_the_venv_is_made_once_seeing_the_pythons_packages_then_reused(fake_pyth
     folders = subprocess.run([sys.executable, "-c", "import site; print(*site.getsitepackages(), sep='\\n')"],
                              capture_output=True, text=True, check=True).stdout.split()
     pth = list(venv.glob("lib/python3*/site-packages/_nsightwrap_python_packages.pth"))
-    assert len(pth) == 1 and pth[0].read_text().split() == [f for f in folders if os.path.isdir(f)]
+    assert len(pth) == 1
+    lines = pth[0].read_text().splitlines()  # PYTHON's folders, then what their .pth files add; no import line
+    assert [line for line in lines if line in folders] == [f for f in folders if os.path.isdir(f)]
+    assert all(os.path.isdir(line) and not line.startswith("import") for line in lines)
     seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(*sys.path, sep='\\n')"],
                           capture_output=True, text=True, check=True).stdout.split()
     assert set(folders) <= set(seen)  # and so pandas, psutil, ... of PYTHON import in the venv
@@ -84,6 +88,15 @@ def test_a_venv_made_by_another_python_is_made_again(fake_python, tmp_path):
     r = make_venv(fake_python, venv)
     assert r.returncode == 0 and "made by another Python" in r.stdout
     assert len((tmp_path / "made.log").read_text().splitlines()) == 2
+
+
+def test_a_venv_that_fails_half_made_is_removed_not_reused_later(fake_python, tmp_path):
+    """Its python does not run as a venv's (no pyvenv.cfg): nothing is written into PYTHON's own folders, and the
+    half-made folder goes (without a marker it would be taken for the user's own venv next time)."""
+    venv = tmp_path / ".venv"
+    r = make_venv(fake_python, venv, NO_CFG="1")
+    assert r.returncode == 1 and "does not run in the virtual environment" in r.stderr
+    assert not venv.exists()
 
 
 def test_no_venv_module_says_which_package_to_install(fake_python, tmp_path):

@@ -68,5 +68,35 @@ def test_a_session_number_taken_by_another_process_is_not_the_runs():
     t._starts[4242] = 100
     t._sessions.add(4242)
     assert t._our_sessions({4242: Stat(1, 4242, False, 100)}, root_running=False) == {4242}
-    assert t._our_sessions({}, root_running=False) == {4242}  # the leader has exited: its session is still ours
+    # The leader has exited; a process is still in its session, so the number is still taken: still ours.
+    assert t._our_sessions({5000: Stat(1, 4242, False, 150)}, root_running=False) == {4242}
     assert t._our_sessions({4242: Stat(1, 4242, False, 900)}, root_running=False) == set()  # pid taken again
+
+
+def test_an_empty_session_is_forgotten_before_its_number_can_be_given_again():
+    """No process left in it: a daemon may take the freed number at once (fork, setsid, fork, the leader exits);
+    its processes must never become the run's (the review found this with a real process)."""
+    t = ProcessTree(999_999, uuid.uuid4().hex, root_running=lambda: False)
+    t._starts[4242] = 100
+    t._sessions.add(4242)
+    assert t._our_sessions({7: Stat(1, 7, False, 5)}, root_running=False) == set()
+    # The number is taken by another session later: its processes are not the run's.
+    assert t._our_sessions({6000: Stat(1, 4242, False, 950)}, root_running=False) == set()
+
+
+def test_carrying_matches_whole_entries_the_last_one_without_its_nul_too():
+    from nsightwrap.watch.tree import _carrying
+
+    carries = _carrying("V", "ab")
+    assert carries(b"V=ab") and carries(b"X=1\0V=ab\0") and carries(b"V=ab\0X=1\0")
+    assert not carries(b"V=abc\0") and not carries(b"XV=ab\0") and not carries(b"A=V=ab\0")
+    assert _carrying("V", None)(b"V=\0") and not _carrying("V", None)(b"XV=1\0")
+
+
+def test_a_guard_whose_owner_died_before_naming_the_root_still_stops_by_cookie():
+    """The owner sent the spec, then died before `root PID START` (root -1): the guard's tree is found by its
+    cookie, not a ValueError from psutil about pid -1 (the review reproduced the guard exiting on it)."""
+    from nsightwrap.watch.tree import same_process, start_time
+
+    assert start_time(-1) is None and start_time(0) is None and not same_process(-1, None)
+    assert ProcessTree(-1, uuid.uuid4().hex, root_running=lambda: same_process(-1, None)).members() == []
