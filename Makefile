@@ -62,6 +62,11 @@ run: install
 # plugin: the tests' own CPU, their children's, orphans reaped): 298 s (72 in the workers, 226 in children) for
 # 1279 tests, 160 s wall -> 257 s (64 + 193) for 1302 tests, 150 s wall, once tests/fallback (121 -> 78-82 s) and the
 # other folders (~26 s) were made cheaper and 23 tests added (2026-11-27; `.ci/run`: 143.6 and 140.0 s, 1302 tests).
+# Then each start of the venv's Python 48 -> 13.5 ms of CPU (make_venv.sh: no --system-site-packages hooks; the
+# compat editable mode), a tree looked up in one pass over /proc, cheaper fakes: the session's start (3de680d, its
+# own venv) and this tree side by side, alternated, four pairs on this shared machine: 146.9/128.6, 135.1/141.6,
+# 135.5/132.6, 141.7/116.9 s wall (means 139.8 -> 129.9 s), 249/191, 230/227, 239/228, 247/191 s of CPU (means 241
+# -> 209 s); the same tree alone 114-135 s (2026-11-27). Still twice the goal of 60 s (issue 20).
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal
