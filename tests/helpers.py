@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder, load_ladder
 from nsightwrap.ncu.allowance import AllowancePolicy
@@ -159,21 +159,33 @@ def read_until(p: subprocess.Popen, stream: Any, needle: bytes, timeout: float =
     return buf
 
 
+def sigint_when(p: subprocess.Popen, ready: Callable[[], Optional[bytes]], timeout: float = 60) -> dict:
+    """SIGINT to the command line `p` once `ready()` returns (what it read of p's output, if anything); p must end
+    with 130 and one JSON document on stdout, which is returned."""
+    import json
+
+    seen = b""
+    try:
+        seen = ready() or b""
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        p.kill()
+    assert p.returncode == 130, (seen + err).decode(errors="replace")
+    return json.loads(out)
+
+
 def ctrl_c_sweep(argv: Sequence[str], env: dict, settle_s: float = 0.0) -> dict:
     """`nsightwrap ARGV` (a sweep or walk on an executor): once a probe's job runs (and `settle_s` later), SIGINT;
     it must end interrupted (130, JSON status `interrupted`). Its JSON document."""
-    import json
-
     p = start_cli(argv, env)
-    try:
-        read_until(p, p.stderr, b"1 running", timeout=60)
+
+    def running() -> bytes:
+        seen = read_until(p, p.stderr, b"1 running", timeout=60)
         time.sleep(settle_s)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
-    finally:
-        p.kill()
-    assert p.returncode == 130, err.decode()
-    doc = json.loads(out)
+        return seen
+
+    doc = sigint_when(p, running)
     assert doc["status"] == "interrupted"
     return doc
 

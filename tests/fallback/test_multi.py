@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import app, cli_main, fast_stop, run_config
+from helpers import app, cli_main, fast_stop, run_config, sigint_when
 
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS, COLLECTIVES_JOB
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -180,7 +179,8 @@ def test_sigint_in_the_middle_leaves_no_rank_behind(fake_env, tmp_path, tag):
                           "basic", "--kernel-name", AR, "--", *torchrun(*STEPS)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE,
                          env=dict(os.environ), cwd=tmp_path)
-    try:
+
+    def collective_profiled() -> bytes:
         buf = b""
         os.set_blocking(p.stderr.fileno(), False)
         deadline = time.monotonic() + 30
@@ -188,12 +188,9 @@ def test_sigint_in_the_middle_leaves_no_rank_behind(fake_env, tmp_path, tag):
         while f'Profiling "{AR}"'.encode() not in buf and time.monotonic() < deadline:
             time.sleep(0.05)
             buf += p.stderr.read() or b""
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=30)
-    finally:
-        p.kill()
-    assert p.returncode == 130, buf.decode()
-    d = json.loads(out)
+        return buf
+
+    d = sigint_when(p, collective_profiled, timeout=30)
     assert d["status"] == "interrupted" and processes_with(COOKIE_VAR, d["cookie"]) == []
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import app, fast_stop, run_config, start_cli
+from helpers import app, fast_stop, run_config, sigint_when, start_cli
 
 from nsightwrap.fallback.collectives import COLLECTIVES_JOB
 from nsightwrap.fallback.session import Session
@@ -118,17 +117,14 @@ def test_ctrl_c_while_both_runs_run_is_interrupted_records_nothing_and_leaves_no
     store = tmp_path / "h.db"
     p = start_cli(["run", "--json", "-q", "--no-preflight", "--profile", "default", "--set", "basic", "--store",
                    str(store), "--", *torchrun(f"together:{meet}:20", "sleep:30", *STEPS)], ports, cwd=tmp_path)
-    try:
+
+    def both_up() -> None:
         deadline = time.monotonic() + 30
         while len({f.name.partition(".")[0] for f in meet.iterdir()}) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)  # both runs' ranks are up
         assert len({f.name.partition(".")[0] for f in meet.iterdir()}) == 2
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=40)
-    finally:
-        p.kill()
-    assert p.returncode == 130, err.decode()
-    d = json.loads(out)
+
+    d = sigint_when(p, both_up, timeout=40)
     assert d["status"] == "interrupted" and d["exit_code"] == 130
     assert processes_with(COOKIE_VAR, d["attempt"]["cookie"]) == []
     assert processes_with(OWNER_VAR, str(p.pid)) == []  # neither run left a process
