@@ -285,7 +285,7 @@ def profile_nsys(
                     policy=config.stop, env=env, cwd=config.cwd, clock=clock, on_output=on_output,
                     frontend_names=FRONTEND_NAMES)
     run = build_nsys_run(outcome, command=command, expected=report, nsys=nsys, notes=notes)
-    if outcome.interrupted:
+    if outcome.stopped_by_interrupt:  # Ctrl-C here, or another thread's cancel (RunConfig.cancel)
         raise NsysInterrupted(run)
     if outcome.exception is not None:
         raise outcome.exception

@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ import pytest
 from helpers import FAKE_NSYS, HERE, assert_tree_gone, fast_stop
 
 from nsightwrap.cli.main import main
-from nsightwrap.errors import NsightwrapError, NsysFailed, OptionsError, ToolError, ToolNotFound
+from nsightwrap.errors import NsightwrapError, NsysFailed, NsysInterrupted, OptionsError, ToolError, ToolNotFound
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.nsys.locate import find_nsys
 from nsightwrap.nsys.options import NSYS_DEFAULTS, NsysOptions, RunSettings, build_nsys_argv, unique_nsys_path
@@ -233,6 +234,19 @@ def test_hanging_nsys_times_out_and_the_tree_is_gone(tmp_path, nsys_env, monkeyp
     assert run.stop.killed  # the target escaped into its own session and outlived nsys
     assert not run.stop.survivors
     assert_tree_gone(run.cookie)
+
+
+def test_another_threads_cancel_raises_nsys_interrupted_as_ctrl_c_does(tmp_path, nsys_env, monkeypatch):
+    """RunConfig.cancel set by another thread (a walk's line, a calibration's cancel) ends profile_nsys as Ctrl-C
+    does: NsysInterrupted, the tree stopped (it returned an `interrupted` run instead, and a calibration then went
+    on to a plain run)."""
+    monkeypatch.setenv("FAKE_NSYS_HANG", "1")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    with pytest.raises(NsysInterrupted) as caught:
+        profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "c")), config(tmp_path, timeout=30.0, cancel=cancel))
+    assert caught.value.run.status == "interrupted"
+    assert_tree_gone(caught.value.run.cookie)
 
 
 def test_wedged_nsys_is_killed(tmp_path, nsys_env, monkeypatch):
