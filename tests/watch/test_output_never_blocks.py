@@ -9,6 +9,8 @@ check that the verdicts still come on time.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import io
 import json
 import os
@@ -16,14 +18,17 @@ import pty
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 
 import pytest
-from helpers import app, cli_main
+from helpers import app, cli_main, wait_until
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.writer import OutputWriter, TextOut
+
+F_GETPIPE_SZ = 1032  # Linux's fcntl: a pipe's capacity
 
 
 @pytest.fixture
@@ -78,9 +83,17 @@ def test_a_hang_is_called_with_stderr_unread(env, tmp_path):
     assert took < 10
 
 
+def pipe_is_full(stream) -> bool:
+    """Whether the pipe whose read end is `stream` holds all it can (its writer's next write would block)."""
+    waiting = array.array("i", [0])
+    fcntl.ioctl(stream.fileno(), termios.FIONREAD, waiting)
+    return waiting[0] >= fcntl.fcntl(stream.fileno(), F_GETPIPE_SZ) - 4096  # less a page a write may not fill
+
+
 def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
     run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
-    time.sleep(1.0)  # the pipe is full long before (64 KiB of a flood: milliseconds)
+    # Once the pipe is full (not after a second: each second of flood is ~0.6 s of CPU, issue 20).
+    wait_until(lambda: pipe_is_full(run.p.stderr) or run.p.poll() is not None, "stderr's pipe never filled", 30)
     run.p.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     rc, doc, _ = run.finish()
