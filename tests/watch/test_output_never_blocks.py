@@ -102,13 +102,10 @@ def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
 
 
 def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
-    """A terminal stopped by Ctrl-S (a pty whose other end is not read): the live screen, rich, and a flood.
-
-    Half a second of flood (each second of it costs ~0.6 s of CPU, issue 20): the pty's buffer is full within
-    milliseconds of the flood's start."""
+    """A terminal stopped by Ctrl-S (a pty whose other end is not read): the live screen, rich, and a flood."""
     master, slave = pty.openpty()
     try:
-        run = Unread(["run", "--json", "--timeout", "0.5", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
+        run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
                      {**env, "TERM": "xterm"}, stderr=slave)
         os.close(slave)
         slave = None
@@ -118,7 +115,7 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
         if slave is not None:
             os.close(slave)
     assert rc == 4 and doc["status"] == "timeout", (rc, doc)
-    assert took < 8, f"the 0.5 s timeout fired after {took:.1f} s"
+    assert took < 8, f"the 1 s timeout fired after {took:.1f} s"
 
 
 def test_nothing_is_said_lost_when_stderr_is_read(env, tmp_path, capfd):
