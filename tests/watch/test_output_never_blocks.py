@@ -67,8 +67,13 @@ class Unread:
         return rc, (json.loads(self.out) if self.out.strip() else None), took
 
 
+#: 3 MB of flood, then the program waits: past the writer's buffer (1 MiB) and the pipe (64 KiB), so that a
+#: write that blocked would still freeze the run, without a second of flood at ~0.6-1.4 s of CPU (issue 20).
+FLOOD_THEN_WAIT = ("vec_add", "flood:3000000", "sleep:30")
+
+
 def test_the_timeout_is_met_with_stderr_unread(env, tmp_path):
-    run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
+    run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app(*FLOOD_THEN_WAIT)], env)
     rc, doc, took = run.finish()
     assert rc == 4 and doc["status"] == "timeout", (rc, doc)
     assert took < 8, f"the 1 s timeout fired after {took:.1f} s"
@@ -107,7 +112,7 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
     """A terminal stopped by Ctrl-S (a pty whose other end is not read): the live screen, rich, and a flood."""
     master, slave = pty.openpty()
     try:
-        run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
+        run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app(*FLOOD_THEN_WAIT)],
                      {**env, "TERM": "xterm"}, stderr=slave)
         os.close(slave)
         slave = None
