@@ -97,7 +97,7 @@ def flooding(stream) -> bool:
 
 
 def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
-    run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
+    run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app(*FLOOD_THEN_WAIT)], env)
     # Once the flood fills the pipe: a fixed second was not enough on the loaded machine (the command line took
     # ~2.4 s to start, and the signal came before any flood), and each second of flood is ~0.6 s of CPU.
     wait_until(lambda: flooding(run.p.stderr) or run.p.poll() is not None, "stderr's pipe never filled", 30)
