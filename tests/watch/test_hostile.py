@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import app, read_until, run_cli, start_cli
+from helpers import app, cli_main, read_until, run_cli, start_cli
 
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.engine import profile_command
@@ -89,7 +89,8 @@ class Spy(WatchRule):
 def test_rules_are_checked_every_turn_whatever_the_output_rate():
     spy = Spy()
     flood = "import os\nb = b'y' * 65536\nwhile True: os.write(1, b)"  # not even a newline
-    out = watch([sys.executable, "-c", flood], spy | TotalTimeout(1.0))
+    # Half a second: ~300 MB of it here (70 times the kept tail); each second of flood is ~0.7 s of CPU (issue 20)
+    out = watch([sys.executable, "-c", flood], spy | TotalTimeout(0.5))
     assert out.verdict.status == "timeout" and out.elapsed_s < 2.0
     gaps = sorted(b - a for a, b in zip(spy.times, spy.times[1:]))
     assert gaps[len(gaps) // 2] <= 0.1 and gaps[-1] < 0.5, gaps[-5:]
@@ -167,7 +168,7 @@ def guard_of(owner: int) -> psutil.Process:
     raise AssertionError("no guard process")
 
 
-def test_cleanup_when_the_guard_died_too(env, tmp_path):
+def test_cleanup_when_the_guard_died_too(env, tmp_path, capsys):
     p = start_cli(["run", "--stall-timeout", "60", "-o", str(tmp_path / "r"), "--", *app("vec_add", "k@hang")], env)
     cookie = None
     try:
@@ -180,13 +181,15 @@ def test_cleanup_when_the_guard_died_too(env, tmp_path):
         time.sleep(0.5)
         left = processes_with(COOKIE_VAR, cookie)
         assert len(left) >= 4
-        dry = run_cli(["cleanup", "--dry-run"], env)
-        assert dry.returncode == 0 and f"would stop run {cookie[:12]}" in dry.stdout, dry.stdout + dry.stderr
-        assert all(str(q.pid) in dry.stdout for q, _ in left)
+        # `cleanup` in this process (the environment is env: the fixture set it here): its answer is what is
+        # tested, not its process.
+        code, out, err = cli_main(["cleanup", "--dry-run"], capsys)
+        assert code == 0 and f"would stop run {cookie[:12]}" in out, out + err
+        assert all(str(q.pid) in out for q, _ in left)
         assert len(processes_with(COOKIE_VAR, cookie)) == len(left)  # a dry run stops nothing
-        r = run_cli(["cleanup", "--grace", "3"], env)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert "SIGINT to profiler" in r.stdout  # ncu gets to write its report first
+        code, out, err = cli_main(["cleanup", "--grace", "3"], capsys)
+        assert code == 0, out + err
+        assert "SIGINT to profiler" in out  # ncu gets to write its report first
         assert processes_with(COOKIE_VAR, cookie) == []
         assert records(tmp_path) == []
     finally:
@@ -195,7 +198,7 @@ def test_cleanup_when_the_guard_died_too(env, tmp_path):
             q.kill()
 
 
-def test_cleanup_never_stops_a_process_on_its_cookie_alone(env, tmp_path):
+def test_cleanup_never_stops_a_process_on_its_cookie_alone(env, tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     forged = dict(env, **{COOKIE_VAR: "forged", OWNER_VAR: str(dead.pid)})
@@ -204,9 +207,9 @@ def test_cleanup_never_stops_a_process_on_its_cookie_alone(env, tmp_path):
         deadline = time.monotonic() + 5
         while not processes_with(COOKIE_VAR, "forged") and time.monotonic() < deadline:
             time.sleep(0.05)
-        r = run_cli(["cleanup"], env)
-        assert r.returncode == 0
-        assert f"not touched: {victim.pid}" in r.stdout
+        code, out, _ = cli_main(["cleanup"], capsys)
+        assert code == 0
+        assert f"not touched: {victim.pid}" in out
         assert victim.poll() is None
     finally:
         victim.kill()

@@ -9,6 +9,8 @@ check that the verdicts still come on time.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import io
 import json
 import os
@@ -16,14 +18,17 @@ import pty
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 
 import pytest
-from helpers import app, cli_main
+from helpers import app, cli_main, wait_until
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.writer import OutputWriter, TextOut
+
+F_GETPIPE_SZ = 1032  # Linux's fcntl: a pipe's capacity
 
 
 @pytest.fixture
@@ -62,8 +67,13 @@ class Unread:
         return rc, (json.loads(self.out) if self.out.strip() else None), took
 
 
+#: 3 MB of flood, then the program waits: past the writer's buffer (1 MiB) and the pipe (64 KiB), so that a
+#: write that blocked would still freeze the run, without a second of flood at ~0.6-1.4 s of CPU (issue 20).
+FLOOD_THEN_WAIT = ("vec_add", "flood:3000000", "sleep:30")
+
+
 def test_the_timeout_is_met_with_stderr_unread(env, tmp_path):
-    run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
+    run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app(*FLOOD_THEN_WAIT)], env)
     rc, doc, took = run.finish()
     assert rc == 4 and doc["status"] == "timeout", (rc, doc)
     assert took < 8, f"the 1 s timeout fired after {took:.1f} s"
@@ -78,9 +88,19 @@ def test_a_hang_is_called_with_stderr_unread(env, tmp_path):
     assert took < 10
 
 
+def flooding(stream) -> bool:
+    """Whether the pipe whose read end is `stream` is half full: the flood is under way and fills the rest
+    within milliseconds (a page-granular count of a full pipe may fall short of its size: half is sure)."""
+    waiting = array.array("i", [0])
+    fcntl.ioctl(stream.fileno(), termios.FIONREAD, waiting)
+    return waiting[0] >= fcntl.fcntl(stream.fileno(), F_GETPIPE_SZ) // 2
+
+
 def test_sigterm_is_honoured_with_stderr_unread(env, tmp_path):
-    run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")], env)
-    time.sleep(1.0)  # the pipe is full long before (64 KiB of a flood: milliseconds)
+    run = Unread(["run", "--json", "-o", str(tmp_path / "r"), "--", *app(*FLOOD_THEN_WAIT)], env)
+    # Once the flood fills the pipe: a fixed second was not enough on the loaded machine (the command line took
+    # ~2.4 s to start, and the signal came before any flood), and each second of flood is ~0.6 s of CPU.
+    wait_until(lambda: flooding(run.p.stderr) or run.p.poll() is not None, "stderr's pipe never filled", 30)
     run.p.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     rc, doc, _ = run.finish()
@@ -92,7 +112,7 @@ def test_the_timeout_is_met_on_a_terminal_that_nobody_reads(env, tmp_path):
     """A terminal stopped by Ctrl-S (a pty whose other end is not read): the live screen, rich, and a flood."""
     master, slave = pty.openpty()
     try:
-        run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app("vec_add", "flood")],
+        run = Unread(["run", "--json", "--timeout", "1", "-o", str(tmp_path / "r"), "--", *app(*FLOOD_THEN_WAIT)],
                      {**env, "TERM": "xterm"}, stderr=slave)
         os.close(slave)
         slave = None
