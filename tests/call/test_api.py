@@ -10,24 +10,16 @@ import pytest
 from helpers import FAKE_DIR, INNER_PYTEST, no_leftovers, run_config
 
 import nsightwrap
-from nsightwrap.call.api import profile, profiled
+from nsightwrap.call.api import profile
 from nsightwrap.errors import ChildError, NotProfilable
 from nsightwrap.ncu.context import RunConfig
 
 FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
     sys.path.insert(0, FAKE)
-import fakecuda  # noqa: E402
 from callees import matmul_softmax, raises, returns_unpicklable, step_with_hang, touches  # noqa: E402
 
-# --- functions the child imports by name: tests/callees.py (light), and one decorated here ---
-
-
-@profiled(kernel="softmax", set="basic")
-def decorated(n):
-    fakecuda.launch("gemm_kernel")
-    fakecuda.launch("softmax_kernel")
-    return n * 2
+# --- functions the child imports by name: tests/callees.py (light), and a decorated one (test_decorator) ---
 
 
 pytestmark = pytest.mark.usefixtures("fake_rows")
@@ -102,10 +94,30 @@ def test_unpicklable_value_is_reported_not_fatal(cfg):
         r.value  # noqa: B018 - reading the property raises
 
 
-def test_decorator(cfg):
+#: A user's module whose function is decorated (not this test module, which imports pytest and pandas: the child
+#: imports the function's module). Its value says what the child had loaded.
+DECORATED = f"""import sys
+sys.path.insert(0, {FAKE!r})
+import fakecuda
+import nsightwrap
+
+@nsightwrap.profiled(kernel="softmax", set="basic")
+def decorated(n):
+    fakecuda.launch("gemm_kernel")
+    fakecuda.launch("softmax_kernel")
+    return n * 2, sorted(m for m in ("pandas", "numpy") if m in sys.modules)
+"""
+
+
+def test_decorator(cfg, tmp_path, monkeypatch):
+    (tmp_path / "decorated_step.py").write_text(DECORATED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from decorated_step import decorated
+
     r = decorated(21, config=cfg)
     assert list(r.df["function"]) == ["softmax_kernel"]
-    assert r.value == 42
+    # A module of @profiled functions costs the child no pandas (0.5 s a child): profile(fn)'s import loads none.
+    assert r.value == (42, [])
 
 
 def test_function_of_a_script_run_as_main(cfg, tmp_path):
