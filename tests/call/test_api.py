@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_DIR, INNER_PYTEST, no_leftovers, run_config
+from helpers import FAKE_DIR, inline_pytest, no_leftovers, run_config
 
 import nsightwrap
 from nsightwrap.call.api import profile
@@ -169,16 +169,12 @@ def test_pytest_fixture(cfg, fake_gpu, nsight_profile):
     assert len(r.df) == 2
 
 
-def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env):
+def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env, monkeypatch):
     """NSIGHTWRAP_NCU names an ncu, but no nvidia-smi answers: nothing could be profiled, so skip."""
-    import subprocess
-
     (tmp_path / "test_uses_fixture.py").write_text("def test_it(nsight_profile):\n    raise AssertionError('ran')\n")
-    root = Path(__file__).resolve().parents[2]
-    env = dict(fake_env, PATH="/usr/bin:/bin", PYTHONPATH=str(root))
-    done = subprocess.run([*INNER_PYTEST, "-rs", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert "1 skipped" in done.stdout and "no NVIDIA GPU" in done.stdout, done.stdout + done.stderr
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    inner = inline_pytest(tmp_path, monkeypatch)
+    assert inner.count("skipped") == 1 and "no NVIDIA GPU" in inner.text(), inner.text()
 
 
 @pytest.mark.parametrize("ncu", ["missing", "broken"])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from callees import other_step, quick_step, slow_step, step_with_hang
-from helpers import FAKE_DIR, FAST_ALLOWANCE, INNER_PYTEST, run_config
+from helpers import FAKE_DIR, FAST_ALLOWANCE, inline_pytest, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call import child
@@ -346,33 +346,21 @@ def child_value(files: CallFiles) -> bytes:
     return result.value_pickle
 
 
-def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env):
-    (tmp_path / "conftest.py").write_text(
-        "import nsightwrap.ncu.context as context\n"
-        "COUNTS = {'find_ncu': 0, 'probe_ncu': 0}\n"
-        "def counted(name, real):\n"
-        "    def call(*a, **k):\n"
-        "        COUNTS[name] += 1\n"
-        "        return real(*a, **k)\n"
-        "    return call\n"
-        "context.find_ncu = counted('find_ncu', context.find_ncu)\n"
-        "context.probe_ncu = counted('probe_ncu', context.probe_ncu)\n")
-    (tmp_path / "test_inner.py").write_text(
-        "import callees, conftest, test_profile_cost as t\n"
+def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env, ncu_lookups, monkeypatch):
+    # A session inside this process (helpers.inline_pytest): its two tests locate and probe ncu once.
+    (tmp_path / "test_inner_share.py").write_text(
+        "import callees, test_profile_cost as t\n"
         "def test_a(nsight_profile):\n"
         "    assert nsight_profile(callees.quick_step, 1, profile=t.ONE_RUNG).value == 1\n"
         "def test_b(nsight_profile):\n"
-        "    assert nsight_profile(callees.other_step, 1, profile=t.ONE_RUNG).value == 2\n"
-        "def test_counts():\n"
-        "    assert conftest.COUNTS == {'find_ncu': 1, 'probe_ncu': 1}\n")
-    env = dict(os.environ, NSIGHTWRAP_PROFILER_API="fakecuda:profiler_start:profiler_stop",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1])]
-                                          + [p for p in sys.path if p]),
-               # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
-               PATH=os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"), os.environ.get("PATH", "")]))
-    out = subprocess.run([*INNER_PYTEST, str(tmp_path)],
-                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert "3 passed" in out.stdout, out.stdout + out.stderr
+        "    assert nsight_profile(callees.other_step, 1, profile=t.ONE_RUNG).value == 2\n")
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
+    # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"),
+                                                 os.environ.get("PATH", "")]))
+    inner = inline_pytest(tmp_path, monkeypatch)
+    assert inner.code == 0 and inner.count("passed") == 2, inner.text()
+    assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
 
 
 def test_a_store_of_schema_1_gains_the_calibrations_table(tmp_path):

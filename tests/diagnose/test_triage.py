@@ -20,9 +20,9 @@ from helpers import (
     FAKE_SANITIZER,
     FLAKY,
     HERE,
-    INNER_PYTEST,
     SAN_APP,
     cli_main,
+    inline_pytest,
     no_leftovers,
     read_until,
     run_cli,
@@ -226,21 +226,16 @@ def test_profile_triage_runs_triage_after_a_hang_or_failure_only_unless_always(e
         call_triage.after_profile(result(), len, (), {}, "sometimes", None, None)
 
 
-def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path):
-    (tmp_path / "test_inner.py").write_text(
+def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path, monkeypatch):
+    (tmp_path / "test_inner_triage.py").write_text(
         "import sys\n"
         f"CMD = [sys.executable, {str(FLAKY)!r}, 'a', 'b@fault=launch', 'sync']\n"
         "def test_it(nsightwrap_triage):\n"
         f"    r = nsightwrap_triage(CMD, runs=2, tools=(), store={str(tmp_path / 'h.db')!r})\n"
         "    assert r.status == 'program-fault' and r.failed == 2, r.verdict\n")
-    smi = HERE / "fake_nvidia_smi"
-    inner = dict(env, PATH=f"{smi}{os.pathsep}{env['PATH']}", PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent), env.get("PYTHONPATH", "")]))
-    import subprocess
-
-    p = subprocess.run([*INNER_PYTEST, str(tmp_path / "test_inner.py")], capture_output=True,
-                       text=True, env=inner, cwd=tmp_path, timeout=120)
-    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+    monkeypatch.setenv("PATH", f"{HERE / 'fake_nvidia_smi'}{os.pathsep}{env['PATH']}")
+    inner = inline_pytest(tmp_path, monkeypatch)  # a session in this process (the fixture, not a process)
+    assert inner.code == 0 and inner.count("passed") == 1, inner.text()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
