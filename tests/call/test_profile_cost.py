@@ -335,6 +335,10 @@ def test_the_child_imports_no_pandas_and_itself_once(tmp_path, fake_env, monkeyp
     heavy = [m for m in seen["modules"] if m.split(".")[0] in ("pandas", "ncu_report", "numpy")
              or m.startswith(("nsightwrap.reports", "nsightwrap.fallback.walk", "nsightwrap.call.api"))]
     assert heavy == []
+    # Nor what only the parent's stall rule and the watch need (~15 ms of CPU a child): the call-time file and
+    # write_atomic come without the progress parser, tempfile, uuid, hashlib or difflib.
+    assert [m for m in ("nsightwrap.ncu.progress", "nsightwrap.ncu.events", "tempfile", "uuid", "hashlib", "difflib")
+            if m in seen["modules"]] == []
     assert seen["main"].endswith(os.path.join("nsightwrap", "call", "__main__.py"))  # child.py ran once
 
 
