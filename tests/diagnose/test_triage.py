@@ -59,17 +59,18 @@ def env(triage_env):
 
 
 def test_an_intermittent_failure_is_counted_with_its_cuda_error_and_kernel(env, monkeypatch, store):
-    monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.4")
-    expected = sum(failing("11", 0.4, n) for n in range(1, 9))
-    assert 0 < expected < 8  # the seed gives an intermittent failure
-    r = triage_command(flaky("a", "b@fault=illegal", "c", "sync"), TriageOptions(runs=8, tools=()), store=store)
+    monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.5")
+    expected = sum(failing("11", 0.5, n) for n in (1, 2))
+    # the seed gives an intermittent failure (run 1 fails, run 2 not), and run 3, with CUDA_LAUNCH_BLOCKING=1, fails
+    assert 0 < expected < 2 and failing("11", 0.5, 3)
+    r = triage_command(flaky("a", "b@fault=illegal", "c", "sync"), TriageOptions(runs=2, tools=()), store=store)
     assert r.failed == expected and r.status == PROGRAM_FAULT and r.exit_code == EXIT_CODES[PROGRAM_FAULT] == 8
     bad = [x for x in r.runs if x.outcome == FAILED]
     # b's record came (as the real faulting kernel's did): nothing in flight, c launched last before the sync.
     assert all(x.error.name == "cudaErrorIllegalAddress" and x.kernel is None and "fake::c<" in x.last_launch
                for x in bad)
     # The guess ("after c, the last kernel launched") gives way to what CUDA_LAUNCH_BLOCKING=1 showed.
-    assert f"fails without ncu in {expected} of 8 runs (cudaErrorIllegalAddress); with CUDA_LAUNCH_BLOCKING=1 it " \
+    assert f"fails without ncu in {expected} of 2 runs (cudaErrorIllegalAddress); with CUDA_LAUNCH_BLOCKING=1 it " \
            "failed in b" in r.verdict
     assert r.verdict.endswith("not a profiler problem")
     no_leftovers()
@@ -154,10 +155,11 @@ def _ladder() -> str:
 def test_every_run_is_recorded_with_its_hypothesis_and_the_debug_log_compares_working_and_failing(
         env, monkeypatch, store):
     monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.5")
-    r = triage_command(flaky("a", "b@fault=illegal", "sync"), TriageOptions(runs=4, tools=()), store=store)
+    assert [failing("11", 0.5, n) for n in (1, 2)] == [True, False]  # a failing run and a working one
+    r = triage_command(flaky("a", "b@fault=illegal", "sync"), TriageOptions(runs=2, tools=()), store=store)
     rows = triage_rows(store, triage_id=r.triage_id)
     plain = [x for x in rows if x.tool == "plain"]
-    assert len(plain) == 4 + (r.blocking is not None) and rows[-1].tool == "triage"
+    assert len(plain) == 2 + (r.blocking is not None) and rows[-1].tool == "triage"
     assert all(x.hypothesis and x.conclusion for x in rows)
     kept = store.calibration_for(flaky("a", "b@fault=illegal", "sync"), Environment.detect())
     assert kept is not None and kept.kernel_time("a") is not None  # the traced runs calibrate a later walk
