@@ -42,6 +42,9 @@ def test_profile_returns_dataframe_value_and_summary(cfg):
     # warm-up calls are outside the profiled range: only one call's kernels.
     cmd = r.attempts[0].command
     assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    # The calibration sets the stall allowance (the same run served test_calibration_sets_the_stall_allowance).
+    assert r.calibration_s is not None and r.calibration_s < 5
+    assert r.stall_timeout >= cfg.stall_timeout
     no_leftovers()
 
 
@@ -59,19 +62,6 @@ def test_hanging_callable_returns_a_hung_result(cfg, ncu_lookups):
     assert list(r.df["function"]) == ["vec_add", "vec_add"]
     assert r.value == 1  # from the resumed run under ncu, which finished without the hung kernel
     no_leftovers()
-
-
-def test_calibration_sets_the_stall_allowance(cfg):
-    r = profile(matmul_softmax, 1, set="basic", config=cfg)
-    assert r.calibration_s is not None and r.calibration_s < 5
-    assert r.stall_timeout >= cfg.stall_timeout
-
-
-def test_child_exception_comes_back_with_traceback(cfg):
-    with pytest.raises(ChildError) as info:
-        profile(raises, 3, config=cfg)
-    assert "ValueError: bad n=3" in info.value.child_traceback
-    assert isinstance(info.value, nsightwrap.NsightwrapError)
 
 
 def test_what_cannot_travel_is_refused_clearly(cfg):
@@ -204,9 +194,13 @@ def test_profile_removes_its_temp_folder(cfg, tmp_path, monkeypatch):
     # The per-user folder of run records (nsightwrap.watch.records) is meant to stay: keep it elsewhere.
     monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "runtime"))
     profile(matmul_softmax, 2, set="basic", config=cfg)
-    with pytest.raises(ChildError):
+    with pytest.raises(ChildError) as info:
         profile(raises, 1, set="basic", config=cfg)
     assert list(scratch.iterdir()) == []
+    # The child's exception comes back with its traceback (the same run served
+    # test_child_exception_comes_back_with_traceback).
+    assert "ValueError: bad n=1" in info.value.child_traceback
+    assert isinstance(info.value, nsightwrap.NsightwrapError)
 
 
 def test_nothing_profiled_says_how_the_range_was_marked(cfg):
