@@ -84,8 +84,8 @@ def test_an_asynchronous_failure_gets_one_run_with_cuda_launch_blocking(env, sto
 
 
 def test_a_synchronous_failure_needs_no_blocking_run(env, store):
-    r = triage_command(flaky("a", "b@fault=oom"), TriageOptions(runs=2, tools=()), store=store)
-    assert r.failed == 2 and r.blocking is None and "cudaErrorMemoryAllocation" in r.verdict
+    r = triage_command(flaky("a", "b@fault=oom"), TriageOptions(runs=1, tools=()), store=store)
+    assert r.failed == 1 and r.blocking is None and "cudaErrorMemoryAllocation" in r.verdict
 
 
 def test_a_program_that_hangs_by_itself_is_called_within_its_allowance_and_stopped(env, store):
@@ -110,10 +110,10 @@ def test_allowances_come_from_the_kernel_times_of_the_runs_before():
 
 def test_sanitizer_findings_name_the_tool_kernel_and_line_and_clear_runs_say_so(env, store):
     cmd = [sys.executable, str(SAN_APP), "a", "b@race", "c"]
-    r = triage_command(cmd, TriageOptions(runs=2, tools=("memcheck", "racecheck")), store=store,
+    r = triage_command(cmd, TriageOptions(runs=1, tools=("memcheck", "racecheck")), store=store,
                        sanitize=_real_sanitizer(FAKE_SANITIZER))
     assert r.status == PROGRAM_FAULT and r.verdict.startswith("racecheck: ")
-    assert " in b (triage_kernels.cu:19)" in r.verdict and "runs cleanly without ncu in 2 of 2 runs" in r.verdict
+    assert " in b (triage_kernels.cu:19)" in r.verdict and "runs cleanly without ncu in 1 of 1 runs" in r.verdict
     assert [v.outcome for v, _ in r.sanitizers] == ["clean", "findings"]
     no_leftovers()
 
@@ -125,11 +125,11 @@ def _real_sanitizer(path: Path):
 
 
 def test_a_sound_program_is_ok_and_the_verdict_says_what_was_run(env, store):
-    r = triage_command([sys.executable, str(SAN_APP), "a", "b"], TriageOptions(runs=2), store=store,
+    r = triage_command([sys.executable, str(SAN_APP), "a", "b"], TriageOptions(runs=1), store=store,
                        sanitize=_real_sanitizer(FAKE_SANITIZER))
     assert r.status == OK and r.exit_code == 0
     assert r.elapsed_s == pytest.approx(r.runs_s + r.overhead_s) and r.runs_s > 0  # bench_triage's measure
-    assert "runs cleanly without ncu in 2 of 2 runs; memcheck, racecheck, synccheck, initcheck found nothing" in (
+    assert "runs cleanly without ncu in 1 of 1 runs; memcheck, racecheck, synccheck, initcheck found nothing" in (
         r.verdict)
 
 
@@ -203,8 +203,8 @@ def test_nsightwrap_triage_takes_a_callable_and_stays_the_package(env, tmp_path,
     monkeypatch.syspath_prepend(str(tmp_path))
     import triage_subject
 
-    r = nsightwrap.triage(triage_subject.step, 3, runs=2, tools=(), store=False)
-    assert r.failed == 2 and r.runs[0].error.name == "cudaErrorMisalignedAddress" and r.status == PROGRAM_FAULT
+    r = nsightwrap.triage(triage_subject.step, 3, runs=1, tools=(), store=False)
+    assert r.failed == 1 and r.runs[0].error.name == "cudaErrorMisalignedAddress" and r.status == PROGRAM_FAULT
     assert nsightwrap.diagnose.run.triage_command is triage_command  # the package's modules are still reachable
 
 
@@ -233,8 +233,8 @@ def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path, monkeypatch):
         "import sys\n"
         f"CMD = [sys.executable, {str(FLAKY)!r}, 'a', 'b@fault=launch', 'sync']\n"
         "def test_it(nsightwrap_triage):\n"
-        f"    r = nsightwrap_triage(CMD, runs=2, tools=(), store={str(tmp_path / 'h.db')!r})\n"
-        "    assert r.status == 'program-fault' and r.failed == 2, r.verdict\n")
+        f"    r = nsightwrap_triage(CMD, runs=1, tools=(), store={str(tmp_path / 'h.db')!r})\n"
+        "    assert r.status == 'program-fault' and r.failed == 1, r.verdict\n")
     monkeypatch.setenv("PATH", f"{HERE / 'fake_nvidia_smi'}{os.pathsep}{env['PATH']}")
     inner = inline_pytest(tmp_path, monkeypatch)  # a session in this process (the fixture, not a process)
     assert inner.code == 0 and inner.count("passed") == 1, inner.text()
