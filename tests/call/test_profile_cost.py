@@ -232,12 +232,19 @@ def test_child_reports_warmup_time_before_it_opens_the_range(tmp_path, monkeypat
 # --- profile(fn) with the fake ncu: real child processes --------------------------------
 
 
-def test_warmup_time_sets_the_allowance_without_a_plain_run(cfg, plain_runs):
+def test_warmup_time_sets_the_allowance_without_a_plain_run(cfg, plain_runs, monkeypatch):
+    import nsightwrap.call.profiler as profiler
+
+    reads = []
+    real = profiler.read_result
+    monkeypatch.setattr(profiler, "read_result", lambda path: reads.append(Path(path).name) or real(path))
     # Silent 0.6 s between progress marks, with a stall timeout of 0.4 s: hung, unless the call's
     # calibration covers it (0.3 s warm-up, basic's 10 passes, the tests' policy: 0.5 + 1.245 x 0.3 = 0.87 s).
     r = profile(slow_step, 0.3, 0.6, profile=ONE_RUNG, config=cfg)
     assert [a.status for a in r.attempts] == ["ok"] and list(r.df["function"]) == ["slow_kernel"]
     assert plain_runs == []
+    # The walk's child result is read once (the same run served test_the_walks_child_result_is_read_once).
+    assert reads == ["walk-result.pkl"]
     assert r.calibration_source == "warm-up" and 0.3 <= r.calibration_s < 2.0
     assert r.stall_timeout == pytest.approx(kernel_allowance(r.calibration_s, passes=10, margin=CALL_ALLOWANCE.margin,
                                                              floor_s=CALL_ALLOWANCE.floor_s))
@@ -296,16 +303,6 @@ def test_a_shared_profiler_probes_once_and_reuses_call_times(cfg, plain_runs, nc
     assert (a.calibration_source, b.calibration_source, c.calibration_source) == (
         "plain run", "warm-up", "earlier call")
     assert len(plain_runs) == 1 and [a.value, b.value, c.value] == [1, 2, 1]
-
-
-def test_the_walks_child_result_is_read_once(cfg, monkeypatch):
-    import nsightwrap.call.profiler as profiler
-
-    reads = []
-    real = profiler.read_result
-    monkeypatch.setattr(profiler, "read_result", lambda path: reads.append(Path(path).name) or real(path))
-    r = profile(quick_step, 1, profile=ONE_RUNG, config=cfg)
-    assert r.value == 1 and reads == ["walk-result.pkl"]
 
 
 def test_profile_refuses_config_beside_a_profiler(cfg):
