@@ -6,7 +6,6 @@ Imports nothing from the package but nsightwrap.secrets (the layer below), so ev
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence, Union
@@ -21,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 def close_matches(word: str, choices: Iterable[str], n: int = 3, cutoff: float = 0.5) -> list[str]:
     """The choices closest to ``word``, best first; case slips ("speedoflight")
     are caught too, since they score low on plain ratios."""
+    import difflib  # here: every nsightwrap process imports this module, few suggest a spelling
+
     choices = list(choices)
     close = difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)
     if not close:

@@ -29,12 +29,9 @@ nsightwrap keeps nothing in $XDG_DATA_HOME or $XDG_STATE_HOME.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -120,6 +117,9 @@ def runtime_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     elif xdg is not None and xdg.is_dir():
         path = xdg / "nsightwrap"
     else:
+        import tempfile  # here, as in the functions below: a process that only names its folders (profile(fn)'s
+        # child, a guard) loads no tempfile, shutil or hashlib
+
         path = Path(tempfile.gettempdir()) / f"nsightwrap-{os.getuid()}"
     try:
         path.mkdir(mode=0o700, exist_ok=True)  # this folder only: a missing parent is not ours to make
@@ -156,6 +156,8 @@ def host_mark(proc: str = "/proc") -> str:
     """8 hex digits that name this host and pid namespace: sha256 of the boot id, the host name and the pid
     namespace (``pid:[INODE]``); a part that cannot be read counts as empty (the host name then tells
     hosts apart, and a missing /proc gives names no owner can be judged by anyway)."""
+    import hashlib
+
     parts = (_read(f"{proc}/sys/kernel/random/boot_id"), os.uname().nodename, _read(f"{proc}/self/ns/pid", link=True))
     return hashlib.sha256("\0".join(parts).encode("utf-8", "replace")).hexdigest()[:8]
 
@@ -165,6 +167,8 @@ def work_dir(kind: str) -> Path:
 
     The caller removes it when done (``shutil.rmtree`` in a ``finally``).
     """
+    import tempfile
+
     remove_stale_work_dirs()
     pid = os.getpid()
     return Path(tempfile.mkdtemp(prefix=f"nsightwrap-{kind}-{pid}.{_start_ticks(pid)}.{host_mark()}."))
@@ -177,6 +181,8 @@ def _owner_gone(pid: str, start: str) -> bool:
 def stale_work_dirs(folder: Optional[Path] = None) -> list[Path]:
     """This user's work folders in `folder` ($TMPDIR) whose owner process is gone: only folders of this host
     and pid namespace (their MARK is :func:`host_mark`)."""
+    import tempfile
+
     folder = Path(tempfile.gettempdir()) if folder is None else Path(folder)
     found = []
     try:
@@ -202,6 +208,8 @@ def stale_work_dirs(folder: Optional[Path] = None) -> list[Path]:
 
 def remove_stale_work_dirs(folder: Optional[Path] = None) -> list[Path]:
     """Remove what :func:`stale_work_dirs` finds; returns them."""
+    import shutil
+
     stale = stale_work_dirs(folder)
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)

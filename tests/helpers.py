@@ -488,3 +488,63 @@ def wait_until(predicate, what, limit_s=5.0):
     while not predicate():
         assert time.monotonic() < deadline, what
         time.sleep(0.005)
+
+
+# --- a pytest session inside the test's own process (tests of nsightwrap's pytest fixtures) ---------------
+
+
+@dataclass
+class InnerSession:
+    """What inline_pytest's session did: its exit code and its tests' reports (skips and failures of any
+    phase, the other outcomes of the call)."""
+
+    code: int
+    reports: list
+
+    def count(self, outcome: str) -> int:
+        return sum(r.outcome == outcome for r in self.reports)
+
+    def text(self) -> str:
+        """Each report's test, outcome and long text: an assertion's message."""
+        return "\n".join(f"{r.nodeid} {r.when} {r.outcome}: {r.longreprtext}" for r in self.reports)
+
+
+def inline_pytest(path, monkeypatch, *args: str) -> InnerSession:
+    """`INNER_PYTEST path *args` run in this process, as pytester's inline_run does: no interpreter to start,
+    and pytest, nsightwrap, its plugin and pandas are loaded already (~1 s of CPU less than the process). For
+    what happens inside a session (the plugin's fixtures, their skips), not for a process's own behaviour.
+    The session runs in `path`'s folder, whose test modules are forgotten after it; put no conftest.py there
+    (the name is the outer session's): count in the outer test instead (monkeypatch, ncu_lookups)."""
+    import importlib
+
+    import pytest
+
+    reports = []
+
+    class Collect:
+        @staticmethod
+        def pytest_runtest_logreport(report):
+            if report.when == "call" or report.outcome != "passed":
+                reports.append(report)
+
+    folder = Path(path).resolve()
+    folder = folder if folder.is_dir() else folder.parent
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    importlib.invalidate_caches()  # the test modules were just written
+    modules, path_before = set(sys.modules), list(sys.path)
+    current = os.environ.get("PYTEST_CURRENT_TEST")
+    try:
+        # INNER_PYTEST's plugins off, and the terminal's (its lines would reach this session's output: the
+        # reports come back through Collect) and faulthandler's (it would re-enable itself on another stderr).
+        code = pytest.main([str(path), *INNER_PYTEST[4:], "-p", "no:terminal", "-p", "no:faulthandler", *args],
+                           plugins=[Collect()])
+    finally:
+        sys.path[:] = path_before
+        for name in set(sys.modules) - modules:
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if file.startswith(str(folder) + os.sep):
+                del sys.modules[name]
+        if current is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = current  # the inner runner removed it
+    return InnerSession(int(code), reports)

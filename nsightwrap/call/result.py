@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Optional
 
 from nsightwrap.errors import NsightwrapError
 from nsightwrap.fallback.result import LadderResult
@@ -14,6 +12,9 @@ from nsightwrap.ncu.attempt import Attempt
 from nsightwrap.ncu.progress import DEFAULT_STALL_TIMEOUT
 from nsightwrap.secrets import mask_doc
 from nsightwrap.status import EXIT_CODES
+
+if TYPE_CHECKING:  # pandas loads with the first frame (fallback.result), not with profile(fn)'s import
+    import pandas as pd
 
 __all__ = ["ProfileResult"]
 

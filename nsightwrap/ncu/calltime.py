@@ -23,12 +23,14 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from nsightwrap.ncu.allowance import AllowancePolicy, Calibration, KernelAllowances
-from nsightwrap.ncu.progress import StallRule, WatchState
 from nsightwrap.watch.files import write_atomic
 from nsightwrap.watch.rules import WatchRule
+
+if TYPE_CHECKING:  # annotations only: profile(fn)'s child writes the file without the stall rule's modules
+    from nsightwrap.ncu.progress import StallRule, WatchState
 
 __all__ = ["CALL_TIME_FORMAT", "REPORTED", "ReportedCallTime", "read_call_time",
            "reported_calibration", "typical_call", "write_call_time"]

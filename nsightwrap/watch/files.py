@@ -4,13 +4,10 @@ long run), a file replaced at once, never seen half-written, and where a profile
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -35,6 +32,8 @@ def folder_problem(folder: Path, create: bool = True) -> Optional[str]:
             folder.mkdir(parents=True, exist_ok=True)
         elif not folder.is_dir():
             return f"{folder} is not a folder" if folder.exists() else f"{folder} does not exist"
+        import tempfile  # here: profile(fn)'s child writes its files without tempfile's imports (shutil, random)
+
         fd, probe = tempfile.mkstemp(prefix=".nsightwrap-write-check-", dir=folder)
     except OSError as e:
         return f"{e.strerror or e} ({e.filename or folder})"
@@ -50,7 +49,7 @@ def write_atomic(path: Union[str, "os.PathLike[str]"], data: Union[str, bytes], 
     `mode` less the umask; on any failure that file is removed and the error raised.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
@@ -78,6 +77,8 @@ def file_identity(path: Union[str, "os.PathLike[str]"]) -> dict[str, Any]:
 
 def keyed_file(folder: Path, prefix: str, key: Mapping[str, Any]) -> Path:
     """The cache file of `key` in `folder`: PREFIX-DIGEST.json."""
+    import hashlib  # here, as tempfile above
+
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     return Path(folder) / f"{prefix}-{digest}.json"
 
@@ -117,7 +118,7 @@ def report_stem(command: Sequence[str], report_dir: str, cwd: Optional[str] = No
     base = Path(report_dir)
     if cwd and not base.is_absolute():
         base = Path(cwd) / base
-    return base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    return base / f"{_slug(command)}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
 
 
 def wanted_report(given: Optional[str], command: Sequence[str], suffix: str, *, report_dir: str,

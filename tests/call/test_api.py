@@ -7,27 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_DIR, INNER_PYTEST, no_leftovers, run_config
+from helpers import FAKE_DIR, inline_pytest, no_leftovers, run_config
 
 import nsightwrap
-from nsightwrap.call.api import profile, profiled
+from nsightwrap.call.api import profile
 from nsightwrap.errors import ChildError, NotProfilable
 from nsightwrap.ncu.context import RunConfig
 
 FAKE = str(FAKE_DIR)
 if FAKE not in sys.path:
     sys.path.insert(0, FAKE)
-import fakecuda  # noqa: E402
 from callees import matmul_softmax, raises, returns_unpicklable, step_with_hang, touches  # noqa: E402
 
-# --- functions the child imports by name: tests/callees.py (light), and one decorated here ---
-
-
-@profiled(kernel="softmax", set="basic")
-def decorated(n):
-    fakecuda.launch("gemm_kernel")
-    fakecuda.launch("softmax_kernel")
-    return n * 2
+# --- functions the child imports by name: tests/callees.py (light), and a decorated one (test_decorator) ---
 
 
 pytestmark = pytest.mark.usefixtures("fake_rows")
@@ -50,6 +42,9 @@ def test_profile_returns_dataframe_value_and_summary(cfg):
     # warm-up calls are outside the profiled range: only one call's kernels.
     cmd = r.attempts[0].command
     assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    # The calibration sets the stall allowance (the same run served test_calibration_sets_the_stall_allowance).
+    assert r.calibration_s is not None and r.calibration_s < 5
+    assert r.stall_timeout >= cfg.stall_timeout
     no_leftovers()
 
 
@@ -67,19 +62,6 @@ def test_hanging_callable_returns_a_hung_result(cfg, ncu_lookups):
     assert list(r.df["function"]) == ["vec_add", "vec_add"]
     assert r.value == 1  # from the resumed run under ncu, which finished without the hung kernel
     no_leftovers()
-
-
-def test_calibration_sets_the_stall_allowance(cfg):
-    r = profile(matmul_softmax, 1, set="basic", config=cfg)
-    assert r.calibration_s is not None and r.calibration_s < 5
-    assert r.stall_timeout >= cfg.stall_timeout
-
-
-def test_child_exception_comes_back_with_traceback(cfg):
-    with pytest.raises(ChildError) as info:
-        profile(raises, 3, config=cfg)
-    assert "ValueError: bad n=3" in info.value.child_traceback
-    assert isinstance(info.value, nsightwrap.NsightwrapError)
 
 
 def test_what_cannot_travel_is_refused_clearly(cfg):
@@ -102,13 +84,33 @@ def test_unpicklable_value_is_reported_not_fatal(cfg):
         r.value  # noqa: B018 - reading the property raises
 
 
-def test_decorator(cfg):
+#: A user's module whose function is decorated (not this test module, which imports pytest and pandas: the child
+#: imports the function's module). Its value says what the child had loaded.
+DECORATED = f"""import sys
+sys.path.insert(0, {FAKE!r})
+import fakecuda
+import nsightwrap
+
+@nsightwrap.profiled(kernel="softmax", set="basic")
+def decorated(n):
+    fakecuda.launch("gemm_kernel")
+    fakecuda.launch("softmax_kernel")
+    return n * 2, sorted(m for m in ("pandas", "numpy") if m in sys.modules)
+"""
+
+
+def test_decorator(cfg, tmp_path, monkeypatch):
+    (tmp_path / "decorated_step.py").write_text(DECORATED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from decorated_step import decorated
+
     r = decorated(21, config=cfg)
     assert list(r.df["function"]) == ["softmax_kernel"]
-    assert r.value == 42
+    # A module of @profiled functions costs the child no pandas (0.5 s a child): profile(fn)'s import loads none.
+    assert r.value == (42, [])
 
 
-def test_function_of_a_script_run_as_main(cfg, tmp_path):
+def test_function_of_a_script_run_as_main(cfg, tmp_path, monkeypatch, capfd):
     script = tmp_path / "bench_script.py"
     script.write_text(
         "import sys\n"
@@ -123,13 +125,16 @@ def test_function_of_a_script_run_as_main(cfg, tmp_path):
         "    print('MAIN BLOCK RAN', flush=True)\n"
         "    r = nsightwrap.profile(work, 1, set='basic', config=RunConfig(check_gpu=False, report_dir=sys.argv[1]))\n"
         "    print('kernels', [k.name for a in r.attempts for k in a.kernels], 'value', r.value)\n")
-    import subprocess
+    # `python bench_script.py DIR` in this process (the interpreter's start and pandas saved): runpy makes the
+    # script __main__, with its file, as the interpreter does; fd 1 is captured, where the child's lines would go.
+    import runpy
 
-    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
-                         env=dict(os.environ), timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.count("MAIN BLOCK RAN") == 1  # the child loaded the file without its main block
-    assert "kernels ['script_kernel'] value 2" in out.stdout
+    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path)])
+    capfd.readouterr()
+    runpy.run_path(str(script), run_name="__main__")
+    out = capfd.readouterr().out
+    assert out.count("MAIN BLOCK RAN") == 1  # the child loaded the file without its main block
+    assert "kernels ['script_kernel'] value 2" in out
 
 
 def test_range_fixture(tmp_path):
@@ -157,16 +162,12 @@ def test_pytest_fixture(cfg, fake_gpu, nsight_profile):
     assert len(r.df) == 2
 
 
-def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env):
+def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env, monkeypatch):
     """NSIGHTWRAP_NCU names an ncu, but no nvidia-smi answers: nothing could be profiled, so skip."""
-    import subprocess
-
     (tmp_path / "test_uses_fixture.py").write_text("def test_it(nsight_profile):\n    raise AssertionError('ran')\n")
-    root = Path(__file__).resolve().parents[2]
-    env = dict(fake_env, PATH="/usr/bin:/bin", PYTHONPATH=str(root))
-    done = subprocess.run([*INNER_PYTEST, "-rs", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert "1 skipped" in done.stdout and "no NVIDIA GPU" in done.stdout, done.stdout + done.stderr
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    inner = inline_pytest(tmp_path, monkeypatch)
+    assert inner.count("skipped") == 1 and "no NVIDIA GPU" in inner.text(), inner.text()
 
 
 @pytest.mark.parametrize("ncu", ["missing", "broken"])
@@ -193,9 +194,13 @@ def test_profile_removes_its_temp_folder(cfg, tmp_path, monkeypatch):
     # The per-user folder of run records (nsightwrap.watch.records) is meant to stay: keep it elsewhere.
     monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "runtime"))
     profile(matmul_softmax, 2, set="basic", config=cfg)
-    with pytest.raises(ChildError):
+    with pytest.raises(ChildError) as info:
         profile(raises, 1, set="basic", config=cfg)
     assert list(scratch.iterdir()) == []
+    # The child's exception comes back with its traceback (the same run served
+    # test_child_exception_comes_back_with_traceback).
+    assert "ValueError: bad n=1" in info.value.child_traceback
+    assert isinstance(info.value, nsightwrap.NsightwrapError)
 
 
 def test_nothing_profiled_says_how_the_range_was_marked(cfg):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from callees import other_step, quick_step, slow_step, step_with_hang
-from helpers import FAKE_DIR, FAST_ALLOWANCE, INNER_PYTEST, run_config
+from helpers import FAKE_DIR, FAST_ALLOWANCE, inline_pytest, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call import child
@@ -232,12 +232,19 @@ def test_child_reports_warmup_time_before_it_opens_the_range(tmp_path, monkeypat
 # --- profile(fn) with the fake ncu: real child processes --------------------------------
 
 
-def test_warmup_time_sets_the_allowance_without_a_plain_run(cfg, plain_runs):
+def test_warmup_time_sets_the_allowance_without_a_plain_run(cfg, plain_runs, monkeypatch):
+    import nsightwrap.call.profiler as profiler
+
+    reads = []
+    real = profiler.read_result
+    monkeypatch.setattr(profiler, "read_result", lambda path: reads.append(Path(path).name) or real(path))
     # Silent 0.6 s between progress marks, with a stall timeout of 0.4 s: hung, unless the call's
     # calibration covers it (0.3 s warm-up, basic's 10 passes, the tests' policy: 0.5 + 1.245 x 0.3 = 0.87 s).
     r = profile(slow_step, 0.3, 0.6, profile=ONE_RUNG, config=cfg)
     assert [a.status for a in r.attempts] == ["ok"] and list(r.df["function"]) == ["slow_kernel"]
     assert plain_runs == []
+    # The walk's child result is read once (the same run served test_the_walks_child_result_is_read_once).
+    assert reads == ["walk-result.pkl"]
     assert r.calibration_source == "warm-up" and 0.3 <= r.calibration_s < 2.0
     assert r.stall_timeout == pytest.approx(kernel_allowance(r.calibration_s, passes=10, margin=CALL_ALLOWANCE.margin,
                                                              floor_s=CALL_ALLOWANCE.floor_s))
@@ -298,16 +305,6 @@ def test_a_shared_profiler_probes_once_and_reuses_call_times(cfg, plain_runs, nc
     assert len(plain_runs) == 1 and [a.value, b.value, c.value] == [1, 2, 1]
 
 
-def test_the_walks_child_result_is_read_once(cfg, monkeypatch):
-    import nsightwrap.call.profiler as profiler
-
-    reads = []
-    real = profiler.read_result
-    monkeypatch.setattr(profiler, "read_result", lambda path: reads.append(Path(path).name) or real(path))
-    r = profile(quick_step, 1, profile=ONE_RUNG, config=cfg)
-    assert r.value == 1 and reads == ["walk-result.pkl"]
-
-
 def test_profile_refuses_config_beside_a_profiler(cfg):
     from nsightwrap.errors import NsightwrapError
 
@@ -335,6 +332,10 @@ def test_the_child_imports_no_pandas_and_itself_once(tmp_path, fake_env, monkeyp
     heavy = [m for m in seen["modules"] if m.split(".")[0] in ("pandas", "ncu_report", "numpy")
              or m.startswith(("nsightwrap.reports", "nsightwrap.fallback.walk", "nsightwrap.call.api"))]
     assert heavy == []
+    # Nor what only the parent's stall rule and the watch need (~15 ms of CPU a child): the call-time file and
+    # write_atomic come without the progress parser, tempfile, uuid, hashlib or difflib.
+    assert [m for m in ("nsightwrap.ncu.progress", "nsightwrap.ncu.events", "tempfile", "uuid", "hashlib", "difflib")
+            if m in seen["modules"]] == []
     assert seen["main"].endswith(os.path.join("nsightwrap", "call", "__main__.py"))  # child.py ran once
 
 
@@ -346,33 +347,21 @@ def child_value(files: CallFiles) -> bytes:
     return result.value_pickle
 
 
-def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env):
-    (tmp_path / "conftest.py").write_text(
-        "import nsightwrap.ncu.context as context\n"
-        "COUNTS = {'find_ncu': 0, 'probe_ncu': 0}\n"
-        "def counted(name, real):\n"
-        "    def call(*a, **k):\n"
-        "        COUNTS[name] += 1\n"
-        "        return real(*a, **k)\n"
-        "    return call\n"
-        "context.find_ncu = counted('find_ncu', context.find_ncu)\n"
-        "context.probe_ncu = counted('probe_ncu', context.probe_ncu)\n")
-    (tmp_path / "test_inner.py").write_text(
-        "import callees, conftest, test_profile_cost as t\n"
+def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env, ncu_lookups, monkeypatch):
+    # A session inside this process (helpers.inline_pytest): its two tests locate and probe ncu once.
+    (tmp_path / "test_inner_share.py").write_text(
+        "import callees, test_profile_cost as t\n"
         "def test_a(nsight_profile):\n"
         "    assert nsight_profile(callees.quick_step, 1, profile=t.ONE_RUNG).value == 1\n"
         "def test_b(nsight_profile):\n"
-        "    assert nsight_profile(callees.other_step, 1, profile=t.ONE_RUNG).value == 2\n"
-        "def test_counts():\n"
-        "    assert conftest.COUNTS == {'find_ncu': 1, 'probe_ncu': 1}\n")
-    env = dict(os.environ, NSIGHTWRAP_PROFILER_API="fakecuda:profiler_start:profiler_stop",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1])]
-                                          + [p for p in sys.path if p]),
-               # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
-               PATH=os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"), os.environ.get("PATH", "")]))
-    out = subprocess.run([*INNER_PYTEST, str(tmp_path)],
-                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert "3 passed" in out.stdout, out.stdout + out.stderr
+        "    assert nsight_profile(callees.other_step, 1, profile=t.ONE_RUNG).value == 2\n")
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
+    # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"),
+                                                 os.environ.get("PATH", "")]))
+    inner = inline_pytest(tmp_path, monkeypatch)
+    assert inner.code == 0 and inner.count("passed") == 2, inner.text()
+    assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}
 
 
 def test_a_store_of_schema_1_gains_the_calibrations_table(tmp_path):

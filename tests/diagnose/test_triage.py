@@ -20,9 +20,9 @@ from helpers import (
     FAKE_SANITIZER,
     FLAKY,
     HERE,
-    INNER_PYTEST,
     SAN_APP,
     cli_main,
+    inline_pytest,
     no_leftovers,
     read_until,
     run_cli,
@@ -59,17 +59,18 @@ def env(triage_env):
 
 
 def test_an_intermittent_failure_is_counted_with_its_cuda_error_and_kernel(env, monkeypatch, store):
-    monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.4")
-    expected = sum(failing("11", 0.4, n) for n in range(1, 9))
-    assert 0 < expected < 8  # the seed gives an intermittent failure
-    r = triage_command(flaky("a", "b@fault=illegal", "c", "sync"), TriageOptions(runs=8, tools=()), store=store)
+    monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.5")
+    expected = sum(failing("11", 0.5, n) for n in (1, 2))
+    # the seed gives an intermittent failure (run 1 fails, run 2 not), and run 3, with CUDA_LAUNCH_BLOCKING=1, fails
+    assert 0 < expected < 2 and failing("11", 0.5, 3)
+    r = triage_command(flaky("a", "b@fault=illegal", "c", "sync"), TriageOptions(runs=2, tools=()), store=store)
     assert r.failed == expected and r.status == PROGRAM_FAULT and r.exit_code == EXIT_CODES[PROGRAM_FAULT] == 8
     bad = [x for x in r.runs if x.outcome == FAILED]
     # b's record came (as the real faulting kernel's did): nothing in flight, c launched last before the sync.
     assert all(x.error.name == "cudaErrorIllegalAddress" and x.kernel is None and "fake::c<" in x.last_launch
                for x in bad)
     # The guess ("after c, the last kernel launched") gives way to what CUDA_LAUNCH_BLOCKING=1 showed.
-    assert f"fails without ncu in {expected} of 8 runs (cudaErrorIllegalAddress); with CUDA_LAUNCH_BLOCKING=1 it " \
+    assert f"fails without ncu in {expected} of 2 runs (cudaErrorIllegalAddress); with CUDA_LAUNCH_BLOCKING=1 it " \
            "failed in b" in r.verdict
     assert r.verdict.endswith("not a profiler problem")
     no_leftovers()
@@ -83,8 +84,8 @@ def test_an_asynchronous_failure_gets_one_run_with_cuda_launch_blocking(env, sto
 
 
 def test_a_synchronous_failure_needs_no_blocking_run(env, store):
-    r = triage_command(flaky("a", "b@fault=oom"), TriageOptions(runs=2, tools=()), store=store)
-    assert r.failed == 2 and r.blocking is None and "cudaErrorMemoryAllocation" in r.verdict
+    r = triage_command(flaky("a", "b@fault=oom"), TriageOptions(runs=1, tools=()), store=store)
+    assert r.failed == 1 and r.blocking is None and "cudaErrorMemoryAllocation" in r.verdict
 
 
 def test_a_program_that_hangs_by_itself_is_called_within_its_allowance_and_stopped(env, store):
@@ -109,10 +110,10 @@ def test_allowances_come_from_the_kernel_times_of_the_runs_before():
 
 def test_sanitizer_findings_name_the_tool_kernel_and_line_and_clear_runs_say_so(env, store):
     cmd = [sys.executable, str(SAN_APP), "a", "b@race", "c"]
-    r = triage_command(cmd, TriageOptions(runs=2, tools=("memcheck", "racecheck")), store=store,
+    r = triage_command(cmd, TriageOptions(runs=1, tools=("memcheck", "racecheck")), store=store,
                        sanitize=_real_sanitizer(FAKE_SANITIZER))
     assert r.status == PROGRAM_FAULT and r.verdict.startswith("racecheck: ")
-    assert " in b (triage_kernels.cu:19)" in r.verdict and "runs cleanly without ncu in 2 of 2 runs" in r.verdict
+    assert " in b (triage_kernels.cu:19)" in r.verdict and "runs cleanly without ncu in 1 of 1 runs" in r.verdict
     assert [v.outcome for v, _ in r.sanitizers] == ["clean", "findings"]
     no_leftovers()
 
@@ -124,11 +125,11 @@ def _real_sanitizer(path: Path):
 
 
 def test_a_sound_program_is_ok_and_the_verdict_says_what_was_run(env, store):
-    r = triage_command([sys.executable, str(SAN_APP), "a", "b"], TriageOptions(runs=2), store=store,
+    r = triage_command([sys.executable, str(SAN_APP), "a", "b"], TriageOptions(runs=1), store=store,
                        sanitize=_real_sanitizer(FAKE_SANITIZER))
     assert r.status == OK and r.exit_code == 0
     assert r.elapsed_s == pytest.approx(r.runs_s + r.overhead_s) and r.runs_s > 0  # bench_triage's measure
-    assert "runs cleanly without ncu in 2 of 2 runs; memcheck, racecheck, synccheck, initcheck found nothing" in (
+    assert "runs cleanly without ncu in 1 of 1 runs; memcheck, racecheck, synccheck, initcheck found nothing" in (
         r.verdict)
 
 
@@ -154,10 +155,11 @@ def _ladder() -> str:
 def test_every_run_is_recorded_with_its_hypothesis_and_the_debug_log_compares_working_and_failing(
         env, monkeypatch, store):
     monkeypatch.setenv("FAKE_TRIAGE_RATE", "0.5")
-    r = triage_command(flaky("a", "b@fault=illegal", "sync"), TriageOptions(runs=4, tools=()), store=store)
+    assert [failing("11", 0.5, n) for n in (1, 2)] == [True, False]  # a failing run and a working one
+    r = triage_command(flaky("a", "b@fault=illegal", "sync"), TriageOptions(runs=2, tools=()), store=store)
     rows = triage_rows(store, triage_id=r.triage_id)
     plain = [x for x in rows if x.tool == "plain"]
-    assert len(plain) == 4 + (r.blocking is not None) and rows[-1].tool == "triage"
+    assert len(plain) == 2 + (r.blocking is not None) and rows[-1].tool == "triage"
     assert all(x.hypothesis and x.conclusion for x in rows)
     kept = store.calibration_for(flaky("a", "b@fault=illegal", "sync"), Environment.detect())
     assert kept is not None and kept.kernel_time("a") is not None  # the traced runs calibrate a later walk
@@ -201,8 +203,8 @@ def test_nsightwrap_triage_takes_a_callable_and_stays_the_package(env, tmp_path,
     monkeypatch.syspath_prepend(str(tmp_path))
     import triage_subject
 
-    r = nsightwrap.triage(triage_subject.step, 3, runs=2, tools=(), store=False)
-    assert r.failed == 2 and r.runs[0].error.name == "cudaErrorMisalignedAddress" and r.status == PROGRAM_FAULT
+    r = nsightwrap.triage(triage_subject.step, 3, runs=1, tools=(), store=False)
+    assert r.failed == 1 and r.runs[0].error.name == "cudaErrorMisalignedAddress" and r.status == PROGRAM_FAULT
     assert nsightwrap.diagnose.run.triage_command is triage_command  # the package's modules are still reachable
 
 
@@ -226,21 +228,16 @@ def test_profile_triage_runs_triage_after_a_hang_or_failure_only_unless_always(e
         call_triage.after_profile(result(), len, (), {}, "sometimes", None, None)
 
 
-def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path):
-    (tmp_path / "test_inner.py").write_text(
+def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path, monkeypatch):
+    (tmp_path / "test_inner_triage.py").write_text(
         "import sys\n"
         f"CMD = [sys.executable, {str(FLAKY)!r}, 'a', 'b@fault=launch', 'sync']\n"
         "def test_it(nsightwrap_triage):\n"
-        f"    r = nsightwrap_triage(CMD, runs=2, tools=(), store={str(tmp_path / 'h.db')!r})\n"
-        "    assert r.status == 'program-fault' and r.failed == 2, r.verdict\n")
-    smi = HERE / "fake_nvidia_smi"
-    inner = dict(env, PATH=f"{smi}{os.pathsep}{env['PATH']}", PYTHONPATH=os.pathsep.join(
-        [str(HERE.parent), env.get("PYTHONPATH", "")]))
-    import subprocess
-
-    p = subprocess.run([*INNER_PYTEST, str(tmp_path / "test_inner.py")], capture_output=True,
-                       text=True, env=inner, cwd=tmp_path, timeout=120)
-    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+        f"    r = nsightwrap_triage(CMD, runs=1, tools=(), store={str(tmp_path / 'h.db')!r})\n"
+        "    assert r.status == 'program-fault' and r.failed == 1, r.verdict\n")
+    monkeypatch.setenv("PATH", f"{HERE / 'fake_nvidia_smi'}{os.pathsep}{env['PATH']}")
+    inner = inline_pytest(tmp_path, monkeypatch)  # a session in this process (the fixture, not a process)
+    assert inner.code == 0 and inner.count("passed") == 1, inner.text()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

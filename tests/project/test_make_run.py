@@ -33,16 +33,33 @@ def make_run(env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
                           cwd=tmp_path)
 
 
-def test_make_run_builds_the_cuda_example_and_prints_the_kernel_table(fake_env, tmp_path):
-    env = dict(fake_env, PATH=f"{fake_nvcc(tmp_path / 'bin')}{os.pathsep}{fake_env['PATH']}")
-    done = make_run(env, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "examples/kernels.cu built with" in done.stderr
+def make_run_here(tmp_path: Path, monkeypatch, capfd) -> tuple[int, str, str]:
+    """make_run.py's main() in this process (its interpreter's start and pandas saved; `nsightwrap run` stays a
+    process of its own): (exit code, stdout, stderr), the file descriptors' too."""
+    import importlib.util
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("MAKE_RUN_BUILD", str(tmp_path / "build"))  # read when the module loads
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("make_run_example", MAKE_RUN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    capfd.readouterr()
+    code = module.main()
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def test_make_run_builds_the_cuda_example_and_prints_the_kernel_table(fake_env, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("PATH", f"{fake_nvcc(tmp_path / 'bin')}{os.pathsep}{fake_env['PATH']}")
+    code, out, err = make_run_here(tmp_path, monkeypatch, capfd)
+    assert code == 0, err
+    assert "examples/kernels.cu built with" in err
     assert (tmp_path / "build" / "examples" / "kernels").exists()
-    assert "5 kernel launch(es) profiled" in done.stdout
-    header = done.stdout.splitlines()[3]
+    assert "5 kernel launch(es) profiled" in out
+    header = out.splitlines()[3]
     assert "function" in header and "gpu__time_duration.sum [ns]" in header  # read back from the report
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in err
 
 
 def test_make_run_without_ncu_says_what_is_missing(tmp_path):
