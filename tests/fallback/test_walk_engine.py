@@ -37,9 +37,13 @@ from nsightwrap.store.hangstore import HangStore
 # to different rungs (a to detailed, b to basic) in 8 attempts a walk (b hanging with Occupancy took 10, each
 # attempt a fake ncu run).
 TWO_HANGS = app("vec_add", "a@hang-if=WarpStateStats", "vec_add", "b@hang-if=SourceCounters", "block_reduce")
-#: The command line's walk: one line beside the main one, 4 attempts, each a submitit job (two lines were 8 jobs;
-#: how lines of different kernels go together is the in-process tests' above).
+#: The command line's walk: one line beside the main one, each attempt a submitit job (two lines were 8 jobs; how
+#: lines of different kernels go together is the in-process tests' above). On a ladder of two rungs (TWO_RUNGS):
+#: 3 attempts (the default ladder's line goes on from duration to detailed, a fourth job of ~1 s of CPU; its
+#: decisions are the in-process tests').
 ONE_HANG = app("vec_add", "a@hang-if=WarpStateStats", "block_reduce")
+TWO_RUNGS = ("name: two\nrungs:\n  - name: requested\n    requested: true\n"
+             "  - name: duration\n    metrics: [gpu__time_duration.sum]\n")
 
 
 def cfg(tmp_path):
@@ -100,15 +104,18 @@ def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_else
 
 def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path, capsys, monkeypatch):
     """The walk through main(argv) in this process (its attempts are submitit jobs, real processes: the command
-    line's own process, its exit status and SIGINT, is the Ctrl-C part's)."""
+    line's own process, its exit status and SIGINT, is the Ctrl-C part's), on a profile file of two rungs."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
-    code, out, err = cli_main(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2",
+    profile = tmp_path / "two.yaml"  # a profile of the user's, read by the engine's walk
+    profile.write_text(TWO_RUNGS)
+    code, out, err = cli_main(["run", "--profile", str(profile), "--set", "full", "--executor", "local", "--jobs", "2",
                                "--json", "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"),
                                "--no-preflight", "--", *ONE_HANG], capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert [(s["job"], s["rung"]) for s in doc["steps"]] == [
-        ("main", "requested"), ("main", "requested"), ("a", "duration"), ("a", "detailed")] and doc["status"] == "ok"
+        ("main", "requested"), ("main", "requested"), ("a", "duration")]
+    assert (doc["status"], doc["ladder"]) == ("ok", "two")
     assert "running" in err and "finished" in err  # the live line: queued, running, finished
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
