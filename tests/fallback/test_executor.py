@@ -176,10 +176,10 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     """Same culprit as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. One
     section, one kernel hanging with it: 3 jobs (the whole program, the next whole-program run beside it, a's probe
     without the section; two kernels were 5 jobs and 3 more in the second sweep, each job ~1 s of CPU: the sweep's
-    search is tested in test_sweep.py, its probes of section sets as jobs by the Slurm tests); both sweeps through
-    main(argv) in this process (the jobs are real processes; the command line's own process, its exit status and
-    signals, is test_ctrl_c_cancels_the_jobs_... and test_engine_cancel_ignored.py's), the second one (serial)
-    answered from the store.
+    search is tested in test_sweep.py, its probes of section sets on the engine in test_sweep_schedule.py); both
+    sweeps through main(argv) in this process (the jobs are real processes; the command line's own process, its
+    exit status and signals, is test_ctrl_c_cancels_the_jobs_... and test_engine_cancel_ignored.py's), the second
+    one (serial) answered from the store.
 
     The same run (its jobs are the suite's dearest: one run for three checks) shows as well:
     - the next whole-program run starts before the last one's verdict (test_speculation.py: a speculation, taken,
@@ -248,8 +248,10 @@ def fake_slurm(fake_gpus, monkeypatch, tmp_path):
 def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_again_without_its_node(
         fake_slurm, tmp_path, monkeypatch):
     """One sweep on fake Slurm whose first job fails (a node failure: no result): the same culprit as the thread
-    pool, every job's script with the options, the failed job run again with its node excluded. (One run: each
-    job is ~0.8 s of CPU; a second kernel added only jobs.)"""
+    pool, every job's script with the options, the failed job run again with its node excluded. (One run of one
+    section: each job is ~0.8 s of CPU; a second kernel added only jobs, a second section only a probe of a
+    section set, ~2.4 s of CPU: the sweep's search is test_sweep.py's, its section sets on the engine
+    test_sweep_schedule.py's.)"""
     monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
     # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
     # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
@@ -258,7 +260,7 @@ def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_agai
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
         r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
-                           sections=["SourceCounters", "Occupancy"])
+                           sections=["SourceCounters"])
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)
