@@ -46,8 +46,8 @@ TWO_RUNGS = ("name: two\nrungs:\n  - name: requested\n    requested: true\n"
              "  - name: duration\n    metrics: [gpu__time_duration.sum]\n")
 
 
-def cfg(tmp_path):
-    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True,
+def cfg(tmp_path, check_gpu=True):
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=check_gpu,
                       stall_timeout_given=True)
 
 
@@ -145,8 +145,8 @@ def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus,
     """j hangs everywhere (its rungs above the floor are skipped as implied), then k's floor rows give way to
     basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
-    serial = walk_ladder(Session.open(program, cfg(tmp_path)), ProfileOptions(set="full"), "default",
-                         reader=attempt_rows)
+    serial = walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False)), ProfileOptions(set="full"),
+                         "default", reader=attempt_rows)  # (the GPU checks: ~0.3 s of CPU, nothing to do with rows)
     assert any(s.job == "j" and s.skipped for s in serial.steps)
     assert sorted(zip(serial.df["function"], serial.df["rung"])) == [
         ("block_reduce", "requested"), ("k", "basic"), ("vec_add", "requested")]
@@ -157,8 +157,10 @@ def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gp
     """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
     lines are put together (here within k's line, after j's skipped steps)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
-    results = [walk_ladder(Session.open(program, cfg(tmp_path), executor=executor), ProfileOptions(set="full"),
-                           "default", reader=attempt_rows, max_attempts=6)
+    # (no GPU checks: nvidia-smi once or twice an attempt, ~0.3 s of CPU in all; the checks on the engine are
+    # the two-GPU test's)
+    results = [walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False), executor=executor),
+                           ProfileOptions(set="full"), "default", reader=attempt_rows, max_attempts=6)
                for executor in (None, on_threads(monkeypatch, tmp_path))]
     serial, engine = results
     assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
