@@ -52,8 +52,12 @@ def cfg(tmp_path, check_gpu=True):
 
 
 def walk(tmp_path, name, executor=None):
+    """TWO_HANGS walked here (serial) or on `executor`; the GPU checks only on the engine, where its jobs on two GPUs
+    must not take each other for foreign processes (the serial walk's checks, nvidia-smi once or twice an attempt,
+    find nothing and change no step or record)."""
     with HangStore(tmp_path / f"{name}.db") as store:
-        session = Session.open(TWO_HANGS, cfg(tmp_path), store=store, executor=executor)
+        session = Session.open(TWO_HANGS, cfg(tmp_path, check_gpu=executor is not None), store=store,
+                               executor=executor)
         return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
 
 
