@@ -16,6 +16,7 @@ per GPU and gives a job the executor of a free GPU: one probe per GPU.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -47,7 +48,8 @@ from nsightwrap.store.keys import Environment
 from nsightwrap.watch.signals import hear_interrupts
 from nsightwrap.watch.tree import ignores
 
-__all__ = ["LocalBackend", "ProbeTask", "SlurmBackend", "StoreSetting", "run_probe", "store_setting_of"]
+__all__ = ["LocalBackend", "ProbeTask", "SlurmBackend", "StoreSetting", "run_probe", "run_probe_job",
+           "store_setting_of"]
 
 #: A local job's own time limit (submitit's default is 2 minutes): a probe is bounded by its watch instead.
 LOCAL_JOB_MINUTES = 24 * 60
@@ -172,6 +174,20 @@ def run_probe(task: ProbeTask) -> dict:
     return {**reply, "status": attempt.status, "recorded": recorded, "attempt": attempt}
 
 
+def run_probe_job(task: ProbeTask) -> dict:
+    """run_probe as a job's process runs it (what the backends submit): the process's objects frozen (gc.freeze)
+    once the probe is done, whatever its outcome. The process exits right after submitit has written the reply,
+    and the interpreter's last garbage collections then skip everything the job imported and made (submitit,
+    numpy, which submitit loads, the store's database library): ~0.2 s of CPU less a job (a job and its local
+    controller were ~0.9 s). Only in a process about to exit: what is frozen is never collected. Unlike the
+    command line's quick_exit, no collection first (it cost half the gain): nothing here waits on one, run_probe
+    closes the store itself and the reply is written after the freeze."""
+    try:
+        return run_probe(task)
+    finally:
+        gc.freeze()
+
+
 def _probe(task: ProbeTask, context: RunContext, opening: "_Opening", times: dict) -> tuple[Any, bool]:
     """The probe's attempt, and whether the store kept a record of it; `times` gets the attempt's start and end
     (wall clock, seconds since the epoch: the engine sets them beside its own). StoreError: the store could not
@@ -264,7 +280,7 @@ class LocalBackend:
         out = []
         for task in tasks:
             g = self.free.pop(0)
-            job = self.executors[g].submit(run_probe, replace(task, gpu=g))
+            job = self.executors[g].submit(run_probe_job, replace(task, gpu=g))
             job._results_timeout_s = 0  # a local job's result is there at once, or never (no shared file system)
             out.append((_LocalJob(job), g))
         return out
@@ -350,7 +366,7 @@ class SlurmBackend:
         if self.excluded:
             self.executor.update_parameters(exclude=",".join(sorted(self.excluded)))
         with self.executor.batch():
-            jobs = [self.executor.submit(run_probe, task) for task in tasks]
+            jobs = [self.executor.submit(run_probe_job, task) for task in tasks]
         return [(job, None) for job in jobs]
 
     def release(self, slot: Optional[str]) -> None:

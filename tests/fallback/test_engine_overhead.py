@@ -4,10 +4,14 @@ local jobs often (a poll of a process), and each job's timeline says where the t
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import time
+from types import SimpleNamespace
 
 import pytest
-from helpers import app, run_config
+from helpers import HERE, app, run_config
 
 from nsightwrap.fallback.spec import LOCAL_POLL_S, POLL_S, ExecutorSpec
 
@@ -76,3 +80,54 @@ def test_a_local_job_is_done_once_its_result_is_written_not_once_its_process_exi
         while not failing.done():
             time.sleep(0.01)
         failing.result()
+
+
+def test_a_jobs_process_freezes_its_objects_once_its_probe_is_done(tmp_path, fake_env, monkeypatch):
+    """Both backends submit run_probe_job: the probe, then gc.freeze() whatever its outcome. The job's process exits
+    right after submitit writes the reply, and its last garbage collections then skip what it imported (submitit,
+    numpy, the database library): ~0.2 s of CPU a job (0.88 -> 0.67 s, a local job and its controller)."""
+    from nsightwrap.fallback import probejob
+    from nsightwrap.fallback.collectives import JobShape
+    from nsightwrap.fallback.probejob import LocalBackend, ProbeTask, SlurmBackend, StoreSetting, run_probe_job
+    from nsightwrap.fallback.spec import ExecutorSpec
+    from nsightwrap.ncu.options import ProfileOptions
+
+    calls = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))  # this process's objects stay collectable
+
+    def probe(task):
+        calls.append(("probe", task))
+        if task == "fails":
+            raise RuntimeError("the node failed")
+        return {"status": "ok"}
+
+    monkeypatch.setattr(probejob, "run_probe", probe)
+    assert run_probe_job("t") == {"status": "ok"} and calls == [("probe", "t"), "freeze"]
+    with pytest.raises(RuntimeError, match="node failed"):
+        run_probe_job("fails")
+    assert calls[2:] == [("probe", "fails"), "freeze"]
+
+    submitted = []
+
+    class Executor:  # submitit's executor, as the backends use it
+        def submit(self, fn, task):
+            submitted.append(fn)
+            return SimpleNamespace(job_id="1")
+
+        def update_parameters(self, **params):
+            pass
+
+        def batch(self):
+            return contextlib.nullcontext()
+
+    command = app("vec_add")
+    task = ProbeTask(tuple(command), ProfileOptions(set="basic"), run_config(tmp_path, env=fake_env),
+                     StoreSetting(str(tmp_path / "h.db")), JobShape.of(command))
+    local = LocalBackend(tmp_path / "local", ["0"])
+    local.executors["0"] = Executor()
+    local.submit([task])
+    monkeypatch.setenv("PATH", f"{HERE / 'fake_slurm'}{os.pathsep}{os.environ['PATH']}")  # submitit looks for srun
+    slurm = SlurmBackend(tmp_path / "slurm", ExecutorSpec("slurm"))
+    slurm.executor = Executor()
+    slurm.submit([task])
+    assert submitted == [run_probe_job, run_probe_job]

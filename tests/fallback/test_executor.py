@@ -173,16 +173,17 @@ def test_ctrl_c_cancels_the_jobs_and_the_sweep_ends_interrupted(fake_gpus, tmp_p
 
 def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu(fake_gpus, tmp_path, capsys,
                                                                                    monkeypatch):
-    """Same culprits as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. One
-    section, two kernels hanging with it: 5 jobs (two sections and a culprit each were 12, each job ~0.7 s of CPU:
-    the sweep's search is tested in test_sweep.py, its probes of section sets as jobs by the Slurm tests); both
+    """Same culprit as the thread pool; every probe a job pinned to GPU 0 or 1; all in the user's store. One
+    section, one kernel hanging with it: 3 jobs (the whole program, the next whole-program run beside it, a's probe
+    without the section; two kernels were 5 jobs and 3 more in the second sweep, each job ~1 s of CPU: the sweep's
+    search is tested in test_sweep.py, its probes of section sets on the engine in test_sweep_schedule.py); both
     sweeps through main(argv) in this process (the jobs are real processes; the command line's own process, its
-    exit status and signals, is test_ctrl_c_cancels_the_jobs_... and test_engine_cancel_ignored.py's), the
-    second one answered from the store.
+    exit status and signals, is test_ctrl_c_cancels_the_jobs_... and test_engine_cancel_ignored.py's), the second
+    one (serial) answered from the store.
 
     The same run (its jobs are the suite's dearest: one run for three checks) shows as well:
     - the next whole-program run starts before the last one's verdict (test_speculation.py: a speculation, taken,
-      on the idle GPU: kernel b's run starts while a's run waits for its verdict), the culprits unchanged;
+      on the idle GPU: the run without a starts while a's run waits for its verdict), the culprit unchanged;
     - the nodes ask nvidia-smi only for the GPU checks (test_engine_overhead.py): one --query-gpu in all (the
       sweep's own environment, asked once, travels with each task), none per probe; every record keeps it."""
     smi = fake_gpus / "smi.log"
@@ -192,17 +193,17 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     argv = ["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
             "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
             "--stall-timeout", "1.2",  # (hangs calibrated on a node: the Slurm tests)
-            "--", *app("a@hang-if=SourceCounters", "b@hang-if=SourceCounters")]
+            "--", *app("a@hang-if=SourceCounters")]
     code, out, err = cli_main(argv, capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"], "b": ["SourceCounters"]}
+    assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"]}
     assert "running" in err and "finished" in err  # the live line
     probes = [p for k in doc["kernels"] for p in k["probes"] if not p["from_store"]]
     assert probes and {p["gpu"] for p in probes} <= {"0", "1"}  # each pinned to one GPU
     assert {j["where"] for j in doc["engine_jobs"]} == {"0", "1"}  # both GPUs used
     assert len(list(folder.rglob("*_result.pkl"))) >= len(probes)  # each probe was a submitit job
-    # The speculation: the run that finds b started before a's run had its verdict.
+    # The speculation: the run without a started before a's run had its verdict.
     wholes = [j for j in doc["engine_jobs"] if j["chain"] == ""]
     assert any(j["speculative"] and not j["dropped"] for j in wholes), doc["engine_jobs"]
     first, second = wholes[0], next(j for j in wholes if j["speculative"])
@@ -213,8 +214,12 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     with HangStore(tmp_path / "hangs.db", readonly=True) as store:
         records = store.records()
     assert len({(x.gpu, x.driver, x.host, x.gpus) for x in records}) == 1 and records[0].gpu == "NVIDIA H200"
-    # The probes were recorded on the "node" (run_probe), in the store given: a second sweep asks nothing.
-    code, out, err = cli_main(argv, capsys)
+    # The probes were recorded on the "node" (run_probe), in the store given, as a sweep here looks them up: a
+    # second sweep asks nothing (a serial one: its whole-program runs as jobs were 2 more, ~2 s of CPU; the lookup
+    # is the same code, _ProbeRunner.probe, on the engine or not).
+    serial = [a for a in argv if a != "--executor-folder" and a != str(folder)]
+    serial.remove("--executor"), serial.remove("local")
+    code, out, err = cli_main(serial, capsys)
     assert code == 0, err
     assert all(p["from_store"] for k in json.loads(out)["kernels"] for p in k["probes"])
 
@@ -243,8 +248,10 @@ def fake_slurm(fake_gpus, monkeypatch, tmp_path):
 def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_again_without_its_node(
         fake_slurm, tmp_path, monkeypatch):
     """One sweep on fake Slurm whose first job fails (a node failure: no result): the same culprit as the thread
-    pool, every job's script with the options, the failed job run again with its node excluded. (One run: each
-    job is ~0.8 s of CPU; a second kernel added only jobs.)"""
+    pool, every job's script with the options, the failed job run again with its node excluded. (One run of one
+    section: each job is ~0.8 s of CPU; a second kernel added only jobs, a second section only a probe of a
+    section set, ~2.4 s of CPU: the sweep's search is test_sweep.py's, its section sets on the engine
+    test_sweep_schedule.py's.)"""
     monkeypatch.setenv("FAKE_SLURM_FAIL_FIRST", "1")
     # submitit waits up to 15 s for a failed job's result file (slow shared file systems); the fake's file
     # system is local, and the failed job never writes one: 0 as submitit's own tests do (saves ~15 s)
@@ -253,7 +260,7 @@ def test_slurm_executor_submits_jobs_with_its_options_and_runs_a_failed_one_agai
                         folder=str(tmp_path / "jobs"), poll_s=0.1)
     with HangStore(tmp_path / "hangs.db") as store:
         r = sweep_sections(Session.open(app("a@hang-if=SourceCounters"), cfg(tmp_path), store=store, executor=spec),
-                           sections=["SourceCounters", "Occupancy"])
+                           sections=["SourceCounters"])
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"]}
     probes = [p for k in r.kernels for p in k.probes if not p.from_store]
     assert probes and all(p.gpu.endswith(":-") for p in probes)  # host:GPU (Slurm chose the GPU)

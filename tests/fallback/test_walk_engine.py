@@ -37,19 +37,27 @@ from nsightwrap.store.hangstore import HangStore
 # to different rungs (a to detailed, b to basic) in 8 attempts a walk (b hanging with Occupancy took 10, each
 # attempt a fake ncu run).
 TWO_HANGS = app("vec_add", "a@hang-if=WarpStateStats", "vec_add", "b@hang-if=SourceCounters", "block_reduce")
-#: The command line's walk: one line beside the main one, 4 attempts, each a submitit job (two lines were 8 jobs;
-#: how lines of different kernels go together is the in-process tests' above).
+#: The command line's walk: one line beside the main one, each attempt a submitit job (two lines were 8 jobs; how
+#: lines of different kernels go together is the in-process tests' above). On a ladder of two rungs (TWO_RUNGS):
+#: 3 attempts (the default ladder's line goes on from duration to detailed, a fourth job of ~1 s of CPU; its
+#: decisions are the in-process tests').
 ONE_HANG = app("vec_add", "a@hang-if=WarpStateStats", "block_reduce")
+TWO_RUNGS = ("name: two\nrungs:\n  - name: requested\n    requested: true\n"
+             "  - name: duration\n    metrics: [gpu__time_duration.sum]\n")
 
 
-def cfg(tmp_path):
-    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True,
+def cfg(tmp_path, check_gpu=True):
+    return run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=check_gpu,
                       stall_timeout_given=True)
 
 
 def walk(tmp_path, name, executor=None):
+    """TWO_HANGS walked here (serial) or on `executor`; the GPU checks only on the engine, where its jobs on two GPUs
+    must not take each other for foreign processes (the serial walk's checks, nvidia-smi once or twice an attempt,
+    find nothing and change no step or record)."""
     with HangStore(tmp_path / f"{name}.db") as store:
-        session = Session.open(TWO_HANGS, cfg(tmp_path), store=store, executor=executor)
+        session = Session.open(TWO_HANGS, cfg(tmp_path, check_gpu=executor is not None), store=store,
+                               executor=executor)
         return walk_ladder(session, ProfileOptions(set="full"), "default", reader=attempt_rows)
 
 
@@ -85,11 +93,14 @@ def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_else
     monkeypatch.setattr(walk_module, "open_engine",
                         lambda spec, jobs, on_counts=None: ProbeEngine(spec, backend, tmp_path, owned=False))
     program = app("vec_add", "a@hang-if=SourceCounters", "block_reduce")
-    serial = walk_ladder(Session.open(program, cfg(tmp_path)), ProfileOptions(set="full"), "default",
-                         reader=attempt_rows)
     engine = walk_ladder(Session.open(program, cfg(tmp_path), executor=spec), ProfileOptions(set="full"),
                          "default", reader=attempt_rows)
-    assert steps(engine) == steps(serial) and engine.stopped is None  # not a GpuKept stop, as here
+    # The serial walk's steps (written out: its walk was 5 more attempts, ~0.7 s of CPU; the engine's walk equal to
+    # the serial one is the tests' above and below), the set-aside GPU's attempt run again, not a GpuKept stop.
+    assert steps(engine) == [("main", "requested", None, "hang", "a"), ("main", "requested", None, "ok", None),
+                             ("a", "duration", None, "ok", None), ("a", "detailed", None, "hang", "a"),
+                             ("a", "basic", None, "ok", None)]
+    assert engine.stopped is None
     assert backend.aside == ["0"]
     assert backend.log[:2] == [(None, "requested", "0"), (None, "requested", "1")]  # the first attempt, again
     assert {g for _, _, g in backend.log[1:]} == {"1"}
@@ -100,15 +111,18 @@ def test_a_gpu_that_keeps_processes_is_set_aside_and_the_attempt_runs_again_else
 
 def test_cli_walk_on_the_local_executor_and_ctrl_c(fake_gpus, tmp_path, capsys, monkeypatch):
     """The walk through main(argv) in this process (its attempts are submitit jobs, real processes: the command
-    line's own process, its exit status and SIGINT, is the Ctrl-C part's)."""
+    line's own process, its exit status and SIGINT, is the Ctrl-C part's), on a profile file of two rungs."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
-    code, out, err = cli_main(["run", "--profile", "default", "--set", "full", "--executor", "local", "--jobs", "2",
+    profile = tmp_path / "two.yaml"  # a profile of the user's, read by the engine's walk
+    profile.write_text(TWO_RUNGS)
+    code, out, err = cli_main(["run", "--profile", str(profile), "--set", "full", "--executor", "local", "--jobs", "2",
                                "--json", "--stall-timeout", str(STALL_S), "--store", str(tmp_path / "hangs.db"),
                                "--no-preflight", "--", *ONE_HANG], capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert [(s["job"], s["rung"]) for s in doc["steps"]] == [
-        ("main", "requested"), ("main", "requested"), ("a", "duration"), ("a", "detailed")] and doc["status"] == "ok"
+        ("main", "requested"), ("main", "requested"), ("a", "duration")]
+    assert (doc["status"], doc["ladder"]) == ("ok", "two")
     assert "running" in err and "finished" in err  # the live line: queued, running, finished
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # Ctrl-C while an attempt's job runs: the jobs cancelled, interrupted (130), nothing left running.
@@ -135,8 +149,8 @@ def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus,
     """j hangs everywhere (its rungs above the floor are skipped as implied), then k's floor rows give way to
     basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
-    serial = walk_ladder(Session.open(program, cfg(tmp_path)), ProfileOptions(set="full"), "default",
-                         reader=attempt_rows)
+    serial = walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False)), ProfileOptions(set="full"),
+                         "default", reader=attempt_rows)  # (the GPU checks: ~0.3 s of CPU, nothing to do with rows)
     assert any(s.job == "j" and s.skipped for s in serial.steps)
     assert sorted(zip(serial.df["function"], serial.df["rung"])) == [
         ("block_reduce", "requested"), ("k", "basic"), ("vec_add", "requested")]
@@ -147,8 +161,10 @@ def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gp
     """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
     lines are put together (here within k's line, after j's skipped steps)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
-    results = [walk_ladder(Session.open(program, cfg(tmp_path), executor=executor), ProfileOptions(set="full"),
-                           "default", reader=attempt_rows, max_attempts=6)
+    # (no GPU checks: nvidia-smi once or twice an attempt, ~0.3 s of CPU in all; the checks on the engine are
+    # the two-GPU test's)
+    results = [walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False), executor=executor),
+                           ProfileOptions(set="full"), "default", reader=attempt_rows, max_attempts=6)
                for executor in (None, on_threads(monkeypatch, tmp_path))]
     serial, engine = results
     assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
