@@ -66,11 +66,15 @@ def test_usage_errors_answer_with_one_json_object(fake_env, args, capsys):
     assert "Traceback" not in err and err.strip()
 
 
-def test_a_set_up_error_answers_with_one_json_object(tmp_path):
+def test_a_set_up_error_answers_with_one_json_object(tmp_path, monkeypatch, capsys):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NSIGHTWRAP_CACHE_DIR": str(tmp_path / "c")}
-    done = cli(["run", "--json", "--", "true"], env)
-    doc = one_json(done.stdout)
-    assert done.returncode == 2 and doc["status"] == "error" and "ncu was not found" in doc["error"]
+    for name in os.environ:  # in this process (cli_main), with only this environment
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, out, err = cli_main(["run", "--json", "--", "true"], capsys)
+    doc = one_json(out)
+    assert code == 2 and doc["status"] == "error" and "ncu was not found" in doc["error"], err
 
 
 def test_report_folder_that_cannot_be_created_is_refused_before_launching(fake_env, tmp_path, capsys):
