@@ -68,7 +68,7 @@ def test_usage_errors_answer_with_one_json_object(fake_env, args, capsys):
 
 def test_a_set_up_error_answers_with_one_json_object(tmp_path, monkeypatch, capsys):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NSIGHTWRAP_CACHE_DIR": str(tmp_path / "c")}
-    for name in os.environ:  # in this process (cli_main), with only this environment
+    for name in list(os.environ):  # in this process (cli_main), with only this environment
         monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
