@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_APP, ROOT, cli_main, run_cli
+from helpers import FAKE_APP, cli_main
 
 from nsightwrap.errors import NsightwrapError, StoreError
 from nsightwrap.ncu.allowance import Calibration
@@ -98,7 +98,7 @@ def test_the_store_keeps_masked_commands_and_still_matches_them(tmp_path):
     assert not _leaks(tmp_path)
 
 
-def test_records_of_an_older_store_are_masked_when_read(tmp_path):
+def test_records_of_an_older_store_are_masked_when_read(tmp_path, capsys):
     import sqlite3
 
     path = tmp_path / "h.db"
@@ -108,9 +108,9 @@ def test_records_of_an_older_store_are_masked_when_read(tmp_path):
     with sqlite3.connect(path) as conn:                          # as a version without masking wrote it
         conn.execute("UPDATE records SET command = ?, note = ?",
                      (json.dumps(["./app", f"--token={SECRETS[0]}"]), f"HF_TOKEN={SECRETS[1]}"))
-    done = run_cli(["hangs", "show", "k", "--json", "--store", str(path)])
-    assert done.returncode == 0 and not _found(done.stdout + done.stderr)
-    assert json.loads(done.stdout)["records"][0]["command"] == ["./app", "--token=***"]
+    code, out, err = cli_main(["hangs", "show", "k", "--json", "--store", str(path)], capsys)
+    assert code == 0 and not _found(out + err)
+    assert json.loads(out)["records"][0]["command"] == ["./app", "--token=***"]
 
 
 def test_run_records_on_disk_are_masked(tmp_path):
@@ -166,10 +166,14 @@ def _leaks(folder: Path) -> list[str]:
     return bad
 
 
-def test_no_secret_in_any_output_or_file(fake_env, tmp_path, capsys, monkeypatch):
+def test_no_secret_in_any_output_or_file(fake_env, tmp_path, capfd, monkeypatch):
     store, out = tmp_path / "hangs.db", []
-    env = dict(fake_env, NSIGHTWRAP_STORE=str(store), PYTHONPATH=str(ROOT),
-               NSIGHTWRAP_RUNTIME_DIR=str(tmp_path / "rt"))
+    # Every command in this process (helpers.cli_main; a child `python -m nsightwrap` each cost ~0.5 s of CPU),
+    # its output read at the file descriptors (capfd): what nsightwrap prints, what it writes round sys.stdout
+    # and sys.stderr, and the output of ncu and of the program passing through.
+    monkeypatch.setenv("NSIGHTWRAP_STORE", str(store))
+    monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "rt"))
+    monkeypatch.chdir(tmp_path)
     runs = [["run", "--json", "--verbose", "--calibrate", "-o", str(tmp_path / "r" / "one"), "--",
              *_program(tmp_path, "vec_add")],
             ["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
@@ -178,19 +182,14 @@ def test_no_secret_in_any_output_or_file(fake_env, tmp_path, capsys, monkeypatch
              "--section", "Occupancy", "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--",
              *_program(tmp_path, "k@hang")]]
     for argv in runs:
-        done = run_cli(argv, env, cwd=tmp_path)
-        assert "Traceback" not in done.stderr, done.stderr
-        json.loads(done.stdout)
-        out += [done.stdout, done.stderr]
-    # What the store's commands print is the same in this process (helpers.cli_main; a child each cost ~0.3 s
-    # of CPU): the runs above stay real processes (the program's own output passes through them).
-    for name in ("NSIGHTWRAP_STORE", "NSIGHTWRAP_RUNTIME_DIR"):
-        monkeypatch.setenv(name, env[name])
-    monkeypatch.chdir(tmp_path)
+        _, stdout, stderr = cli_main(argv, capfd)
+        assert "Traceback" not in stderr, stderr
+        json.loads(stdout)
+        out += [stdout, stderr]
     for argv in (["hangs", "list"], ["hangs", "show", "k", "--json"],
                  ["hangs", "show", "k", "--markdown"], ["hangs", "export", "--format", "csv"],
                  ["hangs", "export", "--format", "yaml"], ["hangs", "show", "k"]):
-        code, stdout, stderr = cli_main(argv, capsys)
+        code, stdout, stderr = cli_main(argv, capfd)
         assert code == 0, stderr
         out += [stdout, stderr]
     shown = stdout

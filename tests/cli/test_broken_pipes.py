@@ -20,7 +20,7 @@ import time
 
 import psutil
 import pytest
-from helpers import app, run_cli
+from helpers import app, cli_main
 
 from nsightwrap.paths import runtime_dir
 from nsightwrap.watch.records import RUNTIME_VAR, RunRecord, write_record
@@ -70,21 +70,21 @@ def quiet(done: subprocess.CompletedProcess) -> bool:
 
 @pytest.mark.parametrize("args", [["doctor"], ["cleanup", "--dry-run"]])
 @pytest.mark.parametrize("unbuffered", [True, False])
-def test_a_command_piped_to_true_exits_quietly(env, args, unbuffered):
+def test_a_command_piped_to_true_exits_quietly(env, args, unbuffered, capsys):
     """Unbuffered (PYTHONUNBUFFERED), the first line fails: 141 (128 + SIGPIPE, as `hangs` and C tools exit)
     unless the command failed anyway (doctor without a GPU: its own code says more); buffered, only the flush at
     the end fails, after the command said everything: its own exit code."""
     env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
     if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
-    expected = run_cli(args, env).returncode
+    expected = cli_main(args, capsys)[0]  # the command's own code, read by a reader that stays (this process)
     done = piped_to_true(args, env)
     assert quiet(done), done.stderr
     assert done.returncode == (BROKEN_PIPE_EXIT if unbuffered and expected == 0 else expected)
 
 
-def test_doctor_json_piped_to_true_keeps_its_exit_code(env):
-    expected = run_cli(["doctor", "--json"], env).returncode
+def test_doctor_json_piped_to_true_keeps_its_exit_code(env, capsys):
+    expected = cli_main(["doctor", "--json"], capsys)[0]  # the command's own code (this process)
     done = piped_to_true(["doctor", "--json"], env)
     assert quiet(done), done.stderr
     assert done.returncode == expected

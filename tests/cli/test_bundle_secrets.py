@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from helpers import FAKE_APP, ROOT, STALL_S, run_cli
+from helpers import FAKE_APP, STALL_S, cli_main
 from test_bundle import members, tools_on_path
 
 SECRETS = {name: f"s3cr3t-{name}" for name in ("token", "password", "hf", "url", "bearer", "basic", "env-token",
@@ -43,19 +43,23 @@ def _program(tmp_path: Path) -> list[str]:
             f"Authorization: Basic {s['basic']}", printed, "vec_add", "k@hang"]
 
 
-def test_no_planted_secret_appears_in_any_file_of_the_bundle(fake_env, tmp_path):
+def test_no_planted_secret_appears_in_any_file_of_the_bundle(fake_env, tmp_path, capfd, monkeypatch):
+    """The run and the bundle in this process (helpers.cli_main; a child `python -m nsightwrap` each cost ~0.5 s
+    of CPU), nsightwrap's own environment this process's; test_bundle makes a bundle through a real process."""
     s = SECRETS
     stack_leak = f'; echo "#1 connect (password: {s["stack"]}) at db.c:12"; echo "X-Api-Key: {s["header"]}"'
-    env = dict(fake_env, NSIGHTWRAP_STORE=str(tmp_path / "hangs.db"), NSIGHTWRAP_EVIDENCE=str(tmp_path / "runs"),
-               PYTHONPATH=str(ROOT), GITHUB_TOKEN=s["env-token"], CUDA_API_KEY=s["env-key"],
-               NCCL_MY_SECRET_VALUE=s["env-secret"], PYTHON_DB_PASSWORD=s["env-pw"])
-    env["PATH"] = f"{tools_on_path(tmp_path, extra=stack_leak)}:{env['PATH']}"
-    ran = run_cli(["run", "-q", "--json", "--profile", "quick", "--stall-timeout", str(STALL_S), "--",
-                   *_program(tmp_path)], env, cwd=tmp_path)
-    assert json.loads(ran.stdout)["hangs"][0][0] == "k", ran.stdout
+    env = dict(NSIGHTWRAP_STORE=str(tmp_path / "hangs.db"), NSIGHTWRAP_EVIDENCE=str(tmp_path / "runs"),
+               GITHUB_TOKEN=s["env-token"], CUDA_API_KEY=s["env-key"], NCCL_MY_SECRET_VALUE=s["env-secret"],
+               PYTHON_DB_PASSWORD=s["env-pw"], PATH=f"{tools_on_path(tmp_path, extra=stack_leak)}:{fake_env['PATH']}")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = cli_main(["run", "-q", "--json", "--profile", "quick", "--stall-timeout", str(STALL_S),
+                                     "--", *_program(tmp_path)], capfd)
+    assert json.loads(stdout)["hangs"][0][0] == "k", stdout
     out = tmp_path / "b.tar.gz"
-    done = run_cli(["hangs", "bundle", "k", "-o", str(out)], env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    code, stdout, stderr = cli_main(["hangs", "bundle", "k", "-o", str(out)], capfd)
+    assert code == 0, stderr
     files = members(out)
     leaks = [f"{name}: {secret}" for name, text in files.items() for secret in SECRETS.values() if secret in text]
     assert leaks == []

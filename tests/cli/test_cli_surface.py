@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -65,11 +66,15 @@ def test_usage_errors_answer_with_one_json_object(fake_env, args, capsys):
     assert "Traceback" not in err and err.strip()
 
 
-def test_a_set_up_error_answers_with_one_json_object(tmp_path):
+def test_a_set_up_error_answers_with_one_json_object(tmp_path, monkeypatch, capsys):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NSIGHTWRAP_CACHE_DIR": str(tmp_path / "c")}
-    done = cli(["run", "--json", "--", "true"], env)
-    doc = one_json(done.stdout)
-    assert done.returncode == 2 and doc["status"] == "error" and "ncu was not found" in doc["error"]
+    for name in list(os.environ):  # in this process (cli_main), with only this environment
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, out, err = cli_main(["run", "--json", "--", "true"], capsys)
+    doc = one_json(out)
+    assert code == 2 and doc["status"] == "error" and "ncu was not found" in doc["error"], err
 
 
 def test_report_folder_that_cannot_be_created_is_refused_before_launching(fake_env, tmp_path, capsys):
@@ -246,11 +251,47 @@ def test_live_progress_shows_the_kernel_its_passes_and_the_silence(fake_env, tmp
     assert "nsightwrap: 1 attempt(s), 1 kernel(s) profiled, 1 report(s) written, 1 hang(s): wait_for_host" in screen
 
 
-def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path):
+def run_on_a_terminal_here(args, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`nsightwrap ARGS` through main(argv) in this process (a child `python -m nsightwrap` costs ~0.5 s of CPU
+    more) with sys.stderr on a pty (120x40), read all along by a thread: (rc, the screen, stdout). For what the
+    live screen says; run_on_a_terminal is the command line's process on a terminal."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "120")
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer closed it
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    err = sys.stderr
+    try:
+        with open(slave, "w", encoding="utf-8", errors="replace") as tty:
+            sys.stderr = tty
+            try:
+                code, out, _ = cli_main(args, capsys)
+            finally:
+                sys.stderr = err
+    finally:
+        reader.join(10)
+        os.close(master)
+    return code, ANSI.sub("", b"".join(chunks).decode(errors="replace")), out
+
+
+def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path, monkeypatch, capsys):
     """Also: a ladder walk answers with a top-level status (its JSON alone on stdout)."""
-    rc, screen, out = run_on_a_terminal(["run", "--json", "--profile", "quick", "--stall-timeout", "1", "--store",
-                                         str(tmp_path / "s.db"), "-o", str(tmp_path / "r" / "walk"), "--",
-                                         *app("vec_add", "k@hang", "vec_add")], fake_env)
+    rc, screen, out = run_on_a_terminal_here(["run", "--json", "--profile", "quick", "--stall-timeout", "1",
+                                              "--store", str(tmp_path / "s.db"), "-o", str(tmp_path / "r" / "walk"),
+                                              "--", *app("vec_add", "k@hang", "vec_add")], monkeypatch, capsys)
     doc = one_json(out)
     assert doc["status"] == "hang" and doc["exit_code"] == 3 == rc, screen
     assert doc["unprofiled"] == ["k"] and doc["steps"]

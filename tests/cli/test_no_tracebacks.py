@@ -8,6 +8,7 @@ clear message, an exit code that matches the JSON, and no traceback.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -17,9 +18,11 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
-from helpers import app, run_cli, run_config
+from helpers import app, cli_main, run_config
 
 from nsightwrap.errors import LadderError, OptionsError
 from nsightwrap.fallback.ladder import Ladder, Rung, ladder_from_dict, load_ladder
@@ -50,12 +53,14 @@ def test_sweep_sections_with_an_unknown_set_raises_options_error(env, tmp_path):
         sweep_sections(Session.open(app("vec_add"), run_config(tmp_path)), sections="fulll")
 
 
-def test_sweep_sections_cli_with_an_unknown_set_exits_2_with_one_json_object(env, tmp_path):
-    r = run_cli(["sweep-sections", "--json", "-q", "--no-preflight", "--set", "fulll", "--", *app("vec_add")], env)
-    assert r.returncode == 2, r.stderr
-    doc = one_json(r.stdout)
+def test_sweep_sections_cli_with_an_unknown_set_exits_2_with_one_json_object(env, tmp_path, capsys):
+    # In this process (helpers.cli_main): a traceback would be an exception here.
+    code, out, err = cli_main(["sweep-sections", "--json", "-q", "--no-preflight", "--set", "fulll", "--",
+                               *app("vec_add")], capsys)
+    assert code == 2, err
+    doc = one_json(out)
     assert doc["status"] == "error" and "did you mean 'full'" in doc["error"]
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in err
     assert not (tmp_path / "hangs.db").exists()  # refused before the store was made
 
 
@@ -145,22 +150,38 @@ def test_a_signal_just_after_the_json_object_keeps_its_exit_code(env, tmp_path, 
 # -- ladder files --------------------------------------------------------------------
 
 
+@contextmanager
+def recursion_limit(frames: int) -> Iterator[int]:
+    """The recursion limit `frames` above the caller's depth for the block (the file nested beyond it is parsed
+    in a fraction of the time that one nested beyond the default limit of 1000 takes); the limit returned."""
+    before = sys.getrecursionlimit()
+    depth = len(inspect.stack(0))
+    sys.setrecursionlimit(depth + frames)
+    try:
+        yield depth + frames
+    finally:
+        sys.setrecursionlimit(before)
+
+
 def test_a_ladder_nested_too_deeply_is_a_ladder_error(tmp_path):
     deep = tmp_path / "deep.yaml"
     # As many levels as the recursion limit: the YAML composer takes two frames a level, so this surely
     # overflows; 5000 levels did too, in 2-3 times the time (PyYAML's scanner is worse than linear here).
-    depth = sys.getrecursionlimit()
-    deep.write_text("name: deep\nrungs: " + "[" * depth + "]" * depth + "\n")
-    with pytest.raises(LadderError, match="nested too deeply"):
-        load_ladder(str(deep))
+    with recursion_limit(300) as depth:
+        deep.write_text("name: deep\nrungs: " + "[" * depth + "]" * depth + "\n")
+        with pytest.raises(LadderError, match="nested too deeply"):
+            load_ladder(str(deep))
 
 
-def test_the_cli_says_so_in_one_json_object(env, tmp_path):
+def test_the_cli_says_so_in_one_json_object(env, tmp_path, capsys):
     deep = tmp_path / "deep.yaml"
-    deep.write_text("rungs:\n" + "".join("  " * i + "- \n" for i in range(1, 3000)))
-    r = run_cli(["sweep-sections", "--json", "-q", "--profile", str(deep), "--", *app("vec_add")], env)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "nested too deeply" in one_json(r.stdout)["error"]
+    # In this process (helpers.cli_main): a traceback would be an exception here.
+    with recursion_limit(300) as depth:
+        deep.write_text("rungs:\n" + "".join("  " * i + "- \n" for i in range(1, depth)))
+        code, out, err = cli_main(["sweep-sections", "--json", "-q", "--profile", str(deep), "--", *app("vec_add")],
+                                  capsys)
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert "nested too deeply" in one_json(out)["error"]
 
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", ".NaN"])

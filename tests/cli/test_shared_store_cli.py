@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pg
 import pytest
-from helpers import FAKE_SMI_DIR, app, cli_main, run_cli
+from helpers import FAKE_SMI_DIR, app, cli_main
 
 from nsightwrap.cli.main import main
 from nsightwrap.store import Environment, HangStore, ProfileKey
@@ -18,7 +18,6 @@ from nsightwrap.store import Environment, HangStore, ProfileKey
 FULL = ProfileKey("full")
 H200 = Environment("gpu-box", "NVIDIA H200", "580.159.04", "2025.3.1")
 NEWER_DRIVER = Environment("gpu-box", "NVIDIA H200", "590.10", "2025.3.1")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def hangs(*argv: str, capsys) -> tuple[int, str, str]:
@@ -45,8 +44,8 @@ def test_export_then_import_moves_records_and_importing_twice_adds_nothing(store
     for fmt in ("jsonl", "csv", "yaml"):
         code, _, err = hangs("export", str(tmp_path / f"out.{fmt}"), "--store", str(source), capsys=capsys)
         assert code == 0 and "wrote 3 record(s)" in err, err
-    done = run_cli(["hangs", "import", str(tmp_path / "out.jsonl"), "--store", store_setting])  # as a user runs it
-    assert done.returncode == 0 and "imported 3 of 3 record(s)" in done.stdout, done.stderr
+    code, out, err = hangs("import", str(tmp_path / "out.jsonl"), "--store", store_setting, capsys=capsys)
+    assert code == 0 and "imported 3 of 3 record(s)" in out, err
     for fmt in ("jsonl", "csv", "yaml"):                     # the same records, whatever the format: kept once
         code, out, err = hangs("import", str(tmp_path / f"out.{fmt}"), "--store", store_setting, capsys=capsys)
         assert code == 0 and "imported 0 of 3 record(s)" in out, err
@@ -95,20 +94,23 @@ def test_a_read_only_role_can_list_show_and_export(pg_server, tmp_path, capsys):
     assert pg.READER_PASSWORD not in err + out and "Traceback" not in err
 
 
-def test_a_database_that_is_down_leaves_the_run_to_the_local_store(fake_env, tmp_path):
+def test_a_database_that_is_down_leaves_the_run_to_the_local_store(fake_env, tmp_path, capfd, monkeypatch):
     url = f"postgresql://team:{pg.TEAM_PASSWORD}@127.0.0.1:{_closed_port()}/hangs"
-    env = dict(fake_env, NSIGHTWRAP_STORE=url, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
-    done = run_cli(["run", "--json", "-q", "--profile", "quick", "--stall-timeout", "0.6", "-o", str(tmp_path / "r"),
-                    "--", *app("vec_add", "k@hang", "vec_add")], env, cwd=tmp_path)
-    doc = json.loads(done.stdout)
-    assert doc["status"] == "hang" and done.returncode == 3, done.stderr
-    said = [line for line in done.stderr.splitlines() if "cannot reach the hang store" in line]
+    monkeypatch.setenv("NSIGHTWRAP_STORE", url)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    # In this process (a child `python -m nsightwrap` costs ~0.5 s of CPU), its output read at the descriptors.
+    code, stdout, stderr = cli_main(["run", "--json", "-q", "--profile", "quick", "--stall-timeout", "0.6", "-o",
+                                     str(tmp_path / "r"), "--", *app("vec_add", "k@hang", "vec_add")], capfd)
+    doc = json.loads(stdout)
+    assert doc["status"] == "hang" and code == 3, stderr
+    said = [line for line in stderr.splitlines() if "cannot reach the hang store" in line]
     assert len(said) == 1 and "postgresql://team:***@127.0.0.1" in said[0] and "local hang store" in said[0]
     assert any("cannot reach the hang store" in n for n in doc["notes"])
     local = tmp_path / "cache" / "nsightwrap" / "hangs.db"
     with HangStore(local, readonly=True) as s:
         assert any(r.kernel == "k" and r.hung for r in s.records())
-    assert pg.TEAM_PASSWORD not in done.stdout + done.stderr and _leaks(tmp_path, pg.TEAM_PASSWORD) == []
+    assert pg.TEAM_PASSWORD not in stdout + stderr and _leaks(tmp_path, pg.TEAM_PASSWORD) == []
 
 
 def _leaks(folder: Path, secret: str) -> list[str]:
@@ -124,26 +126,22 @@ def _leaks(folder: Path, secret: str) -> list[str]:
     return found
 
 
-def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server, tmp_path, capsys, monkeypatch):
+def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server, tmp_path, capfd, monkeypatch):
     """Goal: stdout, stderr, JSON, the verbose log, the debug log (Markdown), exports, reports, the store's
     own rows, exceptions and reprs: never the team's database password."""
     url = pg_server.url(pg_server.new_database())
-    env = dict(fake_env, NSIGHTWRAP_STORE=url, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT),
-               NSIGHTWRAP_RUNTIME_DIR=str(tmp_path / "rt"))
+    # Every command in this process (helpers.cli_main; a child `python -m nsightwrap` each cost ~0.5 s of CPU),
+    # its output read at the file descriptors (capfd): what nsightwrap prints, what it writes round sys.stdout
+    # and sys.stderr, and the output of ncu and of the program passing through.
+    monkeypatch.setenv("NSIGHTWRAP_STORE", url)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "rt"))
+    monkeypatch.chdir(tmp_path)
     out = []
     runs = [["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
              str(tmp_path / "r" / "walk"), "--", *app("vec_add", "k@hang", "vec_add")],
             ["sweep-sections", "--json", "--verbose", "--stall-timeout", "0.6", "--section", "LaunchStats",
              "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--", *app("k@hang")]]
-    for argv in runs:
-        done = run_cli(argv, env, cwd=tmp_path)
-        assert "Traceback" not in done.stderr, (argv, done.stderr)
-        out += [done.stdout, done.stderr]
-    # The store's commands print the same in this process (helpers.cli_main; a child each cost ~0.3 s of CPU):
-    # the two runs above stay real processes (the program's output passes through them).
-    for name in ("NSIGHTWRAP_STORE", "XDG_CACHE_HOME", "NSIGHTWRAP_RUNTIME_DIR"):
-        monkeypatch.setenv(name, env[name])
-    monkeypatch.chdir(tmp_path)
     commands = [["hangs", "list"], ["hangs", "list", "--json"], ["hangs", "show", "k"],
                 ["hangs", "show", "k", "--json"], ["hangs", "show", "k", "--markdown"],
                 ["hangs", "export", str(tmp_path / "all.jsonl")], ["hangs", "export", "--format", "yaml"],
@@ -151,8 +149,8 @@ def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server
                 ["hangs", "list", "--json", "--store", url.replace("127.0.0.1", "127.0.0.1:1")],     # a bad URL
                 ["hangs", "list", "--store", url.replace(pg_server.url("x").rsplit(":", 1)[1].split("/")[0],
                                                          str(_closed_port()))]]                  # a server down
-    for argv in commands:
-        _, stdout, stderr = cli_main(argv, capsys)
+    for argv in runs + commands:
+        _, stdout, stderr = cli_main(argv, capfd)
         assert "Traceback" not in stderr, (argv, stderr)
         out += [stdout, stderr]
     with HangStore(url, readonly=True) as s:
