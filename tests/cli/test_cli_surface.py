@@ -37,8 +37,10 @@ def cli(args, env, timeout=120, cwd=None):
                           env=dict(env, PYTHONPATH=str(ROOT)), timeout=timeout, cwd=cwd)
 
 
-def one_json(stdout: str) -> dict:
-    """stdout is exactly one JSON object (and nothing else)."""
+def one_json(stdout: str, why: str = "") -> dict:
+    """stdout is exactly one JSON object (and nothing else); `why` (what stderr or the screen showed) is said when
+    it is not (an empty stdout once, under a load of 9: the failure said nothing of the run)."""
+    assert stdout.strip().startswith("{"), f"stdout {stdout!r} is no JSON; the run said: {why[-3000:]}"
     doc = json.loads(stdout)
     assert isinstance(doc, dict) and stdout.strip().count("\n") == 0, stdout
     return doc
@@ -245,7 +247,7 @@ def run_on_a_terminal(args, env, timeout=90) -> tuple[int, str, str]:
 def test_live_progress_shows_the_kernel_its_passes_and_the_silence(fake_env, tmp_path):
     rc, screen, out = run_on_a_terminal(["run", "--json", "--set", "basic", "--stall-timeout", "2.5", "-o",
                                          str(tmp_path / "r"), "--", *app("vec_add", "wait_for_host@hang")], fake_env)
-    assert rc == 3 and one_json(out)["status"] == "hang"  # the JSON is alone on stdout
+    assert rc == 3 and one_json(out, f"rc {rc}, screen: {screen}")["status"] == "hang"  # the JSON is alone on stdout
     assert re.search(r'kernel "wait_for_host" #1: 0%\.+ +silent [12] s of 2.5', screen), screen
     assert "==PROF== Profiling" in screen  # ncu's own lines still scroll above
     assert "nsightwrap: 1 attempt(s), 1 kernel(s) profiled, 1 report(s) written, 1 hang(s): wait_for_host" in screen
@@ -292,7 +294,7 @@ def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path, monkeypatch,
     rc, screen, out = run_on_a_terminal_here(["run", "--json", "--profile", "quick", "--stall-timeout", "1",
                                               "--store", str(tmp_path / "s.db"), "-o", str(tmp_path / "r" / "walk"),
                                               "--", *app("vec_add", "k@hang", "vec_add")], monkeypatch, capsys)
-    doc = one_json(out)
+    doc = one_json(out, f"rc {rc}, screen: {screen}")
     assert doc["status"] == "hang" and doc["exit_code"] == 3 == rc, screen
     assert doc["unprofiled"] == ["k"] and doc["steps"]
     assert "[nsightwrap] rung 1/" in screen and "for main" in screen and "for k" in screen
