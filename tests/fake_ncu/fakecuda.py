@@ -111,6 +111,16 @@ def _record(name, kid, passes, file="done.txt"):
     """A finished kernel, for the front end (ncufront.DONE): one line, a Python literal."""
     with open(os.path.join(_SESSION["state"], file), "a") as f:
         f.write(repr({"name": name, "id": kid, "passes": passes, "pid": os.getpid()}) + "\n")
+    try:  # wake the front end's report thread (ncufront.WAKE); gone with the front end: nobody to tell
+        fd = os.open(os.path.join(_SESSION["state"], "done.fifo"), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b".")
+    except OSError:  # full (65,536 kernels not yet counted): it reads them all at its next wake
+        pass
+    finally:
+        os.close(fd)
 
 
 def _set_current(name):
