@@ -181,7 +181,9 @@ class Subreaper:
     fake run's CPU) named TreeLauncherSub (the real one's comm) that starts the program, writes its pid to the
     state folder, announces it, waits for it and exits with its status. It has the default SIGINT and SIGTERM
     dispositions, and starts the program as subprocess.Popen did (PATH lookup, fds above 2 closed, SIGPIPE and
-    SIGXFSZ reset to default)."""
+    SIGXFSZ reset to default). The front end's report thread runs when it forks (Python 3.12 warns about that, a
+DeprecationWarning ignored outside __main__): the child takes no lock that thread may hold (fork resets the GIL and
+the import lock; it opens its own files and writes with os.write) and soon execs or exits."""
 
     def __init__(self, state, command, session):
         self.returncode = None
