@@ -21,23 +21,39 @@ profile replays the collective on its rank alone, so its second pass waits
 forever even when only one rank is profiled. Single-pass profiles of one rank
 go through.
 """
+# Imported by every fake program run (the suite's ~1,500): only modules that a `python -S` has loaded already, or
+# cheap ones; json, re, random, fcntl and signal (enum) cost 15 ms of CPU a run on the 2-core machine, more than the
+# interpreter's start, and are imported where a path needs them. The fake ncu hands its session over as a Python
+# literal (ncufront.Subreaper), and the finished kernels go back to it as such.
+import _signal as signal  # signal.py imports enum; pause() is all that is used here
 import atexit
-import fcntl
-import json
 import os
-import random
-import re
-import signal
 import sys
 import time
 
 import faketracer
 
-_SESSION = json.loads(os.environ["FAKE_NCU_SESSION"]) if os.environ.get("FAKE_NCU_SESSION") else None
+_SESSION = eval(os.environ.get("FAKE_NCU_SESSION") or "None", {"__builtins__": {}}, {})  # a literal of ncufront
 #: ncu's base clocks slow cycle-bound work by this (FACTS.md, H100); --clock-control none: 1.0.
 BASE_CLOCK_FACTOR = 1.245
 _state = {"matched": 0, "profiled": 0, "in_range": False, "range_kernels": [], "ranges": 0}
-_rng = random.Random(os.environ.get("FAKE_NCU_SEED", os.getpid()))
+
+
+def _random():
+    """The progress marks' random merges: random.Random(FAKE_NCU_SEED or the pid), made at the first use;
+    seeded by the pid it is _random.Random's own generator, without random.py's imports (the same numbers)."""
+    if "rng" not in _state:
+        seed = os.environ.get("FAKE_NCU_SEED")
+        if seed is None:
+            import _random
+
+            _state["rng"] = _random.Random(os.getpid())
+        else:
+            import random
+
+            _state["rng"] = random.Random(seed)
+    return _state["rng"]
+
 _DIST = os.environ.get("FAKE_DIST_DIR")
 _calls = {}
 
@@ -70,6 +86,8 @@ def _selected(name):
     k = s.get("kernel")
     if k:
         if k.startswith("regex:"):
+            import re
+
             if not re.search(k[6:], name):
                 return False
         elif k != name:
@@ -89,9 +107,20 @@ def _hangs(spec):
     return any(all(sec in collected for sec in group) for group in spec.get("hang_if", []))
 
 
-def _record(name, kid, passes, file="done.jsonl"):
+def _record(name, kid, passes, file="done.txt"):
+    """A finished kernel, for the front end (ncufront.DONE): one line, a Python literal."""
     with open(os.path.join(_SESSION["state"], file), "a") as f:
-        f.write(json.dumps({"name": name, "id": kid, "passes": passes, "pid": os.getpid()}) + "\n")
+        f.write(repr({"name": name, "id": kid, "passes": passes, "pid": os.getpid()}) + "\n")
+    try:  # wake the front end's report thread (ncufront.WAKE); gone with the front end: nobody to tell
+        fd = os.open(os.path.join(_SESSION["state"], "done.fifo"), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b".")
+    except OSError:  # full (65,536 kernels not yet counted): it reads them all at its next wake
+        pass
+    finally:
+        os.close(fd)
 
 
 def _set_current(name):
@@ -103,7 +132,7 @@ def _set_current(name):
             pass
     else:
         with open(path, "w") as f:
-            json.dump({"name": name, "pid": os.getpid()}, f)
+            f.write(repr({"name": name, "pid": os.getpid()}))
 
 
 def _hang_forever(mode):
@@ -128,7 +157,7 @@ def _progress(passes, gap, mode="range", gaps=None):
     buf, last, warned = "", time.monotonic(), False
     for i, piece in enumerate(pieces):
         buf += piece
-        merge = _rng.random() < 0.4 if writes is None else i not in writes
+        merge = _random().random() < 0.4 if writes is None else i not in writes
         if merge and not piece.endswith("\n"):
             continue  # merge with the next piece
         if i > 0:
@@ -178,6 +207,8 @@ class _serialised:
         self.wait = wait  # None: as long as it takes
 
     def __enter__(self):
+        import fcntl
+
         self.f = open(os.path.join(_SESSION["state"], "launch.lock"), "w") if _DIST else None
         end = None if self.wait is None else time.monotonic() + self.wait
         while self.f:
@@ -218,6 +249,8 @@ def _plain(name, spin, always, graph=None):
     faketracer.kernel(name, corr, start, time.time_ns(), in_graph=graph is not None)
     trace = os.environ.get("FAKE_NSYS_TRACE")
     if trace:
+        import json
+
         with open(trace, "a") as f:
             f.write(json.dumps({"name": f"{name}(float *, int)", "short": name, "start": start,
                                 "dur": max(1000, time.time_ns() - start)}) + "\n")
@@ -324,6 +357,8 @@ def _traced_api(name):
     """Under the fake nsys: a runtime API call, as its CUPTI_ACTIVITY_KIND_RUNTIME would hold it."""
     trace = os.environ.get("FAKE_NSYS_TRACE")
     if trace:
+        import json
+
         with open(trace, "a") as f:
             f.write(json.dumps({"api": name, "start": time.time_ns()}) + "\n")
 

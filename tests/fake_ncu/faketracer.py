@@ -11,7 +11,6 @@ process ended by os._exit or a signal has none). FAKE_TRACER_ERROR=TEXT: the tra
 tracer writes when CUPTI dropped records.
 """
 import atexit
-import json
 import os
 import time
 
@@ -24,6 +23,8 @@ def _active():
 
 
 def _write(ev):
+    import json  # only where the tracer is on: every fake program imports this module
+
     os.write(_state["fd"], (json.dumps(dict(ev, pid=os.getpid())) + "\n").encode())
 
 

@@ -36,18 +36,16 @@ performance counters (ERR_NVGPUCTRPERM, then "No kernels were profiled").
 """
 # Run by the stub tests/fake_ncu/target/ncu (which names the process `ncu`), imported so that its bytecode is
 # cached: compiled as a script it cost 4 ms of every one of the suite's ~1,000 runs of the fake.
-import json
+# It imports only modules that a `python -S` has loaded already (or that are frozen): json, re, subprocess, shutil,
+# tempfile, threading and signal (enum) cost 20 ms of CPU on the 2-core machine, twice the interpreter's start,
+# in each of the suite's ~1,000 runs. json and re are imported only where a path needs them; the state this
+# front end shares with its TreeLauncherSubreaper and the program (FAKE_NCU_SESSION, the state folder's files)
+# is written as Python literals (see fakecuda.py).
+import _signal as signal  # signal.py imports enum; _signal has what is used here (signal, SIG*, SIG_IGN)
+import _thread
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-
-import ncutext  # noqa: E402  (beside this module: the stub put this folder on sys.path)
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "target")  # the fake install's folder
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "data"))
@@ -71,6 +69,11 @@ FLAGS = {"--force-overwrite", "--version", "--help", "--list-sets", "--list-sect
          "--disable-profiler-start-stop", "--csv", "--print-summary-per-gpu", "--list-metrics",
          "--query-metrics"}
 
+
+#: The state folder's file of finished kernels: one line each, a dict written by fakecuda._record.
+DONE = "done.txt"
+#: ... and the FIFO on which fakecuda._record wakes the front end's report thread after each line.
+WAKE = "done.fifo"
 
 # Where ncu's own messages go: stdout, or the --log-file.
 CHANNEL = {"fd": 1}
@@ -115,6 +118,138 @@ def parse_args(argv):
     return opts, argv[i:]
 
 
+def literal(text):
+    """A value that repr() wrote (the session, the state files): Python literals only, written by this fake."""
+    return eval(text, {"__builtins__": {}}, {})
+
+
+def which(cmd):
+    """shutil.which(cmd), without importing shutil."""
+    def runnable(path):
+        return os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path)
+
+    if os.path.dirname(cmd):
+        return cmd if runnable(cmd) else None
+    for folder in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
+        path = os.path.join(folder, cmd)
+        if runnable(path):
+            return path
+    return None
+
+
+def copyfile(src, dst):
+    """shutil.copyfile(src, dst), without importing shutil (the reports are small)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
+def make_state_folder():
+    """tempfile.mkdtemp(prefix="fake-ncu-"), without importing tempfile (and random, shutil)."""
+    base = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
+    for n in range(1000):
+        path = os.path.join(os.path.abspath(base), f"fake-ncu-{os.getpid()}-{n}")
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:  # a run killed before it cleaned up, with this pid
+            continue
+    raise FileExistsError(path)
+
+
+def remove_state_folder(path):
+    """shutil.rmtree(path, ignore_errors=True) for the state folder, which holds files only."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(path, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+class Subreaper:
+    """The TreeLauncherSubreaper between the front end and the program (FACTS.md: ncu -> ncu ->
+    TreeLauncherSubreaper -> target): a child of the front end (forked, not a new interpreter: a third of a
+    fake run's CPU) named TreeLauncherSub (the real one's comm) that starts the program, writes its pid to the
+    state folder, announces it, waits for it and exits with its status. It has the default SIGINT and SIGTERM
+    dispositions, and starts the program as subprocess.Popen did (PATH lookup, fds above 2 closed, SIGPIPE and
+    SIGXFSZ reset to default). The front end's report thread runs when it forks (Python 3.12 warns about that, a
+DeprecationWarning ignored outside __main__): the child takes no lock that thread may hold (fork resets the GIL and
+the import lock; it opens its own files and writes with os.write) and soon execs or exits."""
+
+    def __init__(self, state, command, session):
+        self.returncode = None
+        caught = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, caught)  # no front-end handler may run in the child
+        try:
+            self.pid = os.fork()
+            if self.pid == 0:
+                try:
+                    for sig in caught:
+                        signal.signal(sig, signal.SIG_DFL)
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
+                    os._exit(self._run(state, command, session))
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    os._exit(1)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
+
+    @staticmethod
+    def _run(state, command, session):
+        with open("/proc/self/comm", "w") as comm:
+            comm.write("TreeLauncherSub")
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        log = session.get("log")
+        # ncu's messages go to its --log-file when it has one, else to stdout.
+        channel = os.open(log, os.O_WRONLY | os.O_APPEND) if log else 1
+        # A launcher (tests/fake_dist) uses no CUDA, so ncu never connects to it; its ranks announce themselves.
+        launcher = os.path.basename(command[0]) in ("torchrun", "mpirun", "srun")
+        env = dict(os.environ, FAKE_NCU_SESSION=repr(session), FAKE_NCU_SUBREAPER=str(os.getpid()))
+        try:
+            pid = os.posix_spawnp(command[0], command, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except OSError as e:
+            os.write(channel, f"==ERROR== Failed to launch the application: {e}\n".encode())
+            return 1
+        with open(os.path.join(state, "target_pid"), "w") as f:
+            f.write(str(pid))
+        exe = os.path.realpath(which(command[0]) or command[0])
+        if not launcher:
+            os.write(channel, f"==PROF== Connected to process {pid} ({exe})\n".encode())
+        rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if rc >= 0 and not launcher:  # a target killed by the profiler's shutdown is not announced
+            os.write(channel, f"==PROF== Disconnected from process {pid}\n".encode())
+        return rc if rc >= 0 else 128 - rc
+
+    def poll(self):
+        """As Popen.poll: None while it runs, and also while wait() is reaping it (a signal handler that runs
+        between wait()'s waitpid and its return: Popen's poll then finds its lock held)."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self):
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
 def read_table(name):
     with open(os.path.join(DATA, "ncu", name)) as f:
         return f.read()
@@ -151,6 +286,8 @@ def validate(opts):
             if opt in opts:
                 fail(f"==ERROR== Option {opt[2:]} is not supported during range replay.\n")
     sections, sets = known_sections_and_sets()
+    if any(s.startswith("regex:") for s in opts.get("--section", [])):
+        import re
     for s in opts.get("--section", []):
         if s.startswith("regex:"):
             if not any(re.search(s[6:], x) for x in sections):
@@ -190,13 +327,17 @@ def replay_transcript(path, export):
     Where the recording ends in a kill, the replay hangs until it is stopped;
     SIGINT then does what the real front end did.
     """
+    import json
+
+    import ncutext  # beside this module: the stub put this folder on sys.path
+
     os.setsid()
 
     def shutdown(signum, frame):
         out("==PROF== Trying to shutdown target application\n"
             "==ERROR== The application returned an error code (9).\n")
         if export:
-            shutil.copyfile(os.path.join(DATA, "reports", "partial_mixed_basic.ncu-rep"), export)
+            copyfile(os.path.join(DATA, "reports", "partial_mixed_basic.ncu-rep"), export)
             out(f"==PROF== Report: {os.path.abspath(export)}\n")
         os._exit(9)
 
@@ -214,7 +355,7 @@ def replay_transcript(path, export):
             text = rec["out"]
             at += len(text)
             if export and text.startswith("==PROF== Report:"):
-                shutil.copyfile(os.path.join(DATA, "reports", "basic_ok.ncu-rep"), export)
+                copyfile(os.path.join(DATA, "reports", "basic_ok.ncu-rep"), export)
                 out(f"==PROF== Report: {os.path.abspath(export)}\n")
                 written = True
                 continue
@@ -227,7 +368,7 @@ def replay_transcript(path, export):
             profiled = any("==PROF== Profiling" in r.get("out", "") for r in records)
             if export and not written and rec["rc"] == 0 and profiled:
                 # Recorded without -o: with it, ncu writes the report instead of printing tables.
-                shutil.copyfile(os.path.join(DATA, "reports", "basic_ok.ncu-rep"), export)
+                copyfile(os.path.join(DATA, "reports", "basic_ok.ncu-rep"), export)
                 out(f"==PROF== Report: {os.path.abspath(export)}\n")
             return rec["rc"]
         else:
@@ -261,6 +402,8 @@ def main():
         out("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
             "Counters on the target device 0. For instructions on enabling permissions and to get more "
             "information see https://developer.nvidia.com/ERR_NVGPUCTRPERM\n")
+        import subprocess
+
         rc = subprocess.call(command, env=dict(os.environ, FAKE_NCU_SESSION=""))
         out("==WARNING== No kernels were profiled.\n")
         return rc
@@ -276,12 +419,12 @@ def main():
             fail("==ERROR== Failed to prepare kernel for profiling\n==ERROR== Unknown Error on device 0.\n")
     if os.environ.get("FAKE_NCU_TRANSCRIPT"):
         return replay_transcript(os.environ["FAKE_NCU_TRANSCRIPT"], export)
-    exe = shutil.which(command[0]) or command[0]
+    exe = which(command[0]) or command[0]
     if not os.path.exists(exe):
         fail(f"==ERROR== Failed to launch the application: {command[0]} not found.\n")
 
     os.setsid()  # escape the launcher's process group, as the real tool's tree did
-    state = tempfile.mkdtemp(prefix="fake-ncu-")
+    state = make_state_folder()
     passes = pass_count(opts, collected, sets)
     session = {
         "state": state, "replay": replay, "passes": passes, "sections": collected,
@@ -298,8 +441,8 @@ def main():
 
     def results():
         try:  # the state folder goes when the run ends, maybe while the report thread looks
-            with open(os.path.join(state, "done.jsonl")) as f:
-                return [json.loads(line) for line in f if line.strip()]
+            with open(os.path.join(state, DONE)) as f:
+                return [literal(line) for line in f if line.strip()]
         except FileNotFoundError:
             return []
 
@@ -308,8 +451,8 @@ def main():
         count = done if isinstance(done, int) else len(done)
         if export and count and not os.environ.get("FAKE_NCU_NO_REPORT"):
             src = "basic_ok.ncu-rep" if count >= 8 else "partial_mixed_basic.ncu-rep"
-            tmp = f"{export}.{threading.get_ident()}.tmp"
-            shutil.copyfile(os.path.join(DATA, "reports", src), tmp)
+            tmp = f"{export}.{_thread.get_ident()}.tmp"
+            copyfile(os.path.join(DATA, "reports", src), tmp)
             os.replace(tmp, export)
 
     ignore = os.environ.get("FAKE_NCU_IGNORE_SIGNALS")
@@ -330,8 +473,8 @@ def main():
         current = None
         try:
             with open(os.path.join(state, "current")) as f:
-                current = json.load(f)
-        except (OSError, ValueError):
+                current = literal(f.read())
+        except (OSError, ValueError, SyntaxError):
             pass
         p = child["proc"]
         if p and p.poll() is None:
@@ -348,16 +491,24 @@ def main():
         write_report(done)
         if export and os.path.exists(export):
             out(f"==PROF== Report: {os.path.abspath(export)}\n")
-        shutil.rmtree(state, ignore_errors=True)
+        remove_state_folder(state)
         os._exit(9)
+
+    # The program signals each finished kernel on a FIFO (fakecuda._record), which this front end holds open for
+    # reading and writing: the thread sleeps until a kernel finished instead of polling (a 20 ms poll cost ~5 ms of
+    # CPU per second of every run), and a program never blocks or fails for want of a reader.
+    wake = os.path.join(state, WAKE)
+    os.mkfifo(wake, 0o600)
+    wake_fd = os.open(wake, os.O_RDWR)
 
     def keep_report_current():
         """Counts the finished kernels as they come (only the new lines: a run of 50,000 kernels read the whole
         file again every 20 ms), and writes the report when there are more."""
         offset = written = 0
         while True:
+            os.read(wake_fd, 65536)  # one byte a finished kernel, maybe several at once
             try:
-                with open(os.path.join(state, "done.jsonl"), "rb") as f:
+                with open(os.path.join(state, DONE), "rb") as f:
                     f.seek(offset)
                     chunk = f.read()
             except FileNotFoundError:
@@ -367,25 +518,17 @@ def main():
                 offset += whole
                 written += chunk.count(b"\n", 0, whole)
                 write_report(written)
-            time.sleep(0.02)
 
-    threading.Thread(target=keep_report_current, daemon=True).start()
+    _thread.start_new_thread(keep_report_current, ())  # a daemon thread
     signal.signal(signal.SIGINT, signal.SIG_IGN if wedged else shutdown)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if wedged else shutdown)
 
-    subreaper = os.path.join(HERE, "TreeLauncherSubreaper")
     app_passes = passes if replay in ("application", "app-range") else 1
     rc = 0
     seen = 0
     for app_pass in range(1, app_passes + 1):
-        env = dict(os.environ, FAKE_NCU_SESSION=json.dumps(dict(session, app_pass=app_pass)))
-        child["proc"] = subprocess.Popen([sys.executable, "-S", subreaper, state] + command, env=env)  # -S: stdlib only
-        while True:
-            try:
-                rc = child["proc"].wait()
-                break
-            except InterruptedError:
-                continue
+        child["proc"] = Subreaper(state, command, dict(session, app_pass=app_pass))
+        rc = child["proc"].wait()
         done = results()
         if replay == "kernel" and len(done) != seen:
             seen = len(done)
@@ -399,7 +542,7 @@ def main():
         time.sleep(3600)
     done = results()
     ranges = os.path.exists(os.path.join(state, "ranges"))
-    shutil.rmtree(state, ignore_errors=True)
+    remove_state_folder(state)
     if rc != 0:
         out(f"==ERROR== The application returned an error code ({rc}).\n")
     if replay in ("range", "app-range") and not ranges:

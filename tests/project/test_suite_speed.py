@@ -76,3 +76,18 @@ def test_help_and_unknown_commands_still_see_every_command():
     assert list(build_parser().commands) == list(COMMAND_TABLE)
     assert list(build_parser(only="hangs").commands) == ["hangs"]
     assert list(build_parser(only="no-such-command").commands) == list(COMMAND_TABLE)
+
+
+def test_the_most_started_fakes_import_only_what_python_S_has_loaded():
+    """The fake ncu's front end, the fake program and the fake torchrun start ~2,500 times a suite: json, re,
+    subprocess, shutil, tempfile, threading, random and signal's enum cost ~20 ms of CPU a process, twice the
+    interpreter's start, and are imported only on the paths that need them."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folders = [os.path.join(here, "fake_ncu"), os.path.join(here, "fake_dist")]
+    code = f"import sys; sys.path[:0] = {folders!r}; import ncufront, fakeapp, launcher; print(*sorted(sys.modules))"
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_NCU_SESSION"}
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=env)
+    loaded = set(done.stdout.split())
+    assert {"ncufront", "fakeapp", "fakecuda", "faketracer", "launcher"} <= loaded
+    heavy = {"json", "re", "subprocess", "shutil", "tempfile", "threading", "random", "signal", "enum", "socket"}
+    assert loaded & heavy == set()
