@@ -21,12 +21,12 @@ from nsightwrap.watch.tree import COOKIE_VAR, ProcessTree
 from nsightwrap.watch.tree import _Stat as Stat
 
 # Starts a child in a session of its own or not (ncu's front end starts one); once told (a line on stdin), that child
-# starts a grandchild whose environment is empty (no cookie), prints its pid and exits: the grandchild is left with
-# no parent of the run, and was never seen while it had one.
+# starts a grandchild whose environment is empty (no cookie), prints its pid and its own and exits: the grandchild
+# is left with no parent of the run, and was never seen while it had one.
 _LEADER = """
 import subprocess, sys
-kid = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; print('ready', flush=True); "
-    "sys.stdin.readline(); p = subprocess.Popen(['sleep', '30'], env={}); print(p.pid, flush=True)"],
+kid = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys; print('ready', flush=True); "
+    "sys.stdin.readline(); p = subprocess.Popen(['sleep', '30'], env={}); print(p.pid, os.getpid(), flush=True)"],
     start_new_session=%s)
 kid.wait()
 """
@@ -42,14 +42,14 @@ def _start(new_session: bool):
     assert len(tree.members()) == 2  # the root and its child, seen before the grandchild is started
     root.stdin.write(b"\n")
     root.stdin.close()
-    return root, tree, int(root.stdout.readline())
+    orphan, parent = map(int, root.stdout.readline().split())
+    return root, tree, orphan, parent
 
 
 @pytest.mark.parametrize("new_session", [False, True], ids=["root's session", "a member's session"])
 def test_a_process_without_cookie_or_parent_is_still_found_by_its_session(new_session):
-    root, tree, orphan = _start(new_session)
-    try:
-        parent = psutil.Process(orphan).ppid()  # the child that started it
+    root, tree, orphan, parent = _start(new_session)  # parent: the child that started it (it may be gone already:
+    try:  # reading the orphan's parent here found init once, and the wait below then lasted all its 10 s)
         root.wait(timeout=10)
         deadline = time.monotonic() + 10
         while psutil.Process(orphan).ppid() == parent and time.monotonic() < deadline:  # to init, or a subreaper
