@@ -6,9 +6,9 @@ its other half forever. Such a stall is called at once, with that cause as
 its evidence and no calibration (nsightwrap.ncu.known); and a walk of a
 recognised launch leaves the collectives out up front and profiles them on
 one rank, so no attempt waits on a certain hang. The rule is tested with
-injected time; the walks and the CLI with the fake torchrun (the sweep, and the walk of a
-torchrun job twice: tests/fallback/test_multi.py)
-(tests/fake_dist) and the fake ncu's `NAME@collective` kernels.
+injected time; the walks and the CLI with the fake torchrun
+(tests/fake_dist) and the fake ncu's `NAME@collective` kernels (the sweep,
+and a torchrun job's walk made twice: tests/fallback/test_multi.py).
 """
 
 from __future__ import annotations
