@@ -167,7 +167,7 @@ def test_sweep_cli(fake_env, tmp_path, capsys, monkeypatch):
     md = tmp_path / "debug.md"
     code, out, err = cli_main(["sweep-sections", "-q", "--json", "--stall-timeout", str(STALL_S),
                                "--store", str(tmp_path / "s.db"), "--markdown", str(md),
-                               "--section", "SourceCounters", "--section", "Occupancy", "--section", "LaunchStats",
+                               "--section", "SourceCounters", "--section", "LaunchStats",
                                "--", *app("vec_add", "k@hang-if=SourceCounters")], capsys)
     assert code == 0, err
     d = json.loads(out)
