@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import app, cli_main, fast_stop, run_config, sigint_when
+from helpers import FAST_ALLOWANCE, app, cli_main, fast_stop, run_config, sigint_when
 
+from nsightwrap.calibrate.confirm import Calibrator
+from nsightwrap.calibrate.measure import measure
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS, COLLECTIVES_JOB
 from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
+from nsightwrap.ncu.allowance import AllowancePolicy
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
@@ -36,6 +39,17 @@ SHORT = ["gemm", f"{AR}@collective", "softmax", f"{AR}@collective"]
 
 def torchrun(*steps: str, n: int = 2) -> list[str]:
     return [str(DIST / "torchrun"), "--nproc-per-node", str(n), *app(*steps)[1:]]
+
+
+class Counting:
+    """The calibration's measure, counted: a known cause, or no hang, must never need one."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return measure(*args, **kwargs)
 
 
 def rows(attempt) -> pd.DataFrame:
@@ -70,9 +84,8 @@ def test_one_rank_alone_profiles_the_collective_with_a_single_pass_collection(cf
     assert a.command[a.command.index("-m") + 1] == WRAPPER_MODULE and "--no-python" in a.command
     assert names(a) == sorted([AR, AR, AR, "gemm", "gemm", "softmax", "softmax"]), a.log  # rank 0's kernels
     assert "rank 0 (RANK=0) runs under the profiler" in a.log and a.connected == 1
-    multi_pass = profile_command(torchrun(*STEPS), ProfileOptions(sections=("SpeedOfLight",), rank=1), cfg)
-    assert multi_pass.status == "hang" and multi_pass.stalled_kernel == AR  # its replayed pass waits forever
-    assert processes_with(COOKIE_VAR, multi_pass.cookie) == []
+    # A multi-pass collection on one rank alone hangs on the collective: test_when_single_pass_hangs_on_one_rank_too...
+    # below (its walk's one-rank SpeedOfLight attempt, which this test made once more).
 
 
 def test_the_gpu_check_covers_every_rank(cfg, tmp_path, monkeypatch):
@@ -98,8 +111,13 @@ def test_mpirun_rank_wrapper_reads_open_mpis_rank(cfg):
 
 
 def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_rank(cfg, tmp_path):
+    """Two attempts, the first time and the second, and no calibration (this test and tests/ncu/test_known_causes.py's
+    walk of a torchrun job once: both walked this job twice)."""
     store = HangStore(tmp_path / "h.db")
-    r = walk_ladder(Session.open(torchrun(*STEPS), cfg, store=store),
+    command = torchrun(*STEPS)
+    counting = Counting()
+    r = walk_ladder(Session.open(command, cfg, store=store, calibrator=Calibrator(command, store=store,
+                                                                                  measure=counting)),
                     ProfileOptions(set="full"), "default", reader=rows)
     # torchrun is recognised: the collectives are left out from the start, no attempt waits on one
     # (tests/ncu/test_known_causes.py; the hang of a collective with every rank profiled: below and there).
@@ -119,11 +137,20 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     assert {rec.processes for rec in store.records()} == {2}
     assert {(rec.kernel, rec.ranks) for rec in store.records() if rec.rung == "one-rank-launch-stats"} == {(AR, "one")}
 
+    assert counting.calls == 0  # nothing hung: no calibration
+
     # The second walk: the same two attempts, nothing more.
-    second = walk_ladder(Session.open(torchrun(*STEPS), cfg, store=store),
+    second = walk_ladder(Session.open(command, cfg, store=store, calibrator=Calibrator(command, store=store,
+                                                                                       measure=counting)),
                          ProfileOptions(set="full"), "default", reader=rows)
-    assert [a.status for a in second.attempts] == ["ok", "ok"] and second.hangs == []
+    assert [a.status for a in second.attempts] == ["ok", "ok"] and second.hangs == [] and second.unprofiled == []
     assert sorted(second.df["function"]) == sorted(r.df["function"])
+    main, one_rank = second.attempts
+    assert names(main) == ["gemm"] * 4 + ["softmax"] * 4 and names(one_rank) == [AR] * 3
+    assert {k.passes for k in one_rank.kernels} == {1} and "--rank" in one_rank.command and counting.calls == 0
+    skipped = [s.skipped for s in second.steps if s.job == COLLECTIVES_JOB and s.skipped]
+    assert skipped and set(skipped) == {COLLECTIVE_ALL_RANKS}
+    assert not [rec for rec in store.records() if rec.hung]
 
 
 def test_a_ladder_without_a_one_rank_rung_says_why_the_collective_stays_unprofiled(cfg):
@@ -139,15 +166,28 @@ def test_a_ladder_without_a_one_rank_rung_says_why_the_collective_stays_unprofil
 def test_when_single_pass_hangs_on_one_rank_too_the_walk_says_ncu_cannot(cfg):
     ladder = ladder_from_dict({"name": "sol-only", "rungs": [
         {"name": "requested", "requested": True}, {"name": "one-sol", "ranks": "one", "sections": ["SpeedOfLight"]}]})
-    r = walk_ladder(Session.open(torchrun(*SHORT), cfg), ProfileOptions(set="basic"), ladder, reader=rows)
+    # An explicit stall timeout: the one-rank hang is taken at once, without a calibration and a confirming run.
+    r = walk_ladder(Session.open(torchrun(*SHORT), cfg, stall_timeout=0.6), ProfileOptions(set="basic"), ladder,
+                    reader=rows)
     assert r.unprofiled == [COLLECTIVES_JOB] and "multi-pass collections hang too" in r.why_unprofiled[COLLECTIVES_JOB]
+    assert [(s.rung.name, s.attempt.status) for s in r.steps if s.attempt] == [("requested", "ok"), ("one-sol", "hang")]
+    multi_pass = r.attempts[-1]  # SpeedOfLight on one rank: its replayed pass of the collective waits forever
+    assert multi_pass.stalled_kernel == AR and "--rank" in multi_pass.command and multi_pass.connected == 1
+    assert processes_with(COOKIE_VAR, multi_pass.cookie) == [] and not multi_pass.stop.survivors
 
 
 def test_sweep_probes_the_collective_on_one_rank(cfg, tmp_path):
+    """The collective's whole run is called by its known cause, after its grace (this test and
+    tests/ncu/test_known_causes.py's sweep once: both swept this job)."""
     store = HangStore(tmp_path / "s.db")
-    r = sweep_sections(Session.open(torchrun(*SHORT), cfg, store=store),
+    command = torchrun(*SHORT)
+    # The known cause's grace on the tests' clock (1 s on the GPU machine), under the 0.6 s stall timeout.
+    known = cfg.replace(allowance=AllowancePolicy(FAST_ALLOWANCE.margin, FAST_ALLOWANCE.floor_s, known_cause_s=0.1))
+    r = sweep_sections(Session.open(command, known, store=store),
                        sections=["SourceCounters", "LaunchStats"])  # Occupancy too added only probes
     assert [(a.status, a.stalled_kernel) for a in r.whole_runs] == [("hang", AR), ("ok", None)]
+    first = r.whole_runs[0]
+    assert first.stall.known_cause and first.stall.silent_s < 0.6  # not the 0.6 s stall timeout: the grace
     (k,) = r.kernels
     assert k.kernel == AR and sorted(k.singles) == ["SourceCounters"]  # multi-pass: hangs even on one rank
     assert k.largest_working == ("LaunchStats",)

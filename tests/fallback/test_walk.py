@@ -70,9 +70,13 @@ def test_only_the_hanging_kernel_steps_down_and_a_second_walk_skips_known_hangs(
     skipped = [(s.job, s.rung.name) for s in second.steps if s.skipped]
     assert skipped == [("k", "requested"), ("k", "detailed")]
     assert sorted(where(second)) == sorted(where(first))
-    again = walk_ladder(Session.open(PROGRAM, cfg, store=store),
-                        ProfileOptions(set="full"), "default", reader=rows, retry_known_hangs=True)
-    assert len(again.attempts) == 5
+    # With retry_known_hangs, both known hangs are tried again: the first walk's steps (its first four, up to the
+    # second known hang; its fifth adds nothing here), none skipped.
+    again = walk_ladder(Session.open(PROGRAM, cfg, store=store), ProfileOptions(set="full"), "default", reader=rows,
+                        retry_known_hangs=True, max_attempts=4)
+    assert [(s.job, s.rung.name, s.attempt.status) for s in again.steps] == [
+        ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "ok"), ("k", "detailed", "hang")]
+    assert "max_attempts=4" in again.stopped
 
 
 def test_a_callers_calibrator_uses_the_walks_environment(tmp_path, fake_env, store, monkeypatch):
@@ -152,16 +156,18 @@ def test_application_replay_hang_resumes_from_the_start(cfg):
     """ncu prints a pass line for a kernel and then hangs in it: no kernel finished, so nothing is skipped."""
     ladder = ladder_from_dict({"name": "t", "rungs": [
         {"name": "requested", "requested": True}, {"name": "basic", "set": "basic"}]})
-    program = app("vec_add", "k@hang-if=SourceCounters", "vec_add")
-    # SourceCounters alone, not the full set: 4 application-replay passes (runs of the program), not 38.
-    opts = ProfileOptions(sections=("SourceCounters",), replay_mode="application")
+    program = app("vec_add", "k@hang", "vec_add")
+    # Two metrics, no section: 2 application-replay passes (runs of the program), not the 4 of a section or the 38
+    # of the full set; k hangs wherever it is profiled (a multi-pass collection all the same).
+    opts = ProfileOptions(metrics=("gpu__time_duration.sum", "sm__cycles_elapsed.avg"), replay_mode="application")
     r = walk_ladder(Session.open(program, cfg), opts, ladder, reader=rows)
     hung = r.steps[0].attempt
     assert hung.status == "hang" and [k.name for k in hung.kernels] == ["vec_add", "k"]
     assert hung.finished_kernels == ()
-    resumed = r.steps[1].attempt.command
-    assert "--launch-skip" not in resumed
-    assert sorted(where(r)) == [("k", "basic"), ("vec_add", "requested"), ("vec_add", "requested")]
+    resumed = r.steps[1].attempt
+    assert "--launch-skip" not in resumed.command and resumed.status == "ok"
+    assert {k.passes for k in resumed.kernels} == {2}  # application replay of a multi-pass collection
+    assert sorted(where(r)) == [("vec_add", "requested"), ("vec_add", "requested")] and r.unprofiled == ["k"]
 
 
 def test_finished_kernels():

@@ -1,27 +1,28 @@
 """A walk reads each attempt's report while it goes on (issue 19): the next attempt starts once the last one is
-recorded, not once its report is read; the rows, their order and a failed read are the same as before. The fake
-torchrun job walks in two attempts (every rank without the collectives, then the collectives on one rank)."""
+recorded, not once its report is read; the rows, their order and a failed read are the same as before. The program
+walks in three attempts: it hangs on k (its partial report is read too), it runs again without k, k alone at the
+ladder's second rung works (single-process attempts: a third of the CPU of a 2-rank torchrun job's two)."""
 
 from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from helpers import app, attempt_rows, fast_stop, run_config
 
 from nsightwrap.errors import ReportError
+from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.context import RunContext
 from nsightwrap.ncu.listen import RunListener
 from nsightwrap.ncu.options import ProfileOptions
 
-DIST = Path(__file__).parents[1] / "fake_dist"
-AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL@collective"
-JOB = [str(DIST / "torchrun"), "--nproc-per-node", "2", *app("gemm", AR, "softmax", AR)[1:]]
+JOB = app("vec_add", "k@hang-if=SpeedOfLight", "vec_add")
+TWO = ladder_from_dict({"name": "two", "rungs": [
+    {"name": "requested", "requested": True}, {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
 
 
 class Watched(Session):
@@ -40,8 +41,9 @@ class Watched(Session):
 
 @pytest.fixture
 def session(tmp_path, fake_env, tag):
-    cfg = run_config(tmp_path, stall_timeout=0.6, env=dict(os.environ), stop=fast_stop(grace=0.5))
-    return Watched.open(JOB, cfg, side_by_side=False)  # one attempt after the other (lines read in their threads)
+    cfg = run_config(tmp_path, stall_timeout=0.6, stall_timeout_given=True, env=dict(os.environ),
+                     stop=fast_stop(grace=0.5))
+    return Watched.open(JOB, cfg)
 
 
 def test_the_next_attempt_starts_while_the_last_report_is_read(session):
@@ -53,8 +55,8 @@ def test_the_next_attempt_starts_while_the_last_report_is_read(session):
         seen.append(threading.current_thread().name)
         return attempt_rows(attempt)
 
-    r = walk_ladder(session, ProfileOptions(set="basic"), "default", reader=reader)
-    assert [a.status for a in r.attempts] == ["ok", "ok"] and session.calls == 2
+    r = walk_ladder(session, ProfileOptions(set="basic"), TWO, reader=reader)
+    assert [a.status for a in r.attempts] == ["hang", "ok", "ok"] and session.calls == 3
     assert seen[0] is True  # the old walk read it first: the second attempt had not started (False after 10 s)
     assert all(name.startswith("nsightwrap-report") for name in seen[1:])
     # The rows as before: each attempt's, in order, marked with its attempt's index.
@@ -75,10 +77,14 @@ def test_reads_wait_until_the_next_attempt_has_begun(tmp_path, fake_env, tag):
         events.append("read")
         return attempt_rows(attempt)
 
-    cfg = run_config(tmp_path, stall_timeout=0.6, env=dict(os.environ), stop=fast_stop(grace=0.5))
+    cfg = run_config(tmp_path, stall_timeout=0.6, stall_timeout_given=True, env=dict(os.environ),
+                     stop=fast_stop(grace=0.5))
     session = Session.open(JOB, RunContext.create(cfg).with_listener(Heard()))
-    r = walk_ladder(session, ProfileOptions(set="basic"), "default", reader=reader)
-    assert len(r.attempts) == 2 and events == ["started", "started", "read", "read"]
+    r = walk_ladder(session, ProfileOptions(set="basic"), TWO, reader=reader)
+    assert len(r.attempts) == 3 and sorted(events) == ["read"] * 3 + ["started"] * 3
+    started = [i for i, e in enumerate(events) if e == "started"]
+    read = [i for i, e in enumerate(events) if e == "read"]
+    assert all(read[i] > started[i + 1] for i in range(2)), events  # attempt i's report once attempt i+1's watch began
 
 
 def test_a_report_that_cannot_be_read_still_fails_the_walk(session):
@@ -86,7 +92,7 @@ def test_a_report_that_cannot_be_read_still_fails_the_walk(session):
         raise ReportError(attempt.report, "cut short", "read it again")
 
     with pytest.raises(ReportError, match="cut short"):
-        walk_ladder(session, ProfileOptions(set="basic"), "default", reader=reader)
+        walk_ladder(session, ProfileOptions(set="basic"), TWO, reader=reader)
     assert gone("nsightwrap-report")  # raised at once; the idle thread ends by itself
 
 

@@ -6,8 +6,9 @@ its other half forever. Such a stall is called at once, with that cause as
 its evidence and no calibration (nsightwrap.ncu.known); and a walk of a
 recognised launch leaves the collectives out up front and profiles them on
 one rank, so no attempt waits on a certain hang. The rule is tested with
-injected time; the walks, the sweep and the CLI with the fake torchrun
-(tests/fake_dist) and the fake ncu's `NAME@collective` kernels.
+injected time; the walks and the CLI with the fake torchrun
+(tests/fake_dist) and the fake ncu's `NAME@collective` kernels (the sweep,
+and a torchrun job's walk made twice: tests/fallback/test_multi.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.calibrate.measure import measure
 from nsightwrap.cli.screen import progress_line
 from nsightwrap.fallback.collectives import (
-    COLLECTIVE_ALL_RANKS,
     COLLECTIVES_JOB,
     JobShape,
     UpFront,
@@ -33,7 +33,6 @@ from nsightwrap.fallback.collectives import (
 )
 from nsightwrap.fallback.result import KNOWN_EMPTY
 from nsightwrap.fallback.session import Session
-from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
 from nsightwrap.ncu.allowance import AllowancePolicy
 from nsightwrap.ncu.context import RunContext
@@ -206,23 +205,9 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
                                                                 processes=hung.connected))
 
 
-def test_walk_of_a_torchrun_job_takes_two_attempts_the_first_time_and_the_second(cfg, tmp_path):
-    store = HangStore(tmp_path / "h.db")
-    command = torchrun(*STEPS)
-    for walk in ("first", "second"):
-        counting = Counting()
-        r = walk_ladder(Session.open(command, cfg, store=store,
-                                     calibrator=Calibrator(command, store=store, measure=counting)),
-                        ProfileOptions(set="full"), "default", reader=rows)
-        main, one_rank = r.attempts
-        assert [a.status for a in r.attempts] == ["ok", "ok"] and r.hangs == [] and r.unprofiled == [], walk
-        # Every non-collective kernel of every rank; the all-reduce (all three launches) on rank 0, one pass.
-        assert names(main) == ["gemm"] * 4 + ["softmax"] * 4
-        assert names(one_rank) == [AR] * 3 and {k.passes for k in one_rank.kernels} == {1}
-        assert "--rank" in one_rank.command and counting.calls == 0
-        skipped = [s.skipped for s in r.steps if s.job == COLLECTIVES_JOB and s.skipped]
-        assert skipped and set(skipped) == {COLLECTIVE_ALL_RANKS}
-    assert not [rec for rec in store.records() if rec.hung]
+# A torchrun job's walk, twice (two attempts each time, no calibration), and the sweep that finds the collective by
+# its known cause without calibrating: tests/fallback/test_multi.py (test_walk_profiles_every_rank_but_the_collective_
+# and_the_collective_on_one_rank, test_sweep_probes_the_collective_on_one_rank), which made the same runs.
 
 
 def test_the_walk_combines_the_users_filter_with_the_collectives(cfg):
@@ -247,18 +232,6 @@ def test_a_job_without_collectives_costs_one_rank_run_once_then_nothing(cfg, tmp
     second = walk_ladder(Session.open(command, cfg, store=store), ProfileOptions(set="basic"), "default", reader=rows)
     assert [a.status for a in second.attempts] == ["ok"] and second.unprofiled == []
     assert KNOWN_EMPTY in [s.skipped for s in second.steps if s.job == COLLECTIVES_JOB]
-
-
-def test_sweep_finds_the_collective_by_its_known_cause_without_calibrating(cfg, tmp_path):
-    command = torchrun(*STEPS[:4])
-    counting = Counting()
-    r = sweep_sections(Session.open(command, cfg, calibrator=Calibrator(command, measure=counting)),
-                       sections=["SourceCounters", "LaunchStats"])
-    first = r.whole_runs[0]
-    assert first.status == HANG and first.stalled_kernel == AR and first.stall.known_cause
-    assert first.stall.silent_s < 0.6  # not the 0.6 s stall timeout: the grace
-    (k,) = r.kernels
-    assert k.kernel == AR and k.singles == ["SourceCounters"] and k.largest_working == ("LaunchStats",)
 
 
 def test_cli_run_of_a_torchrun_job_leaves_the_collectives_out_and_says_so(fake_env, tmp_path, tag, capsys,
