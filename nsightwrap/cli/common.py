@@ -216,10 +216,11 @@ def store_used(location: Any, store: Any = None) -> dict[str, Any]:
 class LineLog(logging.Handler):
     """nsightwrap's log as lines through `write` (the screen), remembering what it printed."""
 
-    def __init__(self, write: Callable[[str], None]) -> None:
+    def __init__(self, write: Callable[[str], None], level_before: int = logging.NOTSET) -> None:
         super().__init__(logging.DEBUG)
         self.write = write
         self.printed: set[str] = set()
+        self.level_before = level_before  # the logger's level, given back when the command ends
 
     def emit(self, record: logging.LogRecord) -> None:
         message = mask_text(record.getMessage())
@@ -228,13 +229,16 @@ class LineLog(logging.Handler):
 
 
 def configure_logging(verbose: bool, write: Callable[[str], None]) -> Optional[LineLog]:
-    """--verbose: every message of nsightwrap's log once, through `write`; else none (notes say it)."""
+    """--verbose: every message of nsightwrap's log once, through `write`; else none (notes say it). Called again
+    with False as the command ends: the logger is left as the command found it (its level too: a caller of
+    main() in its own process, a script or a test, gets no DEBUG records afterwards)."""
     logger = logging.getLogger(LOGGER)
     for h in [h for h in logger.handlers if isinstance(h, LineLog)]:
         logger.removeHandler(h)
+        logger.setLevel(h.level_before)
     if not verbose:
         return None
-    handler = LineLog(write)
+    handler = LineLog(write, logger.level)
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     return handler

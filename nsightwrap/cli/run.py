@@ -129,6 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        evidence=StallEvidence.default())
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
+    store: Optional[Callable[[], HangStore]] = None
     try:
         with interruptible(), screen:  # SIGTERM and SIGHUP stop the tree as Ctrl-C does
             context = RunContext.create(config).with_listener(screen)
@@ -157,6 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return report_interrupt(args, screen, None)
     finally:
         configure_logging(False, screen.line)
+        if store is not None and store.cache_info().currsize:  # type: ignore[attr-defined]
+            store().close()  # once the run answered: a caller of main() in its own process keeps no connection
 
 
 def _executor(args: argparse.Namespace) -> Any:

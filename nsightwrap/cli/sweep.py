@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -86,6 +87,11 @@ def _markdown_path(path: str) -> Path:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as closing:  # the store, closed once the sweep answered (main() called in a process
+        return _sweep(args, closing)  # of its own, a script or a test, keeps no connection or WAL file open)
+
+
+def _sweep(args: argparse.Namespace, closing: contextlib.ExitStack) -> int:
     command = split_command(args.extra)
     if not command:
         raise UsageError("nsightwrap sweep-sections: give the command after `--`")
@@ -112,7 +118,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 return refuse(args, screen, refused)
             if not args.section:  # a mistyped --set is refused before the store is made
                 sections_of_set(context.info, args.section_set)
-            store = open_store(path)  # after the preflight, whose store check would see it created
+            store = closing.enter_context(open_store(path))  # after the preflight (its store check would see it made)
             for note in store.notes:  # the team's database is down: recording in the local file instead
                 print(f"nsightwrap: {note}", file=sys.stderr)
             calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say)
