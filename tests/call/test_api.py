@@ -130,6 +130,7 @@ def test_function_of_a_script_run_as_main(cfg, tmp_path, monkeypatch, capfd):
     import runpy
 
     monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path)])
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script's sys.path.insert stays with this test
     capfd.readouterr()
     runpy.run_path(str(script), run_name="__main__")
     out = capfd.readouterr().out
