@@ -89,7 +89,9 @@ def test_allowance_grows_with_the_pace_of_progress(fake_env, tmp_path):
 def test_wedged_profiler_is_killed(fake_env, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_WEDGED", "1")
     a = profile_command(app("vec_add", "k@hang"), ProfileOptions(set="basic"),
-                        config(tmp_path, stall_timeout=0.5, stop=StopPolicy(grace=0.5, term_wait=0.5, kill_wait=2.0)))
+                        # Each step is waited out (the front end ignores SIGINT and SIGTERM): the steps are checked,
+                        # not their length.
+                        config(tmp_path, stall_timeout=0.5, stop=StopPolicy(grace=0.2, term_wait=0.2, kill_wait=2.0)))
     assert a.status == "hang"
     assert not a.stop.graceful
     steps = " ".join(a.stop.steps)
