@@ -252,7 +252,7 @@ def test_another_threads_cancel_raises_nsys_interrupted_as_ctrl_c_does(tmp_path,
 def test_wedged_nsys_is_killed(tmp_path, nsys_env, monkeypatch):
     monkeypatch.setenv("FAKE_NSYS_HANG", "1")
     monkeypatch.setenv("FAKE_NSYS_WEDGED", "1")
-    stop = StopPolicy(grace=0.5, term_wait=0.5, kill_wait=2.0, drain=0.5)
+    stop = StopPolicy(grace=0.2, term_wait=0.2, kill_wait=2.0, drain=0.5)  # waited out: the steps are checked
     run = profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "w")), config(tmp_path, timeout=0.8, stop=stop))
     assert run.status == "timeout" and run.report is None
     assert any(s.startswith("SIGKILL") for s in run.stop.steps) and not run.stop.survivors
