@@ -12,7 +12,12 @@ from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 
 SCALE = TIME_SCALE
-DEFAULT_STALL = 10.0 * SCALE  # the default stall timeout, on the replay's clock
+DEFAULT_STALL_S = 10.0  # the default stall timeout, scaled with the replay
+#: Runs that never pause for long replay 20x faster: their kernels' progress comes at most ~0.5 s apart and their
+#: start takes ~1-2 s of the 10 s stall timeout (they passed with a stall timeout of 0.1 s at this scale), so the
+#: 0.5 s stall timeout of this scale leaves them the margin STALL_S leaves the fakes' kernels (0.4 s).
+QUICK = {"kernel-replay-full-set.jsonl", "pytorch-detailed-set.jsonl", "application-replay.jsonl"}
+QUICK_SCALE = 0.05
 
 CASES = [
     # transcript, status, stalled kernel, kernels completed
@@ -39,14 +44,16 @@ RUNS = [(*c, True) for c in CASES] + [(*c, False) for c in CASES if c[0].split("
 @pytest.mark.parametrize("name,status,stalled,n_kernels,log_channel", RUNS,
                          ids=[r[0].split("/")[-1] + ("" if r[4] else "-merged") for r in RUNS])
 def test_replayed_transcript(name, status, stalled, n_kernels, log_channel, fake_env, tmp_path, monkeypatch):
+    scale = QUICK_SCALE if name.split("/")[-1] in QUICK else SCALE
+    stall = DEFAULT_STALL_S * scale  # the default stall timeout, on the replay's clock
     monkeypatch.setenv("FAKE_NCU_TRANSCRIPT", str(DATA / name))
-    monkeypatch.setenv("FAKE_NCU_SCALE", str(SCALE))
-    cfg = run_config(tmp_path, report_dir=str(tmp_path), stall_timeout=DEFAULT_STALL, log_channel=log_channel)
+    monkeypatch.setenv("FAKE_NCU_SCALE", str(scale))
+    cfg = run_config(tmp_path, report_dir=str(tmp_path), stall_timeout=stall, log_channel=log_channel)
     a = profile_command(app(), ProfileOptions(set="basic"), cfg)
     assert a.status == status, a.describe()
     assert a.stalled_kernel == stalled
     assert len(a.kernels) == n_kernels
     if status == "hang":
-        assert a.detection_s < DEFAULT_STALL + 0.5
+        assert a.detection_s < stall + 0.5
         assert a.report is not None  # the partial report is kept
     assert_tree_gone(a.cookie)
