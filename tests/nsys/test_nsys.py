@@ -244,7 +244,10 @@ def test_another_threads_cancel_raises_nsys_interrupted_as_ctrl_c_does(tmp_path,
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     with pytest.raises(NsysInterrupted) as caught:
-        profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "c")), config(tmp_path, timeout=30.0, cancel=cancel))
+        # A grace of 0.2 s: nsys exits at once on SIGINT, and its escaped target then had the rest of a 1 s
+        # grace (SETTLE_S, 0.5 s) before SIGTERM; the stop itself is test_hanging_nsys_times_out_and_the_tree_is_gone's
+        profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "c")),
+                     config(tmp_path, timeout=30.0, cancel=cancel, stop=fast_stop(grace=0.2)))
     assert caught.value.run.status == "interrupted"
     assert_tree_gone(caught.value.run.cookie)
 
