@@ -217,7 +217,7 @@ def test_application_replay(fake_env, tmp_path):
 
 def test_application_replay_hang(fake_env, tmp_path):
     a = profile_command(app("vec_add", "k@hang"), ProfileOptions(set="basic", replay_mode="application"),
-                        config(tmp_path, stall_timeout=0.8))
+                        config(tmp_path, stall_timeout=0.5))
     assert a.status == "hang" and a.stalled_kernel == "k"
     assert "application replay pass 1" in a.reason
     assert_clean(a)
