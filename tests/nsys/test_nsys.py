@@ -244,7 +244,10 @@ def test_another_threads_cancel_raises_nsys_interrupted_as_ctrl_c_does(tmp_path,
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     with pytest.raises(NsysInterrupted) as caught:
-        profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "c")), config(tmp_path, timeout=30.0, cancel=cancel))
+        # A grace of 0.2 s: nsys exits at once on SIGINT, and its escaped target then had the rest of a 1 s
+        # grace (SETTLE_S, 0.5 s) before SIGTERM; the stop itself is test_hanging_nsys_times_out_and_the_tree_is_gone's
+        profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "c")),
+                     config(tmp_path, timeout=30.0, cancel=cancel, stop=fast_stop(grace=0.2)))
     assert caught.value.run.status == "interrupted"
     assert_tree_gone(caught.value.run.cookie)
 
@@ -252,7 +255,7 @@ def test_another_threads_cancel_raises_nsys_interrupted_as_ctrl_c_does(tmp_path,
 def test_wedged_nsys_is_killed(tmp_path, nsys_env, monkeypatch):
     monkeypatch.setenv("FAKE_NSYS_HANG", "1")
     monkeypatch.setenv("FAKE_NSYS_WEDGED", "1")
-    stop = StopPolicy(grace=0.5, term_wait=0.5, kill_wait=2.0, drain=0.5)
+    stop = StopPolicy(grace=0.2, term_wait=0.2, kill_wait=2.0, drain=0.5)  # waited out: the steps are checked
     run = profile_nsys(PY_OK, NsysOptions(output=str(tmp_path / "w")), config(tmp_path, timeout=0.8, stop=stop))
     assert run.status == "timeout" and run.report is None
     assert any(s.startswith("SIGKILL") for s in run.stop.steps) and not run.stop.survivors

@@ -16,7 +16,7 @@ import uuid
 
 import psutil
 import pytest
-from helpers import FAKE_SMI_DIR, app, run_config
+from helpers import FAKE_SMI_DIR, app, fast_stop, run_config
 
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
@@ -38,13 +38,18 @@ def smi(fake_env, monkeypatch, tmp_path):
 
 
 def _run(tmp_path, *steps):
+    # drain 0.2: the bare child (`sleep 3`) holds the program's stdout after the program ended; the run waits
+    # `drain` for the pipe to close before it stops the leftovers (fast_stop's 1 s was waited out each time).
     return profile_command(app(*steps), ProfileOptions(set="basic"),
-                           run_config(tmp_path, env=dict(os.environ), check_gpu=True))
+                           run_config(tmp_path, env=dict(os.environ), check_gpu=True, stop=fast_stop(drain=0.2)))
 
 
 def test_a_process_of_the_run_that_just_exited_is_not_foreign(smi, tmp_path, store):
-    """The program's child has exited but is not reaped (a zombie) when nvidia-smi still lists it."""
-    a = _run(tmp_path, f"zombie:{smi}", "sleep:2", "vec_add")
+    """The program's child has exited but is not reaped (a zombie) when nvidia-smi still lists it.
+
+    The program lives 0.5 s on after it listed its zombie: the foreign check looked 15-65 ms after the listing
+    on the loaded 2-core machine (measured), so it meets the zombie, not a reaped pid."""
+    a = _run(tmp_path, f"zombie:{smi}", "sleep:0.5", "vec_add")
     [pid] = [int(p) for p in smi.read_text().split()]
     assert a.status == "ok" and a.gpu_foreign_before == (), a.gpu_foreign_before
     assert not any("not this run's" in n for n in a.notes)
@@ -56,7 +61,7 @@ def test_a_process_of_the_run_that_just_exited_is_not_foreign(smi, tmp_path, sto
 def test_a_process_of_the_run_without_its_cookie_is_not_foreign(smi, tmp_path):
     """A child that dropped its environment (no cookie, no owner) is still the run's: the tree saw it descend
     from the program."""
-    a = _run(tmp_path, f"bare:{smi}", "sleep:1", "vec_add")
+    a = _run(tmp_path, f"bare:{smi}", "sleep:0.5", "vec_add")
     assert a.status == "ok" and a.gpu_foreign_before == (), a.gpu_foreign_before
     [pid] = [int(p) for p in smi.read_text().split()]
     try:

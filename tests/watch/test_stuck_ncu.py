@@ -15,6 +15,7 @@ import math
 import sys
 import textwrap
 import time
+from typing import Optional
 
 import pytest
 from helpers import app, assert_clean, cli_main, fast_stop, no_leftovers, run_config
@@ -23,8 +24,8 @@ from nsightwrap import ProfileOptions, profile_command
 from nsightwrap.ncu.context import RunConfig
 from nsightwrap.ncu.events import Connected, Disconnected, KernelDone, KernelStarted
 from nsightwrap.ncu.progress import WatchState
-from nsightwrap.status import ERROR
-from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, RunState, ToolStuck, TotalTimeout
+from nsightwrap.status import ERROR, TIMEOUT
+from nsightwrap.watch.rules import DEFAULT_STUCK_TIMEOUT, RunState, ToolStuck, Verdict, WatchRule
 from nsightwrap.watch.run import watch
 from nsightwrap.watch.tree import SETTLE_S, StopPolicy
 
@@ -117,19 +118,40 @@ def test_a_stopped_ncu_is_continued_by_every_stop(fake_env, tmp_path, monkeypatc
 FRONT = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     # A helper that ignores SIGINT and is left behind when the front end exits.
-    subprocess.Popen([sys.executable, "-c",
-                      "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                      "print('helper ready', flush=True); time.sleep(60)"])
     signal.signal(signal.SIGINT, lambda *a: os._exit(0))
     print("started", flush=True)
     time.sleep(60)
 """)
 
 
+class OnceSaid(WatchRule):
+    """A timeout once every one of `words` was printed (both processes have set their signals up), rather than
+    after a fixed second; `seconds` only bounds a run that never says them."""
+
+    def __init__(self, seconds: float, *words: str):
+        self.seconds = seconds
+        self.waiting = set(words)
+
+    def hear(self, text: str) -> None:
+        self.waiting -= {w for w in self.waiting if w in text}
+
+    def deadline(self, state: RunState) -> float:
+        return state.started_at + (0.0 if not self.waiting else self.seconds)
+
+    def __call__(self, state: RunState, now: float) -> Optional[Verdict]:
+        if not self.waiting or now - state.started_at >= self.seconds:
+            return Verdict(TIMEOUT, "both processes are up" if not self.waiting else "they never said so")
+        return None
+
+
 def test_the_stop_moves_on_once_the_front_end_has_exited(tmp_path):
     front = tmp_path / "ncu"  # looks like a profiler front end to the stop
     front.write_text(FRONT)
     policy = StopPolicy(grace=4.0, term_wait=2.0, kill_wait=2.0, drain=1.0)
-    out = watch([sys.executable, str(front)], TotalTimeout(1.0), policy=policy, guard=False)
+    rule = OnceSaid(30.0, "started", "helper ready")
+    out = watch([sys.executable, str(front)], rule, policy=policy, guard=False, on_output=rule.hear)
     stop = out.stop
     assert stop is not None and "SIGINT to profiler" in stop.steps[0], stop.steps
     assert any("SIGTERM" in s for s in stop.steps), stop.steps  # the helper, once the front end was gone
