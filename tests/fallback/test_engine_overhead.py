@@ -58,23 +58,34 @@ def test_a_local_job_is_done_once_its_result_is_written_not_once_its_process_exi
 
     from nsightwrap.fallback.probejob import _LocalJob
 
+    gate = str(tmp_path / "exit")  # the jobs' processes exit once it is there (or after 60 s)
+
     def slow_exit(x):  # a closure: pickled by value, so the job's process needs no test module
         import atexit
+        import os as o
         import time as t
 
-        atexit.register(t.sleep, 5)
+        def linger():
+            deadline = t.monotonic() + 60
+            while not o.path.exists(gate) and t.monotonic() < deadline:
+                t.sleep(0.02)
+
+        atexit.register(linger)
         if x < 0:
             raise ValueError("boom")
         return x + 1
 
     ex = submitit.LocalExecutor(folder=tmp_path)
     ex.update_parameters(timeout_min=1)
-    job = _LocalJob(ex.submit(slow_exit, 1))
-    start = time.monotonic()
-    while not job.done():
-        assert time.monotonic() - start < 20
-        time.sleep(0.01)
-    assert job.result() == 2 and not job.job.done()  # its process is still exiting
+    try:
+        job = _LocalJob(ex.submit(slow_exit, 1))
+        start = time.monotonic()
+        while not job.done():
+            assert time.monotonic() - start < 20
+            time.sleep(0.01)
+        assert job.result() == 2 and not job.job.done()  # its process is still exiting
+    finally:
+        open(gate, "w").close()  # seen exiting (or the test failed): its process, and the next job's, may end
     failing = _LocalJob(ex.submit(slow_exit, -1))
     with pytest.raises(Exception, match="boom"):
         while not failing.done():
