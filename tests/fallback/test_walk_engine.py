@@ -13,6 +13,7 @@ import pytest
 from helpers import (
     ROOT,
     STALL_S,
+    Beside,
     InlineGpus,
     ThreadGpus,
     alive_in_scope,
@@ -69,8 +70,10 @@ def on_threads(monkeypatch, tmp_path):
 
 
 def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(fake_gpus, tmp_path, monkeypatch):
-    serial = walk(tmp_path, "serial")
-    engine = walk(tmp_path, "engine", on_threads(monkeypatch, tmp_path))
+    spec = on_threads(monkeypatch, tmp_path)  # (the serial walk opens no engine)
+    with Beside(walk, tmp_path, "serial") as beside:  # the serial walk at the same time, in a thread of its own
+        engine = walk(tmp_path, "engine", spec)
+        serial = beside.result()
     assert steps(engine) == steps(serial)
     assert {s.attempt.stalled_kernel for s in serial.steps if s.attempt} >= {"a", "b"}
     assert (engine.status, engine.unprofiled, engine.stopped) == (serial.status, serial.unprofiled, serial.stopped)
@@ -163,10 +166,14 @@ def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gp
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
     # (no GPU checks: nvidia-smi once or twice an attempt, ~0.3 s of CPU in all; the checks on the engine are
     # the two-GPU test's)
-    results = [walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False), executor=executor),
+    def walk6(executor=None):
+        return walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False), executor=executor),
                            ProfileOptions(set="full"), "default", reader=attempt_rows, max_attempts=6)
-               for executor in (None, on_threads(monkeypatch, tmp_path))]
-    serial, engine = results
+
+    spec = on_threads(monkeypatch, tmp_path)  # (the serial walk opens no engine)
+    with Beside(walk6) as beside:  # the serial walk at the same time, in a thread of its own
+        engine = walk6(spec)
+        serial = beside.result()
     assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
     assert steps(engine) == steps(serial) and engine.stopped == serial.stopped
     assert sorted(zip(engine.df["function"], engine.df["rung"], engine.df["attempt"])) == sorted(
