@@ -548,3 +548,41 @@ def inline_pytest(path, monkeypatch, *args: str) -> InnerSession:
         if current is not None:
             os.environ["PYTEST_CURRENT_TEST"] = current  # the inner runner removed it
     return InnerSession(int(code), reports)
+
+
+# --- two independent walks of one test at once (tests/fallback) ---------------
+
+
+class Beside:
+    """fn(*args) run in a thread of this process while the test goes on (the serial walk beside the engine's walk
+    it is compared with: the two walks' stall timeouts are waited out at the same time, not one after the other).
+    result() waits for it and returns its answer (or raises its exception); a with-block waits for it on leaving
+    too (a failed test leaves nothing running)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        import threading
+
+        self._answer: Any = None
+        self._error: Optional[BaseException] = None
+
+        def run() -> None:
+            try:
+                self._answer = fn(*args)
+            except BaseException as e:  # raised again by result()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="beside", daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float = 300.0) -> Any:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"still running after {timeout} s"
+        if self._error is not None:
+            raise self._error
+        return self._answer
+
+    def __enter__(self) -> "Beside":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._thread.join(300.0)

@@ -10,7 +10,7 @@ import threading
 import uuid
 
 import pytest
-from helpers import FAKE_SMI_DIR, app, run_config, scaled_ladder
+from helpers import FAKE_SMI_DIR, STALL_S, app, run_config, scaled_ladder
 
 import nsightwrap.ncu.engine as engine
 from nsightwrap.fallback.session import Session
@@ -71,11 +71,12 @@ def test_a_process_left_on_the_gpu_stops_the_walk(smi, tmp_path, monkeypatch):
 
     import pandas as pd
 
-    # The pids stay listed: the check after the run gives them 1 s to leave (10 s by default).
-    monkeypatch.setattr(engine, "_left_on_gpu", functools.partial(engine._left_on_gpu, settle_s=1.0))
+    # The pids stay listed whatever the wait (the sticky file is written before the stall is seen): the check after
+    # the run lists them once and does not wait for them to leave (10 s by default).
+    monkeypatch.setattr(engine, "_left_on_gpu", functools.partial(engine._left_on_gpu, settle_s=0.0))
     r = walk_ladder(Session.open(app("vec_add", "k@hang", "vec_add"), cfg(tmp_path).replace(env=dict(os.environ)),
                                  on_output=stick),
-                    ProfileOptions(set="basic"), scaled_ladder("quick"),
+                    ProfileOptions(set="basic"), scaled_ladder("quick", scale=STALL_S / 8),  # first rung: STALL_S
                     reader=lambda a: pd.DataFrame({"function": [k.name for k in a.kernels]}))
     assert len(r.attempts) == 1
     assert r.attempts[0].gpu_left_after
@@ -105,7 +106,8 @@ def test_sweep_jobs_use_one_gpu_each(smi, tmp_path, monkeypatch):
                 del active[gpu]
 
     monkeypatch.setattr(session_mod, "profile_command", spy)
-    r = sweep_sections(Session.open(app("a@hang-if=SourceCounters", "b@hang-if=Occupancy"), cfg(tmp_path)),
+    r = sweep_sections(Session.open(app("a@hang-if=SourceCounters", "b@hang-if=Occupancy"), cfg(tmp_path),
+                                    stall_timeout=STALL_S),
                        sections=["SourceCounters", "Occupancy"], jobs=2)  # a third section adds only probes
     assert sorted(k.kernel for k in r.kernels) == ["a", "b"]
     assert {k.kernel: k.singles for k in r.kernels} == {"a": ["SourceCounters"], "b": ["Occupancy"]}

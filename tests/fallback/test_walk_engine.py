@@ -13,6 +13,7 @@ import pytest
 from helpers import (
     ROOT,
     STALL_S,
+    Beside,
     InlineGpus,
     ThreadGpus,
     alive_in_scope,
@@ -69,8 +70,10 @@ def on_threads(monkeypatch, tmp_path):
 
 
 def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(fake_gpus, tmp_path, monkeypatch):
-    serial = walk(tmp_path, "serial")
-    engine = walk(tmp_path, "engine", on_threads(monkeypatch, tmp_path))
+    spec = on_threads(monkeypatch, tmp_path)  # (the serial walk opens no engine)
+    with Beside(walk, tmp_path, "serial") as beside:  # the serial walk at the same time, in a thread of its own
+        engine = walk(tmp_path, "engine", spec)
+        serial = beside.result()
     assert steps(engine) == steps(serial)
     assert {s.attempt.stalled_kernel for s in serial.steps if s.attempt} >= {"a", "b"}
     assert (engine.status, engine.unprofiled, engine.stopped) == (serial.status, serial.unprofiled, serial.stopped)
@@ -145,28 +148,32 @@ def test_cli_executor_options_of_run_are_checked_first(fake_gpus, argv, message,
     assert code == 2 and message in err, err
 
 
-def test_the_floors_rows_give_way_after_another_kernels_skipped_steps(fake_gpus, tmp_path):
-    """j hangs everywhere (its rungs above the floor are skipped as implied), then k's floor rows give way to
-    basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before)."""
+def test_the_floors_rows_after_skipped_steps_and_max_attempts_on_the_engine_as_in_the_serial_walk(fake_gpus, tmp_path,
+                                                                                                  monkeypatch):
+    """One program (j hangs everywhere, k with SourceCounters), three walks at once (each waits mostly for its
+    hangs' stall timeouts; two in threads beside the third):
+    - walked whole (serially): j's rungs above the floor are skipped as implied, then k's floor rows give way to
+      basic: the frame emptied is k's floor attempt's, not the frame at its step's index (an IndexError before);
+    - cut at max_attempts=6, serially and on the engine: lines run ahead on the engine; their steps past the
+      serial walk's max_attempts are dropped when the lines are put together (here within k's line, after j's
+      skipped steps)."""
     program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
-    serial = walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False)), ProfileOptions(set="full"),
-                         "default", reader=attempt_rows)  # (the GPU checks: ~0.3 s of CPU, nothing to do with rows)
-    assert any(s.job == "j" and s.skipped for s in serial.steps)
-    assert sorted(zip(serial.df["function"], serial.df["rung"])) == [
+
+    # (no GPU checks: nvidia-smi once or twice an attempt, ~0.3 s of CPU in all, nothing to do with rows or cuts;
+    # the checks on the engine are the two-GPU test's)
+    def walk_j_k(executor=None, max_attempts=64):  # (64: walk_ladder's default)
+        return walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False), executor=executor),
+                           ProfileOptions(set="full"), "default", reader=attempt_rows, max_attempts=max_attempts)
+
+    spec = on_threads(monkeypatch, tmp_path)  # (the serial walks open no engine)
+    with Beside(walk_j_k) as whole, Beside(walk_j_k, None, 6) as cut:
+        engine = walk_j_k(spec, 6)
+        serial, full = cut.result(), whole.result()
+    assert any(s.job == "j" and s.skipped for s in full.steps)
+    assert sorted(zip(full.df["function"], full.df["rung"])) == [
         ("block_reduce", "requested"), ("k", "basic"), ("vec_add", "requested")]
-    assert "give way to rung 'basic'" in next(s for s in serial.steps if s.job == "k").notes[-1]
+    assert "give way to rung 'basic'" in next(s for s in full.steps if s.job == "k").notes[-1]
 
-
-def test_max_attempts_cuts_the_engines_walk_where_it_cuts_the_serial_one(fake_gpus, tmp_path, monkeypatch):
-    """Lines run ahead on the engine; their steps past the serial walk's max_attempts are dropped when the
-    lines are put together (here within k's line, after j's skipped steps)."""
-    program = app("vec_add", "j@hang", "k@hang-if=SourceCounters", "block_reduce")
-    # (no GPU checks: nvidia-smi once or twice an attempt, ~0.3 s of CPU in all; the checks on the engine are
-    # the two-GPU test's)
-    results = [walk_ladder(Session.open(program, cfg(tmp_path, check_gpu=False), executor=executor),
-                           ProfileOptions(set="full"), "default", reader=attempt_rows, max_attempts=6)
-               for executor in (None, on_threads(monkeypatch, tmp_path))]
-    serial, engine = results
     assert len(serial.attempts) == 6 and serial.stopped == "the walk reached max_attempts=6"
     assert steps(engine) == steps(serial) and engine.stopped == serial.stopped
     assert sorted(zip(engine.df["function"], engine.df["rung"], engine.df["attempt"])) == sorted(
