@@ -17,7 +17,7 @@ import sys
 import threading
 
 import pytest
-from helpers import app, no_leftovers, read_until, run_config
+from helpers import STALL_S, app, no_leftovers, read_until, run_config
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.errors import ProfileInterrupted
@@ -32,10 +32,10 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.signals import interruptible
 
 CALIBRATING = b"timing the program without ncu"
-#: `python -m nsightwrap` whose uncalibrated kernels are suspected after 0.6 s instead of 3 s (the command line has
-#: no option for it; --stall-timeout would skip the calibration these tests interrupt; tests/calibrate/
-#: test_calibrate.py checks the 3 s itself): the same __main__, its signal handling included, reached 2.4 s sooner.
-SUSPECT_SOON = ("import runpy, nsightwrap.calibrate.confirm as c; c.SUSPECT_AFTER_S = 0.6; "
+#: `python -m nsightwrap` whose uncalibrated kernels are suspected after STALL_S (0.4 s) instead of 3 s (the command
+#: line has no option for it; --stall-timeout would skip the calibration these tests interrupt; tests/calibrate/
+#: test_calibrate.py checks the 3 s itself): the same __main__, its signal handling included, reached 2.6 s sooner.
+SUSPECT_SOON = (f"import runpy, nsightwrap.calibrate.confirm as c; c.SUSPECT_AFTER_S = {STALL_S}; "
                 "runpy.run_module('nsightwrap', run_name='__main__', alter_sys=True)")
 BASIC = ProfileOptions(set="basic")
 LADDER = ladder_from_dict({"name": "two", "rungs": [

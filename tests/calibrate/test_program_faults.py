@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from helpers import FAKE_APP, FakeContext, app, cli_main, no_leftovers, run_config, unavailable
+from helpers import FAKE_APP, STALL_S, FakeContext, app, cli_main, no_leftovers, run_config, unavailable
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.calibrate.confirm import confirm_limit
@@ -147,7 +147,7 @@ def cfg(fake_env, tmp_path, monkeypatch):
     by themselves do so whatever the limit)."""
     monkeypatch.delenv("NSIGHTWRAP_NSYS", raising=False)
     env = {k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NSYS"}
-    return run_config(tmp_path, stall_timeout=0.6, env=env, calibration_limit=0.5)
+    return run_config(tmp_path, env=env, calibration_limit=0.5)
 
 
 def test_a_walk_on_a_program_that_hangs_by_itself_stops_with_a_program_fault(cfg, tmp_path):
@@ -196,12 +196,12 @@ def cli_env(fake_env, monkeypatch):
 
 @pytest.fixture
 def quick_suspicion(monkeypatch):
-    """For main(argv) in this process: an uncalibrated kernel is suspected after 0.6 s (the library runs' stall
+    """For main(argv) in this process: an uncalibrated kernel is suspected after STALL_S (the library runs' stall
     timeout above) instead of 3 s, which the command line has no option for (--stall-timeout would skip the
     calibration these tests are about; tests/calibrate/test_calibrate.py checks the 3 s itself)."""
     from nsightwrap.calibrate import confirm
 
-    monkeypatch.setattr(confirm, "SUSPECT_AFTER_S", 0.6)
+    monkeypatch.setattr(confirm, "SUSPECT_AFTER_S", STALL_S)
 
 
 @pytest.mark.parametrize("profile", [False, True])
