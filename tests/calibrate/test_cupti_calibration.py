@@ -127,8 +127,8 @@ def test_a_kernel_that_never_finishes_without_ncu_is_a_timeout_naming_it(env):
 
 
 def test_a_total_timeout_names_the_kernels_in_flight(env):
-    cal, took = timed(app("a@spin=0.05", "k@always"), env, limit_s=1.0)
-    assert cal.status == TIMEOUT and took < 4.0
+    cal, took = timed(app("a@spin=0.05", "k@always"), env, limit_s=0.6)  # k is in flight ~0.1 s in
+    assert cal.status == TIMEOUT and took < 3.6
     assert 'in flight: "void fake::k<float>(float*, int)"' in cal.reason
     assert [n for n, _ in cal.unfinished] == ["void fake::k<float>(float*, int)"]
 
@@ -197,9 +197,10 @@ def test_calibration_line_is_pure():
 # --- through the Calibrator, with the fake ncu ------------------------------------------------------------
 
 def test_a_stall_is_calibrated_by_the_tracer_which_stops_after_the_stalled_kernel(env, tmp_path):
-    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, check_gpu=False, env=env,
+    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.4, check_gpu=False, env=env,
                     allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop())
-    command = app("vec_add", "k@spin=0.8", "vec_add", "sleep:20")  # the program's end is far away
+    # k's single pass: 0.75 s in silence, suspected at 0.4 s; the program's end is far away
+    command = app("vec_add", "k@spin=0.6", "vec_add", "sleep:20")
     heard = Heard()
     context = RunContext.create(cfg).with_listener(heard)
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
@@ -273,8 +274,8 @@ def test_the_live_screen_shows_the_calibration_in_place_of_the_attempt_line():
 
 
 def test_a_program_that_hangs_by_itself_is_a_program_fault_within_the_calibration_limit(env, tmp_path):
-    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, check_gpu=False, env=env,
-                    allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop(), calibration_limit=1.0)
+    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.4, check_gpu=False, env=env,
+                    allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop(), calibration_limit=0.6)
     command = app("vec_add", "k@always")
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
     calibrator = Calibrator(command, lazy=True)
@@ -297,11 +298,12 @@ def test_records_dropped_once_traced_are_a_note_not_a_fallback(env, monkeypatch)
 def test_a_later_kernel_the_early_stopped_calibration_did_not_reach_is_calibrated_in_turn(env, tmp_path):
     """Stopped after "a", the calibration has no time for "b": b's stall is confirmed by a second traced run
     up to b, never judged without its time (a single pass of b is longer than the uncalibrated allowance)."""
-    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.6, stall_growth=1.2, check_gpu=False,
+    cfg = RunConfig(report_dir=str(tmp_path / "r"), stall_timeout=0.4, stall_growth=1.2, check_gpu=False,
                     env=env, allowance=AllowancePolicy(floor_s=0.5), stop=fast_stop())
-    # b's silence outgrows a's pace; the program's 60 s tail, never reached by a run stopped early, keeps the time
-    # bound below far from a run that went to the end (8 s alone, 25 s under the suite's load)
-    command = app("a@spin=0.6", "vec_add", "b@spin=1.2", "sleep:60")
+    # a's single pass (0.62 s in silence) is suspected at 0.4 s; b's (1.25 s) outgrows a's pace (1.2 x 0.62 s);
+    # the program's 60 s tail, never reached by a run stopped early, keeps the time bound below far from a run
+    # that went to the end (6 s alone, 25 s under the suite's load)
+    command = app("a@spin=0.5", "vec_add", "b@spin=1.0", "sleep:60")
     one = ProfileOptions(metrics=("gpu__time_duration.sum",))
     calibrator = Calibrator(command, lazy=True)
     t = time.monotonic()
