@@ -161,12 +161,16 @@ def test_runs_that_fail_beside_each_other_are_made_again_alone(ports, tmp_path):
 def test_a_hang_beside_another_run_is_not_recorded_but_made_again_alone(ports, tmp_path):
     """ncu's machine-wide profiling lock or the other run's work may make a kernel of one run silent: a hang while the
     other run was under way is not taken; the attempt is made again alone, and that one's hang is recorded. (An
-    explicit stall timeout: the hang is called during the other run's sleep, with no calibration between; a
+    explicit stall timeout: the hang is called during the other run's wait, with no calibration between; a
     calibrated hang is judged by the silence of its last run, tested the same way.)"""
     store = HangStore(tmp_path / "a.db")
     meet = tmp_path / "meet"
-    meet.mkdir()  # both runs reach the hanging kernel together; the collectives' run then sleeps through the stall
-    steps = ["gemm", f"{AR}@collective", f"together:{meet}:10", "softmax@hang-if=SourceCounters", "sleep:2",
+    meet.mkdir()  # both runs reach the hanging kernel together; the collectives' run then waits through the stall:
+    # for a rank of another run in `late`, which the main run, hung, never reaches (1 s, the stall's 0.6 and more);
+    # the runs after it find the collectives' rank there (another port) and go on at once.
+    late = tmp_path / "late"
+    late.mkdir()
+    steps = ["gemm", f"{AR}@collective", f"together:{meet}:10", "softmax@hang-if=SourceCounters", f"together:{late}:1",
              f"{AR}@collective"]
     result, _ = _walk(tmp_path, ports, torchrun(*steps), store=store, stall_timeout=0.6, ladder=SHORT_LADDER)
     main = [s for s in result.steps if s.job == "main" and s.attempt]
