@@ -62,7 +62,7 @@ def cfg(tmp_path, fake_env, tag):
     # A short grace: the ranks of a job live on after ncu took SIGINT (they wait in the collective), so the
     # stop goes on to SIGTERM them; how long it waits first is not what these tests look at.
     return run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                      stop=fast_stop(grace=0.5))
+                      stop=fast_stop(grace=0.2))
 
 
 def names(attempt) -> list[str]:
