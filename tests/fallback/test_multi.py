@@ -184,8 +184,11 @@ def test_sweep_probes_the_collective_on_one_rank(cfg, tmp_path):
     command = torchrun(*SHORT)
     # The known cause's grace on the tests' clock (1 s on the GPU machine), under the 0.6 s stall timeout.
     known = cfg.replace(allowance=AllowancePolicy(FAST_ALLOWANCE.margin, FAST_ALLOWANCE.floor_s, known_cause_s=0.1))
-    r = sweep_sections(Session.open(command, known, store=store),
-                       sections=["SourceCounters", "LaunchStats"])  # Occupancy too added only probes
+    session = Session.open(command, known, store=store)
+    # The program's calibration first (a plain run, as the sweep's first uncalibrated stall would make it): the
+    # one-rank probe's hang is then judged by its calibrated allowance at once, not suspected and run again.
+    assert session.environment is not None and session.calibrator.calibrate(session.config).ok
+    r = sweep_sections(session, sections=["SourceCounters", "LaunchStats"])  # Occupancy too added only probes
     assert [(a.status, a.stalled_kernel) for a in r.whole_runs] == [("hang", AR), ("ok", None)]
     first = r.whole_runs[0]
     assert first.stall.known_cause and first.stall.silent_s < 0.6  # not the 0.6 s stall timeout: the grace
