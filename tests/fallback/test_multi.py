@@ -167,9 +167,10 @@ def test_a_ladder_without_a_one_rank_rung_says_why_the_collective_stays_unprofil
 def test_when_single_pass_hangs_on_one_rank_too_the_walk_says_ncu_cannot(cfg):
     ladder = ladder_from_dict({"name": "sol-only", "rungs": [
         {"name": "requested", "requested": True}, {"name": "one-sol", "ranks": "one", "sections": ["SpeedOfLight"]}]})
-    # An explicit stall timeout: the one-rank hang is taken at once, without a calibration and a confirming run.
-    r = walk_ladder(Session.open(torchrun(*SHORT), cfg, stall_timeout=0.6), ProfileOptions(set="basic"), ladder,
-                    reader=rows)
+    # An explicit stall timeout: the one-rank hang is taken at once, without a calibration and a confirming run;
+    # one run after the other: a hang beside the main run would be made again alone (test_side_by_side.py).
+    r = walk_ladder(Session.open(torchrun(*SHORT), cfg, stall_timeout=0.6, side_by_side=False),
+                    ProfileOptions(set="basic"), ladder, reader=rows)
     assert r.unprofiled == [COLLECTIVES_JOB] and "multi-pass collections hang too" in r.why_unprofiled[COLLECTIVES_JOB]
     assert [(s.rung.name, s.attempt.status) for s in r.steps if s.attempt] == [("requested", "ok"), ("one-sol", "hang")]
     multi_pass = r.attempts[-1]  # SpeedOfLight on one rank: its replayed pass of the collective waits forever
