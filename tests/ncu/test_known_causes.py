@@ -190,7 +190,7 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     counting = Counting()
     r = walk_ladder(Session.open(command, cfg, store=store,
                                  calibrator=Calibrator(command, store=store, measure=counting)),
-                    ProfileOptions(set="full"), "default", reader=rows)
+                    ProfileOptions(set="basic"), "default", reader=rows)
     hung, main = r.attempts
     assert hung.status == HANG and hung.stall.known_cause and hung.connected >= 2
     assert main.status == "ok" and names(main) == ["gemm"] * 4 + ["softmax"] * 4
@@ -201,8 +201,8 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     assert rec.basis == EVIDENCE and rec.calibrated and store.uncalibrated_hangs() == {}
     # The store keeps the job's size: a single-process run of a kernel of that name is not taken for it.
     version = rec.ncu_version
-    assert not store.hangs_for(AR, ProfileKey("full"), Environment(gpu=None, ncu_version=version, processes=1))
-    assert store.hangs_for(AR, ProfileKey("full"), Environment(gpu=None, ncu_version=version,
+    assert not store.hangs_for(AR, ProfileKey("basic"), Environment(gpu=None, ncu_version=version, processes=1))
+    assert store.hangs_for(AR, ProfileKey("basic"), Environment(gpu=None, ncu_version=version,
                                                                 processes=hung.connected))
 
 
