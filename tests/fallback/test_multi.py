@@ -62,7 +62,7 @@ def cfg(tmp_path, fake_env, tag):
     # A short grace: the ranks of a job live on after ncu took SIGINT (they wait in the collective), so the
     # stop goes on to SIGTERM them; how long it waits first is not what these tests look at.
     return run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                      stop=fast_stop(grace=0.5))
+                      stop=fast_stop(grace=0.2))
 
 
 def names(attempt) -> list[str]:
@@ -95,7 +95,8 @@ def test_the_gpu_check_covers_every_rank(cfg, tmp_path, monkeypatch):
     sticky = tmp_path / "sticky"
     monkeypatch.setenv("FAKE_SMI_STICKY", str(sticky))
     monkeypatch.setenv("PATH", f"{Path(__file__).parents[1] / 'fake_nvidia_smi'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(engine._left_on_gpu, "__defaults__", (0.2,))  # no 10 s wait for the listing to settle
+    # No wait for the listing to settle (10 s; 0.5 s between listings): the fake GPU lists the ranks for good.
+    monkeypatch.setattr(engine._left_on_gpu, "__defaults__", (0.0,))
     a = profile_command(torchrun("stick:" + str(sticky), *SHORT), ProfileOptions(set="basic"),
                         cfg.replace(check_gpu=True, env=dict(os.environ)))
     assert a.status == "hang" and a.connected == 2
@@ -118,7 +119,7 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     counting = Counting()
     r = walk_ladder(Session.open(command, cfg, store=store, calibrator=Calibrator(command, store=store,
                                                                                   measure=counting)),
-                    ProfileOptions(set="full"), "default", reader=rows)
+                    ProfileOptions(set="basic"), "default", reader=rows)
     # torchrun is recognised: the collectives are left out from the start, no attempt waits on one
     # (tests/ncu/test_known_causes.py; the hang of a collective with every rank profiled: below and there).
     main, one_rank = r.attempts
@@ -128,9 +129,9 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     # The all-reduce on rank 0 alone, single pass; the rungs with every rank profiled were not tried.
     assert one_rank.status == "ok" and names(one_rank) == [AR, AR, AR]
     assert all(k.passes == 1 for k in one_rank.kernels) and "--rank" in one_rank.command
+    # (The set asked is basic: the default ladder's rungs above it, detailed and basic, are not the walk's.)
     assert [(s.rung.name, s.skipped) for s in r.steps if s.job == COLLECTIVES_JOB] == [
-        ("requested", COLLECTIVE_ALL_RANKS), ("detailed", COLLECTIVE_ALL_RANKS), ("basic", COLLECTIVE_ALL_RANKS),
-        ("speed-of-light", COLLECTIVE_ALL_RANKS), ("one-rank-launch-stats", None)]
+        ("requested", COLLECTIVE_ALL_RANKS), ("speed-of-light", COLLECTIVE_ALL_RANKS), ("one-rank-launch-stats", None)]
     assert sorted(r.df["function"]) == sorted(names(main) + names(one_rank))
     assert r.unprofiled == [] and r.processes == 2 and r.hangs == []
     assert not [rec for rec in store.records() if rec.hung]
@@ -142,7 +143,7 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     # The second walk: the same two attempts, nothing more.
     second = walk_ladder(Session.open(command, cfg, store=store, calibrator=Calibrator(command, store=store,
                                                                                        measure=counting)),
-                         ProfileOptions(set="full"), "default", reader=rows)
+                         ProfileOptions(set="basic"), "default", reader=rows)
     assert [a.status for a in second.attempts] == ["ok", "ok"] and second.hangs == [] and second.unprofiled == []
     assert sorted(second.df["function"]) == sorted(r.df["function"])
     main, one_rank = second.attempts
@@ -166,9 +167,10 @@ def test_a_ladder_without_a_one_rank_rung_says_why_the_collective_stays_unprofil
 def test_when_single_pass_hangs_on_one_rank_too_the_walk_says_ncu_cannot(cfg):
     ladder = ladder_from_dict({"name": "sol-only", "rungs": [
         {"name": "requested", "requested": True}, {"name": "one-sol", "ranks": "one", "sections": ["SpeedOfLight"]}]})
-    # An explicit stall timeout: the one-rank hang is taken at once, without a calibration and a confirming run.
-    r = walk_ladder(Session.open(torchrun(*SHORT), cfg, stall_timeout=0.6), ProfileOptions(set="basic"), ladder,
-                    reader=rows)
+    # An explicit stall timeout: the one-rank hang is taken at once, without a calibration and a confirming run;
+    # one run after the other: a hang beside the main run would be made again alone (test_side_by_side.py).
+    r = walk_ladder(Session.open(torchrun(*SHORT), cfg, stall_timeout=0.6, side_by_side=False),
+                    ProfileOptions(set="basic"), ladder, reader=rows)
     assert r.unprofiled == [COLLECTIVES_JOB] and "multi-pass collections hang too" in r.why_unprofiled[COLLECTIVES_JOB]
     assert [(s.rung.name, s.attempt.status) for s in r.steps if s.attempt] == [("requested", "ok"), ("one-sol", "hang")]
     multi_pass = r.attempts[-1]  # SpeedOfLight on one rank: its replayed pass of the collective waits forever
@@ -183,8 +185,11 @@ def test_sweep_probes_the_collective_on_one_rank(cfg, tmp_path):
     command = torchrun(*SHORT)
     # The known cause's grace on the tests' clock (1 s on the GPU machine), under the 0.6 s stall timeout.
     known = cfg.replace(allowance=AllowancePolicy(FAST_ALLOWANCE.margin, FAST_ALLOWANCE.floor_s, known_cause_s=0.1))
-    r = sweep_sections(Session.open(command, known, store=store),
-                       sections=["SourceCounters", "LaunchStats"])  # Occupancy too added only probes
+    session = Session.open(command, known, store=store)
+    # The program's calibration first (a plain run, as the sweep's first uncalibrated stall would make it): the
+    # one-rank probe's hang is then judged by its calibrated allowance at once, not suspected and run again.
+    assert session.environment is not None and session.calibrator.calibrate(session.config).ok
+    r = sweep_sections(session, sections=["SourceCounters", "LaunchStats"])  # Occupancy too added only probes
     assert [(a.status, a.stalled_kernel) for a in r.whole_runs] == [("hang", AR), ("ok", None)]
     first = r.whole_runs[0]
     assert first.stall.known_cause and first.stall.silent_s < 0.6  # not the 0.6 s stall timeout: the grace

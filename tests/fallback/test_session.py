@@ -9,7 +9,7 @@ import os
 import uuid
 
 import pytest
-from helpers import FAKE_SMI_DIR, app, attempt_rows, cli_main, run_config
+from helpers import FAKE_SMI_DIR, STALL_S, app, attempt_rows, cli_main, run_config
 
 from nsightwrap.call.profiler import Profiler
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -61,7 +61,7 @@ def test_one_encoding_of_an_explicit_stall_timeout(tmp_path, fake_env):
 
 def test_an_attempt_is_recorded_and_the_store_answers_through_the_session(tmp_path, fake_env):
     store = HangStore(tmp_path / "h.db")
-    session = Session.open(app("vec_add", "k@hang"), run_config(tmp_path, env=fake_env), stall_timeout=0.6,
+    session = Session.open(app("vec_add", "k@hang"), run_config(tmp_path, env=fake_env), stall_timeout=STALL_S,
                            store=store)
     opts = ProfileOptions(set="basic")
     a = session.attempt(opts, Tag(ladder="test"))
@@ -74,7 +74,7 @@ def test_the_walk_gives_the_verdict_the_cli_prints(smi_log, tmp_path, capsys):
     """The verdict, and what a walk of three attempts asks nvidia-smi: at most four times (these two tests made the
     same walk once)."""
     cfg = run_config(tmp_path, report_dir=str(tmp_path / "r"), env=dict(os.environ), check_gpu=True)
-    r = walk_ladder(Session.open(PROGRAM, cfg, stall_timeout=0.6, store=HangStore(tmp_path / "h.db")),
+    r = walk_ladder(Session.open(PROGRAM, cfg, stall_timeout=STALL_S, store=HangStore(tmp_path / "h.db")),
                     ProfileOptions(set="basic"), TWO, reader=attempt_rows)
     assert [(s.job, s.rung.name, s.attempt.status) for s in r.steps] == [
         ("main", "requested", "hang"), ("main", "requested", "ok"), ("k", "duration", "ok")]
@@ -117,8 +117,8 @@ def test_through_the_cli_too_with_the_preflight(smi_log, tmp_path, capsys):
     ladder = tmp_path / "two.yaml"
     ladder.write_text("name: two\nrungs:\n  - {name: requested, requested: true}\n"
                       "  - {name: duration, metrics: [gpu__time_duration.sum]}\n")
-    code, out, err = cli_main(["run", "--json", "--profile", str(ladder), "--stall-timeout", "0.6", "--store",
-                               str(tmp_path / "s.db"), "-o", str(tmp_path / "r"), "--", *PROGRAM], capsys)
+    code, out, err = cli_main(["run", "--json", "--profile", str(ladder), "--stall-timeout", str(STALL_S),
+                               "--store", str(tmp_path / "s.db"), "-o", str(tmp_path / "r"), "--", *PROGRAM], capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert [(s["job"], s["attempt"]["status"]) for s in doc["steps"]] == [("main", "hang"), ("main", "ok"),

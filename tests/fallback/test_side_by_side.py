@@ -57,7 +57,7 @@ def _free_port() -> int:
 
 def _walk(tmp_path, env, command, *, side_by_side=True, store=None, stall_timeout=None, ladder="default"):
     said: list[str] = []
-    cfg = run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=env, stop=fast_stop(grace=0.5))
+    cfg = run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=env, stop=fast_stop(grace=0.2))
     session = Session.open(command, cfg, store=store, on_output=said.append, side_by_side=side_by_side,
                            stall_timeout=stall_timeout)
     return walk_ladder(session, ProfileOptions(set="full"), ladder, reader=rows), "".join(said)
@@ -148,8 +148,10 @@ def test_runs_that_fail_beside_each_other_are_made_again_alone(ports, tmp_path):
     meet = tmp_path / "meet"
     meet.mkdir()
     port = str(_free_port())
-    beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:10", f"bind:{port}", "sleep:0.5", *STEPS),
-                         store=HangStore(tmp_path / "a.db"))
+    late = tmp_path / "late"  # the run that listens holds the port 0.5 s, waiting for a rank of the other run that
+    late.mkdir()  # failed; made again alone, that one finds the first one's rank in `late` and goes on at once
+    beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:10", f"bind:{port}", f"together:{late}:0.5",
+                                                   *STEPS), store=HangStore(tmp_path / "a.db"))
     assert "EADDRINUSE" in said  # one of the two runs did fail beside the other
     assert [(s.job, s.rung.name, s.attempt.status) for s in beside.steps if s.attempt] == [
         ("main", "requested", "ok"), (COLLECTIVES_JOB, "one-rank-launch-stats", "ok")]
@@ -161,12 +163,16 @@ def test_runs_that_fail_beside_each_other_are_made_again_alone(ports, tmp_path):
 def test_a_hang_beside_another_run_is_not_recorded_but_made_again_alone(ports, tmp_path):
     """ncu's machine-wide profiling lock or the other run's work may make a kernel of one run silent: a hang while the
     other run was under way is not taken; the attempt is made again alone, and that one's hang is recorded. (An
-    explicit stall timeout: the hang is called during the other run's sleep, with no calibration between; a
+    explicit stall timeout: the hang is called during the other run's wait, with no calibration between; a
     calibrated hang is judged by the silence of its last run, tested the same way.)"""
     store = HangStore(tmp_path / "a.db")
     meet = tmp_path / "meet"
-    meet.mkdir()  # both runs reach the hanging kernel together; the collectives' run then sleeps through the stall
-    steps = ["gemm", f"{AR}@collective", f"together:{meet}:10", "softmax@hang-if=SourceCounters", "sleep:2",
+    meet.mkdir()  # both runs reach the hanging kernel together; the collectives' run then waits through the stall:
+    # for a rank of another run in `late`, which the main run, hung, never reaches (1 s, the stall's 0.6 and more);
+    # the runs after it find the collectives' rank there (another port) and go on at once.
+    late = tmp_path / "late"
+    late.mkdir()
+    steps = ["gemm", f"{AR}@collective", f"together:{meet}:10", "softmax@hang-if=SourceCounters", f"together:{late}:1",
              f"{AR}@collective"]
     result, _ = _walk(tmp_path, ports, torchrun(*steps), store=store, stall_timeout=0.6, ladder=SHORT_LADDER)
     main = [s for s in result.steps if s.job == "main" and s.attempt]

@@ -159,9 +159,10 @@ def test_up_front_plan_and_the_filters_it_makes():
 @pytest.fixture
 def cfg(tmp_path, fake_env, tag):
     """Stall timeouts that a fake kernel never reaches, and the known cause's grace on the tests' clock: a
-    collective that stalls can only be called by its known cause."""
+    collective that stalls can only be called by its known cause. A short stop grace: the ranks live on after ncu
+    took SIGINT (they wait in the collective), so each hang's stop waits it out before SIGTERM."""
     return run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                      stop=fast_stop(grace=0.5), allowance=KNOWN)
+                      stop=fast_stop(grace=0.2), allowance=KNOWN)
 
 
 def test_run_calls_the_collective_at_once_without_calibrating(cfg):
@@ -189,7 +190,7 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     counting = Counting()
     r = walk_ladder(Session.open(command, cfg, store=store,
                                  calibrator=Calibrator(command, store=store, measure=counting)),
-                    ProfileOptions(set="full"), "default", reader=rows)
+                    ProfileOptions(set="basic"), "default", reader=rows)
     hung, main = r.attempts
     assert hung.status == HANG and hung.stall.known_cause and hung.connected >= 2
     assert main.status == "ok" and names(main) == ["gemm"] * 4 + ["softmax"] * 4
@@ -200,8 +201,8 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     assert rec.basis == EVIDENCE and rec.calibrated and store.uncalibrated_hangs() == {}
     # The store keeps the job's size: a single-process run of a kernel of that name is not taken for it.
     version = rec.ncu_version
-    assert not store.hangs_for(AR, ProfileKey("full"), Environment(gpu=None, ncu_version=version, processes=1))
-    assert store.hangs_for(AR, ProfileKey("full"), Environment(gpu=None, ncu_version=version,
+    assert not store.hangs_for(AR, ProfileKey("basic"), Environment(gpu=None, ncu_version=version, processes=1))
+    assert store.hangs_for(AR, ProfileKey("basic"), Environment(gpu=None, ncu_version=version,
                                                                 processes=hung.connected))
 
 
@@ -249,7 +250,7 @@ def test_cli_run_of_a_torchrun_job_leaves_the_collectives_out_and_says_so(fake_e
 def test_cli_run_of_one_collective_named_exactly_is_run_as_given_and_called_at_once(fake_env, tmp_path, tag, capsys,
                                                                                    monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli_main(["run", "--json", "-q", "--set", "basic", "--kernel-name", AR, "--grace", "1", "--",
+    code, out, err = cli_main(["run", "--json", "-q", "--set", "basic", "--kernel-name", AR, "--grace", "0.2", "--",
                                *torchrun(*STEPS)], capsys)
     d = json.loads(out)
     assert code == 3 and d["status"] == "hang" and d["stalled_kernel"] == AR, err
