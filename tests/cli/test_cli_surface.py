@@ -192,11 +192,10 @@ def test_sigterm_during_a_sweep(fake_env, tmp_path, when):
     env = dict(fake_env, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "sweep-sections", "--json", "--stall-timeout", "1",
                           "--store", str(tmp_path / "s.db"), "--section", "SourceCounters", "--section", "LaunchStats",
-                          "--section", "Occupancy", "--", *app("vec_add", "sleep:1", "k@hang-if=SourceCounters")],
+                          "--section", "Occupancy", "--", *app("vec_add", "sleep:0.4", "k@hang-if=SourceCounters")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         buf = _signal_when(p, when)
-        time.sleep(0.3)
         out, err = p.communicate(timeout=60)
     finally:
         p.kill()
