@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import app
-from helpers import cli_main, run_read_only
+from helpers import STALL_S, cli_main, run_read_only
 
 from nsightwrap import __version__
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
@@ -117,7 +117,7 @@ def test_sweep_markdown_to_a_bad_path_is_refused_before_the_sweep(fake_env, tmp_
 
 
 def test_sweep_json_has_a_status(fake_env, tmp_path, capsys):
-    code, out, _ = cli_main(["sweep-sections", "--json", "-q", "--stall-timeout", "0.6", "--store",
+    code, out, _ = cli_main(["sweep-sections", "--json", "-q", "--stall-timeout", str(STALL_S), "--store",
                              str(tmp_path / "s.db"), "--section", "SourceCounters", "--section", "LaunchStats", "--",
                              *app("vec_add", "k@hang-if=SourceCounters")], capsys)
     doc = one_json(out)
@@ -190,9 +190,10 @@ def test_sigterm_during_the_back_off_between_two_attempts(fake_env, tmp_path):
 def test_sigterm_during_a_sweep(fake_env, tmp_path, when):
     """In the first whole-program run (main thread) and in a probe of the search (a worker thread)."""
     env = dict(fake_env, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "sweep-sections", "--json", "--stall-timeout", "1",
-                          "--store", str(tmp_path / "s.db"), "--section", "SourceCounters", "--section", "LaunchStats",
-                          "--section", "Occupancy", "--", *app("vec_add", "sleep:0.4", "k@hang-if=SourceCounters")],
+    p = subprocess.Popen([sys.executable, "-m", "nsightwrap", "sweep-sections", "--json", "--stall-timeout",
+                          str(STALL_S), "--store", str(tmp_path / "s.db"), "--section", "SourceCounters",
+                          "--section", "LaunchStats", "--section", "Occupancy", "--",
+                          *app("vec_add", "sleep:0.4", "k@hang-if=SourceCounters")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         buf = _signal_when(p, when)
