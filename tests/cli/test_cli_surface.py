@@ -303,10 +303,10 @@ def test_live_progress_names_the_rung_of_a_walk(fake_env, tmp_path, monkeypatch,
 
 
 def test_no_live_progress_with_quiet_or_without_a_terminal(fake_env, tmp_path, capsys):
-    rc, screen, _ = run_on_a_terminal(["run", "-q", "--stall-timeout", "1", "-o", str(tmp_path / "q"), "--",
+    rc, screen, _ = run_on_a_terminal(["run", "-q", "--stall-timeout", str(STALL_S), "-o", str(tmp_path / "q"), "--",
                                        *app("vec_add", "k@hang")], fake_env)
     live = re.compile(r"silent \d+ s of")  # the live line; the verdict's "silent 1.0 s; allowance" is not it
     assert rc == 3 and not live.search(screen) and "==PROF==" not in screen
-    code, _, err = cli_main(["run", "--stall-timeout", "1", "-o", str(tmp_path / "p"), "--", *app("vec_add", "k@hang")],
-                            capsys)  # stderr is pytest's capture here, no terminal
+    code, _, err = cli_main(["run", "--stall-timeout", str(STALL_S), "-o", str(tmp_path / "p"), "--",
+                             *app("vec_add", "k@hang")], capsys)  # stderr is pytest's capture here, no terminal
     assert code == 3 and not live.search(err) and "==PROF== Profiling" in err
