@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_APP, cli_main
+from helpers import FAKE_APP, STALL_S, cli_main
 
 from nsightwrap.errors import NsightwrapError, StoreError
 from nsightwrap.ncu.allowance import Calibration
@@ -176,9 +176,9 @@ def test_no_secret_in_any_output_or_file(fake_env, tmp_path, capfd, monkeypatch)
     monkeypatch.chdir(tmp_path)
     runs = [["run", "--json", "--verbose", "--calibrate", "-o", str(tmp_path / "r" / "one"), "--",
              *_program(tmp_path, "vec_add")],
-            ["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
+            ["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", str(STALL_S), "-o",
              str(tmp_path / "r" / "walk"), "--", *_program(tmp_path, "vec_add", "k@hang", "vec_add")],
-            ["sweep-sections", "--json", "--verbose", "--stall-timeout", "0.6", "--section", "LaunchStats",
+            ["sweep-sections", "--json", "--verbose", "--stall-timeout", str(STALL_S), "--section", "LaunchStats",
              "--section", "Occupancy", "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--",
              *_program(tmp_path, "k@hang")]]
     for argv in runs:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_DIR, inline_pytest, no_leftovers, run_config
+from helpers import FAKE_DIR, STALL_S, inline_pytest, no_leftovers, run_config
 
 import nsightwrap
 from nsightwrap.call.api import profile
@@ -54,7 +54,7 @@ def test_kernel_filter_and_repeat(cfg):
 
 
 def test_hanging_callable_returns_a_hung_result(cfg, ncu_lookups):
-    r = profile(step_with_hang, 1, set="basic", profile="quick", stall_timeout=0.8, config=cfg)
+    r = profile(step_with_hang, 1, set="basic", profile="quick", stall_timeout=STALL_S, config=cfg)
     assert r.hung
     assert len(r.attempts) > 2 and ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}  # once per call
     assert ("wait_for_host", "requested") in r.hangs

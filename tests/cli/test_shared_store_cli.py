@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pg
 import pytest
-from helpers import FAKE_SMI_DIR, ROOT, app, cli_main, run_cli
+from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, cli_main, run_cli
 
 from nsightwrap.cli.main import main
 from nsightwrap.store import Environment, HangStore, ProfileKey
@@ -102,7 +102,7 @@ def test_a_database_that_is_down_leaves_the_run_to_the_local_store(fake_env, tmp
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     # In this process (a child `python -m nsightwrap` costs ~0.5 s of CPU), its output read at the descriptors.
-    code, stdout, stderr = cli_main(["run", "--json", "-q", "--profile", "quick", "--stall-timeout", "0.6", "-o",
+    code, stdout, stderr = cli_main(["run", "--json", "-q", "--profile", "quick", "--stall-timeout", str(STALL_S), "-o",
                                      str(tmp_path / "r"), "--", *app("vec_add", "k@hang", "vec_add")], capfd)
     doc = json.loads(stdout)
     assert doc["status"] == "hang" and code == 3, stderr
@@ -140,9 +140,9 @@ def test_the_team_password_appears_nowhere_nsightwrap_writes(fake_env, pg_server
     monkeypatch.setenv("NSIGHTWRAP_RUNTIME_DIR", str(tmp_path / "rt"))
     monkeypatch.chdir(tmp_path)
     out = []
-    runs = [["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", "0.6", "-o",
+    runs = [["run", "--json", "--verbose", "--profile", "quick", "--stall-timeout", str(STALL_S), "-o",
              str(tmp_path / "r" / "walk"), "--", *app("vec_add", "k@hang", "vec_add")],
-            ["sweep-sections", "--json", "--verbose", "--stall-timeout", "0.6", "--section", "LaunchStats",
+            ["sweep-sections", "--json", "--verbose", "--stall-timeout", str(STALL_S), "--section", "LaunchStats",
              "--kernel", "k", "--markdown", str(tmp_path / "sweep.md"), "--", *app("k@hang")]]
     commands = [["hangs", "list"], ["hangs", "list", "--json"], ["hangs", "show", "k"],
                 ["hangs", "show", "k", "--json"], ["hangs", "show", "k", "--markdown"],

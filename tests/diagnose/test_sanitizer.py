@@ -36,6 +36,11 @@ SCALE = 0.05
 #: Small floors for the fake's clock: a fake kernel's 1 s is 0.05 s here.
 FAST = SlowdownPolicy(priors={t: ToolPrior(factor=20.0, floor_s=1.0)
                               for t in ("memcheck", "racecheck", "initcheck", "synccheck")})
+#: For the whole runs that wait through a stall on purpose: a 0.3 s floor, the rest as FAST (what those tests
+#: check is the prior's 4 x 20 x the kernel's time and 4 x the longest gap; the floor is only waited through).
+QUICK_FLOOR = 0.3
+QUICK = SlowdownPolicy(priors={t: ToolPrior(factor=20.0, floor_s=QUICK_FLOOR)
+                               for t in ("memcheck", "racecheck", "initcheck", "synccheck")})
 
 
 def app(*steps: str) -> list[str]:
@@ -334,11 +339,12 @@ def test_racecheck_summary_and_the_kernel_filter():
 
 
 def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
-    r = run("uninit@uninit", "spinner@hang", tool="initcheck",
+    r = run("uninit@uninit", "spinner@hang", tool="initcheck", policy=QUICK,
             calibration=Calibration.from_kernels({"spinner(float *, int)": 0.01}))
     assert r.status == HANG and r.stalled and r.exit_code == EXIT_CODES[HANG]
-    # the prior's 1 + 4 x 20 x 0.01 s, or 4 x the longest silence that ended in output (the program's start)
-    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
+    # the prior's 0.3 + 4 x 20 x 0.01 s, or 4 x the longest silence that ended in output (the program's start)
+    assert r.stall["allowance_s"] == pytest.approx(QUICK_FLOOR + 4 * max(20 * 0.01, r.stall["longest_gap_s"]),
+                                                   abs=0.01)
     assert r.elapsed_s < r.stall["allowance_s"] + 5  # called at its allowance (plus the stop), not a minute
     assert list(r.findings["kind"]) == ["Uninitialized __global__ memory read"]
     assert r.summary.startswith("initcheck: stalled after") and "1 finding kept" in r.summary
@@ -347,13 +353,15 @@ def test_a_stall_is_called_within_its_allowance_and_keeps_the_findings_so_far():
 
 
 def test_a_slow_kernel_within_its_scaled_allowance_is_not_a_stall():
-    # 2 s alone (0.1 s on the fake clock), 30x under memcheck: 3 s of silence; allowance 1 + 4 x 20 x 0.1 = 9 s
+    # 2 s alone (0.1 s on the fake clock), 30x under memcheck: 3 s of silence; allowance 0.3 + 4 x 20 x 0.1 = 8.3 s
     slow = fake_env(FAKE_SAN_FACTOR="30")
-    r = run("slow@spin=2", "print:done", env=slow, calibration=Calibration.from_kernels({"slow(float *, int)": 0.1}))
+    r = run("slow@spin=2", "print:done", env=slow, policy=QUICK,
+            calibration=Calibration.from_kernels({"slow(float *, int)": 0.1}))
     assert r.status == OK and r.clean
-    # the same silence from a kernel calibrated at 1 ms: its allowance is 1 + 4 x 20 x 0.001 s, or 4 x the
+    # the same silence from a kernel calibrated at 1 ms: its allowance is 0.3 + 4 x 20 x 0.001 s, or 4 x the
     # longest silence that ended in output before it (the tool's start), well under 3 s
-    r = run("slow@spin=2", "print:done", env=slow, calibration=Calibration.from_kernels({"slow(float *, int)": 0.001}))
+    r = run("slow@spin=2", "print:done", env=slow, policy=QUICK,
+            calibration=Calibration.from_kernels({"slow(float *, int)": 0.001}))
     assert r.status == HANG  # called before the 3 s silence ended
 
 
@@ -366,9 +374,10 @@ def test_a_total_limit_and_a_crashing_tool():
 
 
 def test_a_tool_stuck_after_its_program_ended_is_stopped_too():
-    r = run("vec_add", "print:done", env=fake_env(FAKE_SAN_AT_END="stall"))
-    assert r.status == HANG and r.stall["allowance_s"] >= 1 + 4 * 20 * 0.01  # more when a start was slow
-    assert r.stall["allowance_s"] == pytest.approx(1 + 4 * max(20 * 0.01, r.stall["longest_gap_s"]), abs=0.01)
+    r = run("vec_add", "print:done", env=fake_env(FAKE_SAN_AT_END="stall"), policy=QUICK)
+    assert r.status == HANG and r.stall["allowance_s"] >= QUICK_FLOOR + 4 * 20 * 0.01  # more when a start was slow
+    assert r.stall["allowance_s"] == pytest.approx(QUICK_FLOOR + 4 * max(20 * 0.01, r.stall["longest_gap_s"]),
+                                                   abs=0.01)
     assert r.program_lines == 1 and not r.survivors
     no_leftovers()
 
