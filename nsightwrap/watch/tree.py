@@ -364,13 +364,30 @@ def signal_and_resume(p: psutil.Process, sig: int) -> bool:
     return sent
 
 
-def _grace(wait_gone: WaitGone, policy: StopPolicy, target: psutil.Process,
-           clock: Callable[[], float]) -> list:
-    """Wait for the process sent SIGINT, at most `grace`; once it is gone, the rest get SETTLE_S."""
+def _grace(tree: ProcessTree, wait_gone: WaitGone, policy: StopPolicy, target: psutil.Process,
+           clock: Callable[[], float], said: Callable[[psutil.Process], None]) -> list:
+    """Wait for the process sent SIGINT, at most `grace`; once it is gone, the rest get SETTLE_S. A front end
+    that starts meanwhile gets SIGINT too (`said`) and is the one waited for: a stop that came while ncu's
+    launcher script was starting it signalled the script, which does nothing with SIGINT, and the stop waited
+    its whole grace (5 s from the command line) for a front end that never heard it."""
     end = clock() + policy.grace
-    enough = without(target.pid)
-    left = wait_gone(policy.grace, True, enough)
-    if left and enough(left):
+    signalled = {target.pid}
+
+    def new_front(left: list) -> Optional[psutil.Process]:
+        front = tree.frontend(left)
+        return front if front is not None and front.pid not in signalled else None
+
+    while True:
+        gone = without(target.pid)
+        left = wait_gone(max(0.0, end - clock()), True, lambda left, gone=gone: gone(left) or bool(new_front(left)))
+        front = new_front(left) if left and not gone(left) else None
+        if front is None or clock() >= end:
+            break
+        signalled.add(front.pid)
+        if signal_and_resume(front, signal.SIGINT):
+            said(front)
+            target = front
+    if left and gone(left):
         left = wait_gone(max(0.0, min(SETTLE_S, end - clock())), True)
     return left
 
@@ -394,7 +411,8 @@ def stop_tree(tree: ProcessTree, policy: StopPolicy, reason: str, wait_gone: Wai
         target = front or next((p for p in members if p.pid == tree.root_pid), members[0])
         if signal_and_resume(target, signal.SIGINT):
             rec.steps.append(f"SIGINT to {'profiler ' if front else ''}{describe(target)} at {start - t0:.2f} s")
-        left = _grace(wait_gone, policy, target, clock)
+        left = _grace(tree, wait_gone, policy, target, clock, lambda p: rec.steps.append(
+            f"SIGINT to profiler {describe(p)}, started since, at {clock() - t0:.2f} s"))
         rec.graceful = not left
         for sig, wait in ((signal.SIGTERM, policy.term_wait), (signal.SIGKILL, policy.kill_wait)):
             if not left:
