@@ -586,3 +586,17 @@ class Beside:
 
     def __exit__(self, *exc: Any) -> None:
         self._thread.join(300.0)
+
+
+class CountingMeasure:
+    """The calibration's measure (nsightwrap.calibrate.measure), its calls counted: a walk or sweep whose cause is
+    known, or that meets no hang, must never need one (tests/fallback/test_multi.py, tests/ncu/test_known_causes.py)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        from nsightwrap.calibrate.measure import measure
+
+        self.calls += 1
+        return measure(*args, **kwargs)

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import FAST_ALLOWANCE, app, cli_main, fast_stop, run_config, sigint_when
+from helpers import FAST_ALLOWANCE, CountingMeasure, app, cli_main, fast_stop, run_config, sigint_when
 
 from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.calibrate.measure import measure
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS, COLLECTIVES_JOB
 from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.session import Session
@@ -39,17 +38,6 @@ SHORT = ["gemm", f"{AR}@collective", "softmax", f"{AR}@collective"]
 
 def torchrun(*steps: str, n: int = 2) -> list[str]:
     return [str(DIST / "torchrun"), "--nproc-per-node", str(n), *app(*steps)[1:]]
-
-
-class Counting:
-    """The calibration's measure, counted: a known cause, or no hang, must never need one."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return measure(*args, **kwargs)
 
 
 def rows(attempt) -> pd.DataFrame:
@@ -116,7 +104,7 @@ def test_walk_profiles_every_rank_but_the_collective_and_the_collective_on_one_r
     walk of a torchrun job once: both walked this job twice)."""
     store = HangStore(tmp_path / "h.db")
     command = torchrun(*STEPS)
-    counting = Counting()
+    counting = CountingMeasure()
     r = walk_ladder(Session.open(command, cfg, store=store, calibrator=Calibrator(command, store=store,
                                                                                   measure=counting)),
                     ProfileOptions(set="basic"), "default", reader=rows)

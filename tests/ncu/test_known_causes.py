@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import FAST_ALLOWANCE, app, cli_main, fast_stop, run_config
+from helpers import FAST_ALLOWANCE, CountingMeasure, app, cli_main, fast_stop, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
-from nsightwrap.calibrate.measure import measure
 from nsightwrap.cli.screen import progress_line
 from nsightwrap.fallback.collectives import (
     COLLECTIVES_JOB,
@@ -63,17 +62,6 @@ def rows(attempt) -> pd.DataFrame:
 
 def names(attempt) -> list[str]:
     return sorted(k.name for k in attempt.kernels)
-
-
-class Counting:
-    """The calibration's measure, counted: a known cause must never need one."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return measure(*args, **kwargs)
 
 
 # --- the rule, with injected time -------------------------------------------------------------------------
@@ -167,7 +155,7 @@ def cfg(tmp_path, fake_env, tag):
 
 def test_run_calls_the_collective_at_once_without_calibrating(cfg):
     command = torchrun(*STEPS)
-    counting = Counting()
+    counting = CountingMeasure()
     calibrator = Calibrator(command, measure=counting)
     opts = ProfileOptions(set="basic")
     a = calibrator.run(lambda ctx: profile_command(command, opts, ctx), RunContext.create(cfg), opts)
@@ -187,7 +175,7 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     command = torchrun(*STEPS, launcher=spawner)
     assert JobShape.of(command).launch is None
     store = HangStore(tmp_path / "h.db")
-    counting = Counting()
+    counting = CountingMeasure()
     r = walk_ladder(Session.open(command, cfg, store=store,
                                  calibrator=Calibrator(command, store=store, measure=counting)),
                     ProfileOptions(set="basic"), "default", reader=rows)
