@@ -335,11 +335,6 @@ def all_gone(left: list) -> bool:
     return not left
 
 
-def without(pid: int) -> Enough:
-    """Enough once process `pid` is no longer among the members."""
-    return lambda left: all(p.pid != pid for p in left)
-
-
 def sleeping_wait(tree: ProcessTree, clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep, poll: float = 0.05) -> WaitGone:
     """A WaitGone for callers with nothing else to do meanwhile (the guard, cleanup)."""
@@ -364,29 +359,44 @@ def signal_and_resume(p: psutil.Process, sig: int) -> bool:
     return sent
 
 
+#: A launcher script's interpreter: ncu's launcher is a shell script that runs the front end as a child (FACTS.md).
+_SHELLS = frozenset({"sh", "dash", "bash", "ksh", "zsh"})
+
+
+def _shell(p: psutil.Process) -> bool:
+    try:
+        return os.path.basename(p.exe()) in _SHELLS
+    except (psutil.Error, OSError):
+        return False
+
+
 def _grace(tree: ProcessTree, wait_gone: WaitGone, policy: StopPolicy, target: psutil.Process,
            clock: Callable[[], float], said: Callable[[psutil.Process], None]) -> list:
-    """Wait for the process sent SIGINT, at most `grace`; once it is gone, the rest get SETTLE_S. A front end
-    that starts meanwhile gets SIGINT too (`said`) and is the one waited for: a stop that came while ncu's
-    launcher script was starting it signalled the script, which does nothing with SIGINT, and the stop waited
-    its whole grace (5 s from the command line) for a front end that never heard it."""
+    """Wait for the process sent SIGINT, at most `grace`; once it is gone, the rest get SETTLE_S.
+
+    A target that is a launcher script does nothing with SIGINT: a stop that came while ncu's launcher was still
+    starting its front end signalled only the script, and waited its whole grace (5 s from the command line). So
+    while the target is a shell, the first front end that appears (exec'd: not a shell itself) gets SIGINT too
+    (`said`), and the wait is for both. A real front end's own children (a fork not yet exec'd has its name) are
+    never looked at, and the wait is one call of `wait_gone`, so a second Ctrl-C still hurries it."""
     end = clock() + policy.grace
     signalled = {target.pid}
+    looking = _shell(target)
 
-    def new_front(left: list) -> Optional[psutil.Process]:
-        front = tree.frontend(left)
-        return front if front is not None and front.pid not in signalled else None
+    def gone(left: list) -> bool:
+        return not any(p.pid in signalled for p in left)
 
-    while True:
-        gone = without(target.pid)
-        left = wait_gone(max(0.0, end - clock()), True, lambda left, gone=gone: gone(left) or bool(new_front(left)))
-        front = new_front(left) if left and not gone(left) else None
-        if front is None or clock() >= end:
-            break
-        signalled.add(front.pid)
-        if signal_and_resume(front, signal.SIGINT):
-            said(front)
-            target = front
+    def enough(left: list) -> bool:
+        nonlocal looking
+        front = tree.frontend(left) if looking else None
+        if front is not None and front.pid not in signalled and not _shell(front):
+            looking = False
+            signalled.add(front.pid)
+            if signal_and_resume(front, signal.SIGINT):
+                said(front)
+        return gone(left)
+
+    left = wait_gone(policy.grace, True, enough)
     if left and gone(left):
         left = wait_gone(max(0.0, min(SETTLE_S, end - clock())), True)
     return left

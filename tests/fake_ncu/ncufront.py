@@ -504,10 +504,6 @@ def main():
     def keep_report_current():
         """Counts the finished kernels as they come (only the new lines: a run of 50,000 kernels read the whole
         file again every 20 ms), and writes the report when there are more."""
-        # SIGINT and SIGTERM are the main thread's: one taken by this thread while the main thread blocks them
-        # (Subreaper's fork) ran no handler until the stop's grace ran out (CPython runs handlers in the main
-        # thread only, and this thread's delivery did not wake it from its waitpid).
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         offset = written = 0
         while True:
             os.read(wake_fd, 65536)  # one byte a finished kernel, maybe several at once
@@ -523,7 +519,13 @@ def main():
                 written += chunk.count(b"\n", 0, whole)
                 write_report(written)
 
+    # SIGINT and SIGTERM are the main thread's: the thread starts with them blocked (it inherits the mask). One taken
+    # by that thread while the main thread blocked them (Subreaper's fork) ran no handler until the stop's grace ran
+    # out (CPython runs handlers in the main thread only, and that delivery did not wake it from its waitpid).
+    caught = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
     _thread.start_new_thread(keep_report_current, ())  # a daemon thread
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     signal.signal(signal.SIGINT, signal.SIG_IGN if wedged else shutdown)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if wedged else shutdown)
 

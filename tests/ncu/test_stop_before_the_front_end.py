@@ -14,7 +14,7 @@ from nsightwrap.watch.tree import StopPolicy
 
 def test_a_front_end_that_starts_during_the_grace_gets_sigint_and_the_stop_takes_no_grace(fake_env, tmp_path,
                                                                                           monkeypatch):
-    monkeypatch.setenv("FAKE_NCU_LAUNCH_DELAY", "0.6")  # the stop (total timeout 0.2 s) comes before the front end
+    monkeypatch.setenv("FAKE_NCU_LAUNCH_DELAY", "1.5")  # the stop (total timeout 0.2 s) comes well before the front end
     config = run_config(tmp_path, timeout=0.2, stop=StopPolicy(grace=20.0, term_wait=2.0, kill_wait=3.0))
     a = profile_command(app("vec_add", "k@hang"), ProfileOptions(set="basic"), config)  # it ends only when stopped
     assert_tree_gone(a.cookie)
