@@ -21,6 +21,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake_ncu"))
+from lean import make_folder, remove_folder  # noqa: E402  (tests/fake_ncu/lean.py: shutil/tempfile without them)
+
 VALUE = {"--nnodes", "--nproc-per-node", "--nproc_per_node", "--master-port", "--master_port", "--master-addr",
          "--master_addr", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--max-restarts", "--monitor-interval",
          "-np", "-n", "-x"}
@@ -74,31 +77,6 @@ def _inheritable(fd):
         return os.get_inheritable(fd)
     except OSError:  # listdir's own fd, closed since
         return False
-
-
-def make_folder(prefix):
-    """tempfile.mkdtemp(prefix=prefix), without importing tempfile."""
-    base = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
-    for n in range(1000):
-        path = os.path.join(os.path.abspath(base), f"{prefix}{os.getpid()}-{n}")
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:  # left by a launcher killed before it cleaned up, with this pid
-            continue
-    raise FileExistsError(path)
-
-
-def remove_folder(path):
-    """shutil.rmtree(path, ignore_errors=True); the collectives' folder holds files only."""
-    try:
-        for name in os.listdir(path):
-            os.unlink(os.path.join(path, name))
-        os.rmdir(path)
-    except OSError:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def parse(args):

@@ -47,6 +47,8 @@ import os
 import sys
 import time
 
+from lean import copyfile, make_folder, remove_folder, which  # beside this module: the stub put it on sys.path
+
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "target")  # the fake install's folder
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "data"))
 SCALE = float(os.environ.get("FAKE_NCU_SCALE", "1.0"))
@@ -121,58 +123,6 @@ def parse_args(argv):
 def literal(text):
     """A value that repr() wrote (the session, the state files): Python literals only, written by this fake."""
     return eval(text, {"__builtins__": {}}, {})
-
-
-def which(cmd):
-    """shutil.which(cmd), without importing shutil."""
-    def runnable(path):
-        return os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path)
-
-    if os.path.dirname(cmd):
-        return cmd if runnable(cmd) else None
-    for folder in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
-        path = os.path.join(folder, cmd)
-        if runnable(path):
-            return path
-    return None
-
-
-def copyfile(src, dst):
-    """shutil.copyfile(src, dst), without importing shutil (the reports are small)."""
-    with open(src, "rb") as f:
-        data = f.read()
-    with open(dst, "wb") as f:
-        f.write(data)
-
-
-def make_state_folder():
-    """tempfile.mkdtemp(prefix="fake-ncu-"), without importing tempfile (and random, shutil)."""
-    base = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
-    for n in range(1000):
-        path = os.path.join(os.path.abspath(base), f"fake-ncu-{os.getpid()}-{n}")
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:  # a run killed before it cleaned up, with this pid
-            continue
-    raise FileExistsError(path)
-
-
-def remove_state_folder(path):
-    """shutil.rmtree(path, ignore_errors=True) for the state folder, which holds files only."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return
-    for name in names:
-        try:
-            os.unlink(os.path.join(path, name))
-        except OSError:
-            pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
 
 
 class Subreaper:
@@ -424,7 +374,7 @@ def main():
         fail(f"==ERROR== Failed to launch the application: {command[0]} not found.\n")
 
     os.setsid()  # escape the launcher's process group, as the real tool's tree did
-    state = make_state_folder()
+    state = make_folder("fake-ncu-")
     passes = pass_count(opts, collected, sets)
     session = {
         "state": state, "replay": replay, "passes": passes, "sections": collected,
@@ -491,7 +441,7 @@ def main():
         write_report(done)
         if export and os.path.exists(export):
             out(f"==PROF== Report: {os.path.abspath(export)}\n")
-        remove_state_folder(state)
+        remove_folder(state)
         os._exit(9)
 
     # The program signals each finished kernel on a FIFO (fakecuda._record), which this front end holds open for
@@ -548,7 +498,7 @@ def main():
         time.sleep(3600)
     done = results()
     ranges = os.path.exists(os.path.join(state, "ranges"))
-    remove_state_folder(state)
+    remove_folder(state)
     if rc != 0:
         out(f"==ERROR== The application returned an error code ({rc}).\n")
     if replay in ("range", "app-range") and not ranges:
