@@ -13,6 +13,8 @@ ladders). Pure logic is tested with injected time instead (rules, state).
 from __future__ import annotations
 
 import ast
+import concurrent.futures
+import contextlib
 import functools
 import os
 import signal
@@ -22,7 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from nsightwrap.fallback.ladder import Ladder, load_ladder
 from nsightwrap.ncu.allowance import AllowancePolicy
@@ -553,39 +555,14 @@ def inline_pytest(path, monkeypatch, *args: str) -> InnerSession:
 # --- two independent walks of one test at once (tests/fallback) ---------------
 
 
-class Beside:
+@contextlib.contextmanager
+def beside(fn: Callable[..., Any], *args: Any) -> Iterator[concurrent.futures.Future]:
     """fn(*args) run in a thread of this process while the test goes on (the serial walk beside the engine's walk
     it is compared with: the two walks' stall timeouts are waited out at the same time, not one after the other).
-    result() waits for it and returns its answer (or raises its exception); a with-block waits for it on leaving
-    too (a failed test leaves nothing running)."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        import threading
-
-        self._answer: Any = None
-        self._error: Optional[BaseException] = None
-
-        def run() -> None:
-            try:
-                self._answer = fn(*args)
-            except BaseException as e:  # raised again by result()
-                self._error = e
-
-        self._thread = threading.Thread(target=run, name="beside", daemon=True)
-        self._thread.start()
-
-    def result(self, timeout: float = 300.0) -> Any:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), f"still running after {timeout} s"
-        if self._error is not None:
-            raise self._error
-        return self._answer
-
-    def __enter__(self) -> "Beside":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._thread.join(300.0)
+    Yields its Future (result() waits for it and returns its answer or raises its exception); leaving the block
+    waits for it too (a failed test leaves nothing running)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="beside") as pool:
+        yield pool.submit(fn, *args)
 
 
 class CountingMeasure:

@@ -13,12 +13,12 @@ import pytest
 from helpers import (
     ROOT,
     STALL_S,
-    Beside,
     InlineGpus,
     ThreadGpus,
     alive_in_scope,
     app,
     attempt_rows,
+    beside,
     cli_main,
     ctrl_c_sweep,
     run_config,
@@ -71,9 +71,9 @@ def on_threads(monkeypatch, tmp_path):
 
 def test_the_walk_on_two_gpus_gives_the_serial_walks_result_and_its_jobs_overlap(fake_gpus, tmp_path, monkeypatch):
     spec = on_threads(monkeypatch, tmp_path)  # (the serial walk opens no engine)
-    with Beside(walk, tmp_path, "serial") as beside:  # the serial walk at the same time, in a thread of its own
+    with beside(walk, tmp_path, "serial") as serial_walk:  # the serial walk at the same time, in a thread of its own
         engine = walk(tmp_path, "engine", spec)
-        serial = beside.result()
+        serial = serial_walk.result()
     assert steps(engine) == steps(serial)
     assert {s.attempt.stalled_kernel for s in serial.steps if s.attempt} >= {"a", "b"}
     assert (engine.status, engine.unprofiled, engine.stopped) == (serial.status, serial.unprofiled, serial.stopped)
@@ -166,7 +166,7 @@ def test_the_floors_rows_after_skipped_steps_and_max_attempts_on_the_engine_as_i
                            ProfileOptions(set="full"), "default", reader=attempt_rows, max_attempts=max_attempts)
 
     spec = on_threads(monkeypatch, tmp_path)  # (the serial walks open no engine)
-    with Beside(walk_j_k) as whole, Beside(walk_j_k, None, 6) as cut:
+    with beside(walk_j_k) as whole, beside(walk_j_k, None, 6) as cut:
         engine = walk_j_k(spec, 6)
         serial, full = cut.result(), whole.result()
     assert any(s.job == "j" and s.skipped for s in full.steps)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import FAKE_NSYS, Beside, ThreadGpus, app, attempt_rows, run_config
+from helpers import FAKE_NSYS, ThreadGpus, app, attempt_rows, beside, run_config
 from helpers import store_records as records
 from helpers import walk_steps as steps
 
@@ -42,9 +42,9 @@ def test_the_engines_walk_learns_the_nodes_calibration_and_skips_range_replay_as
                                                                                                  monkeypatch):
     monkeypatch.setattr(walk_module, "open_engine", lambda spec, jobs, on_counts=None: ProbeEngine(
         spec, ThreadGpus(), tmp_path, owned=False, on_counts=on_counts))  # (the serial walk opens no engine)
-    with Beside(walk, tmp_path, "serial") as beside:  # the serial walk at the same time, in a thread of its own
+    with beside(walk, tmp_path, "serial") as serial_walk:  # the serial walk at the same time, in a thread of its own
         engine = walk(tmp_path, "engine", ExecutorSpec("local", jobs=2, poll_s=0.01))
-        serial = beside.result()
+        serial = serial_walk.result()
     skipped = [s for s in serial.steps if s.skipped and s.rung.name == "range-replay"]
     assert [(s.job, s.skipped) for s in skipped] == [("h", NO_RANGES)]
     assert steps(engine) == steps(serial)
