@@ -12,7 +12,6 @@ import pg
 import pytest
 from helpers import FAKE_SMI_DIR, ROOT, STALL_S, app, cli_main, run_cli
 
-from nsightwrap.cli.main import main
 from nsightwrap.store import Environment, HangStore, ProfileKey
 
 FULL = ProfileKey("full")
@@ -22,10 +21,7 @@ NEWER_DRIVER = Environment("gpu-box", "NVIDIA H200", "590.10", "2025.3.1")
 
 def hangs(*argv: str, capsys) -> tuple[int, str, str]:
     """`nsightwrap hangs ARGV` in this process (a child costs seconds on a busy machine): (code, out, err)."""
-    capsys.readouterr()
-    code = main(["hangs", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return cli_main(["hangs", *argv], capsys)
 
 
 def _closed_port() -> int:
