@@ -15,6 +15,7 @@ from nsightwrap.cli.common import Parser, UsageError, error_doc, in_flags, inter
 from nsightwrap.errors import LadderError, NsightwrapError
 from nsightwrap.status import EXIT_CODES, INTERRUPTED, USAGE_EXIT_CODE
 from nsightwrap.version import __version__
+from nsightwrap.watch.signals import raise_if_dropped
 
 #: Each command: its module in nsightwrap.cli, the function there that adds its parser, the one that runs it.
 #: A module is imported only when its command is given (or the whole parser is built, for help and errors):
@@ -59,7 +60,9 @@ def run_command(argv: Sequence[str]) -> int:
         parser.print_help(sys.stderr)
         return _usage_error(UsageError("give a command, e.g. `python -m nsightwrap run -- ./my_app`"), as_json)
     try:
-        return _command_part(args.cmd, 1)(args)
+        command = _command_part(args.cmd, 1)  # its module imported
+        raise_if_dropped()
+        return command(args)
     except UsageError as e:
         return _usage_error(e, as_json)
     except NsightwrapError as e:

@@ -31,7 +31,7 @@ from nsightwrap.watch.evidence import StallEvidence
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.records import RunRecord, remove_record, write_record
 from nsightwrap.watch.rules import RunState, Verdict, WatchRule
-from nsightwrap.watch.signals import Interrupts, child_signal_reset
+from nsightwrap.watch.signals import Interrupts, child_signal_reset, raise_if_dropped
 from nsightwrap.watch.tree import (
     COOKIE_VAR,
     OWNER_VAR,
@@ -356,6 +356,7 @@ def watch(
     characters of the output and about its last 4 Mi (BoundedText's defaults). evidence: on a hang or
     timeout verdict, takes what the stuck tree looks like (watch.evidence) before it is stopped.
     """
+    raise_if_dropped()  # nothing started yet: a Ctrl-C that Python dropped is answered here, as one a moment later
     with Interrupts(raise_first=False) as signals:
         w = _Watch(argv, rules, policy, env, cwd, clock, on_output, on_event, frontend_names, observer,
                    tool_log, signals, guard)

@@ -21,11 +21,23 @@ Usage, for a caller that runs several watched attempts (a ladder walk):
 Handlers are only installed from the main thread, and only over Python's
 defaults: a handler the program set itself (or SIG_IGN from nohup) is left
 alone. Handlers are put back when the block ends.
+
+Python drops an exception raised where it cannot propagate one (a weakref
+callback, `__del__`): it prints "Exception ignored in ..." and carries on.
+A signal that comes while such code runs (importlib's module-lock callback
+runs in every import, and a command imports for its first second) raises its
+KeyboardInterrupt there, and the command went on as if nothing came: a
+SIGTERM 0.01 s after the start ran the whole program and exited 0. A scope
+that raises therefore also owns `sys.unraisablehook`: a KeyboardInterrupt
+dropped that way is kept as `dropped`, and `raise_if_dropped()` raises it
+again where the command goes on to start something (a command, a watched
+run).
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
@@ -54,7 +66,9 @@ class Interrupts:
         self.raise_first = raise_first
         self.received: list[int] = []
         self.delivered = False  # a KeyboardInterrupt for these signals went (or goes) up
+        self.dropped = False  # ... but Python dropped it (raised in a weakref callback or __del__)
         self._previous: dict[int, object] = {}
+        self._previous_hook = None
 
     @property
     def count(self) -> int:
@@ -70,10 +84,20 @@ class Interrupts:
             self.delivered = True
             raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
+    def _unraisable(self, unraisable) -> None:
+        """sys.unraisablehook while this scope raises: a KeyboardInterrupt that Python dropped is kept, not
+        printed; anything else goes to the hook that was there before."""
+        if self.delivered and not self.dropped and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self.dropped = True
+        else:
+            self._previous_hook(unraisable)
+
     def __enter__(self) -> "Interrupts":
         if threading.current_thread() is not threading.main_thread():
             return self  # only the main thread may set handlers; signals go to it anyway
         try:
+            if self.raise_first:
+                self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
             for sig in STOP_SIGNALS:
                 current = signal.getsignal(sig)
                 if current in _DEFAULTS or _scope_of(current) is not None:
@@ -88,6 +112,9 @@ class Interrupts:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
+        if self._previous_hook is not None and sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._previous_hook
+        self._previous_hook = None
         if outer is not None and self.received:
             outer.received.extend(self.received)
             outer.delivered = True
@@ -103,6 +130,7 @@ def interruptible() -> Iterator[Interrupts]:
     a burst of Ctrl-C never prints a traceback.
     """
     with Interrupts(raise_first=True) as scope:
+        raise_if_dropped()
         yield scope
 
 
@@ -121,6 +149,19 @@ def critical() -> Iterator[Interrupts]:
     if held.received and not already:
         raise KeyboardInterrupt(f"{signal.Signals(held.received[0]).name} received (held until a critical "
                                 "section ended)")
+
+
+def raise_if_dropped() -> None:
+    """Where a command goes on to start something: a stop signal whose KeyboardInterrupt Python dropped (see the
+    module's docstring) raises it again, once, so the command answers `interrupted` instead of starting."""
+    for sig in STOP_SIGNALS:
+        scope = _scope_of(signal.getsignal(sig))
+        while scope is not None:
+            if scope.dropped:
+                scope.dropped = False
+                raise KeyboardInterrupt(f"{signal.Signals(scope.received[0]).name} received (raised again: "
+                                        "Python dropped it where it came)")
+            scope = scope.outer
 
 
 def ignore_stop_signals() -> None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import weakref
 
 import pytest
 
-from nsightwrap.watch.signals import Interrupts, critical, interruptible
+from nsightwrap.watch.run import watch
+from nsightwrap.watch.signals import Interrupts, critical, interruptible, raise_if_dropped
 
 
 def send(sig: int) -> None:
@@ -101,3 +104,52 @@ def test_outside_the_main_thread_nothing_is_installed():
     t.start()
     t.join()
     assert result == {"handler": signal.default_int_handler, "count": 0}
+
+
+class Thing:
+    pass
+
+
+def die_with(callback) -> None:
+    """A weakref callback runs `callback` as an object dies: Python drops what it raises ("Exception ignored")."""
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _: callback())  # noqa: F841 - alive until the object dies
+    del thing
+
+
+def test_a_signal_whose_keyboard_interrupt_python_drops_is_raised_again_once():
+    hook = sys.unraisablehook
+    with interruptible() as scope:
+        die_with(lambda: (send(signal.SIGTERM), [0 for _ in range(3)]))  # the handler raises inside the callback
+        assert scope.dropped and scope.received == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM received .raised again"):
+            raise_if_dropped()
+        raise_if_dropped()  # once
+        send(signal.SIGINT)  # the command unwinds: only counted
+    assert scope.received == [signal.SIGTERM, signal.SIGINT]
+    assert sys.unraisablehook is hook
+
+
+def test_what_else_python_drops_still_reaches_the_hook_that_was_there(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    def fail():
+        raise ValueError("a callback's own error")
+    with interruptible() as scope:
+        die_with(fail)
+        with Interrupts(raise_first=False):  # a held scope (a watched run) leaves the hook alone
+            die_with(fail)
+    assert [type(u.exc_value) for u in seen] == [ValueError, ValueError]
+    assert not scope.dropped and sys.unraisablehook == seen.append
+    raise_if_dropped()  # nothing was dropped: nothing raised
+
+
+def test_a_watched_run_after_a_dropped_signal_starts_nothing(tmp_path):
+    """The signal came while the command loaded (the store, the ladder): the run answers it before it starts."""
+    marker = tmp_path / "started"
+    with interruptible():
+        die_with(lambda: (send(signal.SIGINT), [0 for _ in range(3)]))
+        with pytest.raises(KeyboardInterrupt, match="SIGINT received .raised again"):
+            watch([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], None, guard=False)
+    assert not marker.exists()
