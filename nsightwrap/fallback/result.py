@@ -135,10 +135,12 @@ class LadderResult:
 
 def merged_attrs(frames: Sequence[pd.DataFrame]) -> dict:
     """The attrs of frames read from several reports: units merged, and the reports listed."""
+    from nsightwrap.reports.ncu.schema import SharedAttr
+
     units: dict = {}
     reports: list = []
     for f in frames:
         units.update(f.attrs.get("units", {}))
         if f.attrs.get("report") is not None and f.attrs["report"] not in reports:
             reports.append(f.attrs["report"])
-    return {"units": units, "reports": reports}
+    return {"units": SharedAttr(units), "reports": reports}

@@ -22,6 +22,7 @@ from nsightwrap.reports.ncu.schema import (
     TIDY_IDENTITY_COLUMNS,
     UNIT,
     VALUE,
+    SharedAttr,
 )
 from nsightwrap.reports.ncu.select import BREAKDOWN, unknown_metrics_error
 
@@ -113,9 +114,7 @@ def build_wide(table: Table) -> "pandas.DataFrame":
         if rest:
             parts.append(pd.DataFrame(rest, index=pd.RangeIndex(n)))
         frame = pd.concat(parts, axis=1)[list(columns)]
-    units = dict(IDENTITY_UNITS)
-    units.update(table.units)
-    frame.attrs["units"] = units
+    frame.attrs["units"] = SharedAttr({**IDENTITY_UNITS, **table.units})
     return frame
 
 
@@ -168,6 +167,7 @@ def build_tidy(table: Table) -> "pandas.DataFrame":
     frame[TEXT] = frame[TEXT].astype(object)
     if table.n and all(v is None for v in table.identity[RANGE]):
         frame[RANGE] = frame[RANGE].astype("Int64")
-    frame.attrs["units"] = {name: table.units.get(name, "") for name, _ in items if not name.startswith(BREAKDOWN)}
-    frame.attrs["breakdowns"] = breakdowns
+    frame.attrs["units"] = SharedAttr({name: table.units.get(name, "") for name, _ in items
+                                       if not name.startswith(BREAKDOWN)})
+    frame.attrs["breakdowns"] = SharedAttr(breakdowns)
     return frame

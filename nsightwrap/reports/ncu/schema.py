@@ -41,7 +41,9 @@ page does without ``--print-metric-instances``. Integer identity columns are
 Units: ``df.attrs["units"]`` maps every metric column (and the identity
 columns that have one, see :data:`IDENTITY_UNITS`) to its unit as the report
 stores it: ``"ns"``, ``"byte"``, ``"%"``, ``"cycle"``, ``""`` for none. Values
-are never rescaled. ``df.attrs`` also holds ``"report"`` (the path),
+are never rescaled. The mapping is read-only (:class:`SharedAttr`: ``dict(units)``
+for a copy to change), so pandas shares it with every frame and column taken
+from ``df`` instead of copying it into each. ``df.attrs`` also holds ``"report"`` (the path),
 ``"reader"`` (``"extras"``, ``"wheel"`` or ``"csv"``, see :mod:`nsightwrap.reports.ncu.module`) and
 ``"reader_origin"`` (the module file, or the ncu binary for ``"csv"``).
 
@@ -140,6 +142,29 @@ CC_MINOR = "device__attribute_compute_capability_minor"
 #: Names ncu gives the default NVTX domain (ncu 2025.3.1: "<default domain>"); the ``nvtx`` column
 #: writes its ranges without a ``domain@`` prefix.
 DEFAULT_DOMAINS = ("", "<default domain>")
+
+
+class SharedAttr(dict):
+    """A read-only dict for `df.attrs`, which pandas shares instead of copying.
+
+    pandas deep-copies `attrs` into every frame and column it derives (`df[c]`, `df.itertuples()`,
+    `df.describe()`), and a full set's units map 2,246 metrics: each column taken cost 1 ms, and
+    `itertuples()` over a report of two rows 2.3 s. A value that cannot change is safe to share, so a
+    deep copy of this one is itself; `dict(units)` gives a copy to change."""
+
+    def __deepcopy__(self, memo: dict) -> "SharedAttr":
+        return self
+
+    def __copy__(self) -> "SharedAttr":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return type(self), (dict(self),)
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("this attrs entry is read-only (pandas shares it between frames): change dict(...) of it")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
 
 
 def dims(x: Any, y: Any, z: Any) -> str | None:
