@@ -161,9 +161,9 @@ def test_sigkill_of_nsightwrap_mid_hang_leaves_nothing(env, tmp_path):
 
 
 def guard_of(owner: int) -> psutil.Process:
-    """The owner's guard: its child in a session of its own (the cookie is not in its argv, issue 23)."""
+    """The owner's guard: its child `/bin/sh -c` in a session of its own (the cookie is not in its argv, issue 23)."""
     for q in psutil.Process(owner).children():
-        if "-S" in q.cmdline() and "-c" in q.cmdline():
+        if q.cmdline()[:2] == ["/bin/sh", "-c"]:
             return q
     raise AssertionError("no guard process")
 

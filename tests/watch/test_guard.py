@@ -1,0 +1,54 @@
+"""The guard (nsightwrap.watch.guard): a shell that holds its owner's pipe, and Python only once the owner died."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+from nsightwrap.watch.guard import Guard
+from nsightwrap.watch.tree import StopPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: An owner that starts a guard, names what its run left on disk, and dies without a word more.
+OWNER = """
+import os, sys
+from nsightwrap.watch.guard import Guard
+from nsightwrap.watch.tree import StopPolicy
+guard = Guard(sys.argv[1], StopPolicy(grace=0.1), ("ncu",), tool_log=sys.argv[2])
+guard.record(sys.argv[3])
+print(guard.proc.pid, flush=True)
+os._exit(0)
+"""
+
+
+def test_what_a_dead_owner_said_reaches_python_intact_and_its_files_go(tmp_path):
+    """Through the shell's `read -r` and `printf %s`: backslashes, %, quotes, $ and spaces in a path stay as
+    they are, and the guard removes the tool's log and the run record the owner named."""
+    odd = tmp_path / "a \\b %s $HOME 'q' `x`"
+    odd.mkdir()
+    log, record = odd / "ncu.log", tmp_path / "run.json"
+    log.write_text("ncu's log")
+    record.write_text("{}")
+    owner = subprocess.run([sys.executable, "-c", OWNER, uuid.uuid4().hex, str(log), str(record)],
+                           capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert owner.returncode == 0, owner.stderr
+    guard = psutil.Process(int(owner.stdout))
+    end = time.monotonic() + 20
+    while log.exists() or record.exists() or odd.exists():
+        assert time.monotonic() < end, "the guard did not remove what the owner named"
+        time.sleep(0.02)
+    guard.wait(10)  # and it ends
+
+
+def test_a_released_guard_is_a_shell_that_ends_with_0():
+    guard = Guard(uuid.uuid4().hex, StopPolicy(), ("ncu",))
+    shell = psutil.Process(guard.proc.pid)
+    assert shell.cmdline()[:2] == ["/bin/sh", "-c"]
+    guard.release(wait=5)
+    assert guard.proc.returncode == 0
