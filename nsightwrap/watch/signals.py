@@ -87,7 +87,7 @@ class Interrupts:
     def _unraisable(self, unraisable) -> None:
         """sys.unraisablehook while this scope raises: a KeyboardInterrupt that Python dropped is kept, not
         printed; anything else goes to the hook that was there before."""
-        if self.delivered and not self.dropped and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        if self.delivered and self.received and isinstance(unraisable.exc_value, KeyboardInterrupt):
             self.dropped = True
         else:
             self._previous_hook(unraisable)
