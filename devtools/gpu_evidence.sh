@@ -12,6 +12,7 @@
 #          executor2 (sweep on the local executor, submitit: 2 GPUs beside 1, ratio and culprits; needs two GPUs)
 #          torchfx (the PyTorch NVTX fixture and its CSV)   examples (examples/profile_*.py)
 #          gputests (every gpu-marked test)   sigkill chatty (issue 11)   fncost (issue 15's benchmark)
+#          dropped (session 12: a SIGTERM that Python drops while `run` imports; the guard is /bin/sh)
 #          calib (issue 10's benchmark)   probe (doctor's counter probe under raw ncu)
 #          tracertests (tests/gpu/test_gpu_tracer.py)   lag (how soon the CUPTI tracer reports, devtools/gpu_tracer_lag.sh)
 #          verdicts (issue 19's benchmark: no nsys, the CUPTI tracer; CALIB_STEPS, CALIB_BUDGET)
@@ -78,6 +79,7 @@ want triagetests && step 300 triagetests python3 -m pytest -m gpu -v -s -p no:ca
 want triage   && step 420 triage   python3 benchmarks/bench_triage.py --gpu --ncu /usr/local/cuda/bin/ncu --sanitizer /usr/local/cuda/bin/compute-sanitizer --cases "${TRIAGE_CASES:-clean,oob,race,uninit,flaky,selfhang,ncuhang,ncupasses}"
 want perrank  && step 400 perrank  env STEPS="${PERRANK_STEPS:-}" bash devtools/gpu_perrank.sh "$W/perrank"
 want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
+want dropped  && step 120 dropped  bash devtools/gpu_dropped_signal.sh "$W/dropped"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
 want calib    && step 560 calib    bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_calibration.txt" --ncu /usr/local/cuda/bin/ncu --nsys /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys --budget ${CALIB_BUDGET:-470} --steps ${CALIB_STEPS:-walk,hang,spin,sweep,overhead} ${CALIB_ARGS:-}' "$W"

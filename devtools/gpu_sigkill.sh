@@ -16,6 +16,7 @@ for i in $(seq 1 60); do grep -q 'Profiling "wait_for_host"' "$W/run.out" && bre
 sleep 2
 echo "== $(date +%T) hang reached (output so far):"; cat "$W/run.out"
 echo "== tree before SIGKILL:"; tree_left
+echo "== its guard: $(ps -ww -eo pid,ppid,cmd | awk -v p=$NW '$2 == p' | grep nsightwrap-guard | cut -c1-70)"
 echo "== $(date +%T) kill -9 $NW"; kill -9 "$NW"
 sleep 5
 echo "== $(date +%T) 5 s after SIGKILL, processes of the tree left:"; left=$(tree_left); echo "${left:-none}"
