@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def pytest_configure(config):
     process (xdist's workers inherit it); undone at the end (a pytest killed by SIGKILL leaves the folder of
     wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
     _one_final_collection(config)
+    _hear_ctrl_c()
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
@@ -66,6 +68,15 @@ def pytest_configure(config):
     os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
     os.environ[FAST_PYTHON_VAR] = folder
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+def _hear_ctrl_c() -> None:
+    """A suite started in the background of a script (`make test &`, `nohup`) inherits SIGINT ignored, and so did
+    every process it started: each test of a Ctrl-C then failed, waiting out its time limit (12 failures, the run
+    twice as long). The tests start with Ctrl-C heard, as in a terminal; xdist's workers and the tests' children
+    inherit it (what nsightwrap does when it starts with a stop signal ignored has tests of its own)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _one_final_collection(config):
