@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
