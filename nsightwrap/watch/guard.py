@@ -36,8 +36,8 @@ from nsightwrap.watch.tree import ProcessTree, StopPolicy, same_process, sleepin
 
 # The guard is /bin/sh (one starts with every watched run: sh starts in 1 ms of CPU, `python -S` in 12). It
 # reads the owner's lines on its stdin until end of file; when the last is not `done`, it hands them to Python
-# through a pipe (never argv), which loads nsightwrap and stops the tree. A line the owner did not finish is
-# dropped.
+# on its stdin, a here-document (never argv, nor printf, which is not built into every sh), and Python loads
+# nsightwrap and stops the tree. A line the owner did not finish is dropped.
 _BOOT = """\
 got= last=
 while IFS= read -r line; do
@@ -46,16 +46,19 @@ while IFS= read -r line; do
     last=$line
 done
 [ "$last" = done ] && exit 0
-printf %s "$got" | "$1" -S -c "$2" "$3"
+"$1" -S -c "$2" "$3" <<NSIGHTWRAP_GUARD
+$got
+NSIGHTWRAP_GUARD
 """
 
-# Python's part, once the owner is gone: site-packages (psutil), then the stop.
+# Python's part, once the owner is gone: site-packages (psutil), then the stop. The owner's lines are decoded
+# as it encoded them (UTF-8; surrogateescape for a path that is not UTF-8), whatever the locale's encoding.
 _OWNER_DIED = """\
 import site, sys
 site.main()
 sys.path.insert(0, sys.argv[1])
 from nsightwrap.watch.guard import owner_died
-owner_died(sys.stdin.read())
+owner_died(sys.stdin.buffer.read().decode("utf-8", "surrogateescape"))
 """
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -83,7 +86,7 @@ class Guard:
         if self._write_end is None:
             return
         try:
-            os.write(self._write_end, line.encode())
+            os.write(self._write_end, line.encode("utf-8", "surrogateescape"))  # any path, whatever the locale
         except OSError:
             pass  # the guard is gone: nothing to tell
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.tree import StopPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
+NOT_UTF8 = os.fsdecode(b"\xff")  # a byte a path may hold that is not UTF-8
 
 #: An owner that starts a guard, names what its run left on disk, and dies without a word more.
 OWNER = """
@@ -28,15 +30,17 @@ os._exit(0)
 
 
 def test_what_a_dead_owner_said_reaches_python_intact_and_its_files_go(tmp_path):
-    """Through the shell's `read -r` and `printf %s`: backslashes, %, quotes, $ and spaces in a path stay as
-    they are, and the guard removes the tool's log and the run record the owner named."""
-    odd = tmp_path / "a \\b %s $HOME 'q' `x`"
+    """Through the shell's `read -r` and its here-document: backslashes, %, quotes, $, spaces, a non-ASCII
+    letter and a byte that is not UTF-8 in a path stay as they are, whatever the locale's encoding (ASCII
+    here), and the guard removes the tool's log and the run record the owner named."""
+    odd = tmp_path / ("a \\b %s $HOME 'q' `x` \u00e9 " + NOT_UTF8)
     odd.mkdir()
-    log, record = odd / "ncu.log", tmp_path / "run.json"
+    log, record = odd / "ncu.log", odd / "run.json"
     log.write_text("ncu's log")
     record.write_text("{}")
     owner = subprocess.run([sys.executable, "-c", OWNER, uuid.uuid4().hex, str(log), str(record)],
-                           capture_output=True, text=True, timeout=30, cwd=ROOT)
+                           capture_output=True, text=True, timeout=30, cwd=ROOT,
+                           env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"})
     assert owner.returncode == 0, owner.stderr
     guard = psutil.Process(int(owner.stdout))
     end = time.monotonic() + 20
