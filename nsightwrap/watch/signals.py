@@ -31,7 +31,9 @@ SIGTERM 0.01 s after the start ran the whole program and exited 0. A scope
 that raises therefore also owns `sys.unraisablehook`: a KeyboardInterrupt
 dropped that way is kept as `dropped`, and `raise_if_dropped()` raises it
 again where the command goes on to start something (a command, a watched
-run).
+run). Not at once from the hook (`_thread.interrupt_main`): Python runs a
+signal's handler at its next step, which is still in the hook, and there it
+would be dropped again.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Interrupts:
         self.dropped = False  # ... but Python dropped it (raised in a weakref callback or __del__)
         self._previous: dict[int, object] = {}
         self._previous_hook = None
+        self._hooked = False
 
     @property
     def count(self) -> int:
@@ -87,7 +90,7 @@ class Interrupts:
     def _unraisable(self, unraisable) -> None:
         """sys.unraisablehook while this scope raises: a KeyboardInterrupt that Python dropped is kept, not
         printed; anything else goes to the hook that was there before."""
-        if self.delivered and self.received and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        if self._hooked and self.delivered and self.received and isinstance(unraisable.exc_value, KeyboardInterrupt):
             self.dropped = True
         else:
             self._previous_hook(unraisable)
@@ -98,6 +101,7 @@ class Interrupts:
         try:
             if self.raise_first:
                 self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
+                self._hooked = True
             for sig in STOP_SIGNALS:
                 current = signal.getsignal(sig)
                 if current in _DEFAULTS or _scope_of(current) is not None:
@@ -112,12 +116,13 @@ class Interrupts:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
-        if self._previous_hook is not None and sys.unraisablehook == self._unraisable:
+        if self._hooked and sys.unraisablehook == self._unraisable:
             sys.unraisablehook = self._previous_hook
-        self._previous_hook = None
+        self._hooked = False  # a hook set meanwhile that still calls this one: everything goes on to the previous
         if outer is not None and self.received:
             outer.received.extend(self.received)
             outer.delivered = True
+            outer.dropped = outer.dropped or self.dropped
 
 
 @contextmanager

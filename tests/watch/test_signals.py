@@ -153,3 +153,24 @@ def test_a_watched_run_after_a_dropped_signal_starts_nothing(tmp_path):
         with pytest.raises(KeyboardInterrupt, match="SIGINT received .raised again"):
             watch([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], None, guard=False)
     assert not marker.exists()
+
+
+def test_a_hook_that_outlives_the_scope_still_reaches_the_one_before(monkeypatch):
+    """A hook set inside the scope that calls the scope's and is put back only after the scope ended: what it
+    passes on reaches the hook that was there before the scope."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with interruptible():
+        inner = sys.unraisablehook
+        monkeypatch.setattr(sys, "unraisablehook", lambda u: inner(u))
+    die_with(lambda: 1 / 0)
+    assert [type(u.exc_value) for u in seen] == [ZeroDivisionError]
+
+
+def test_a_dropped_signal_of_an_inner_scope_is_raised_by_the_outer_one():
+    with interruptible() as outer:
+        with interruptible():
+            die_with(lambda: (send(signal.SIGHUP), [0 for _ in range(3)]))
+        assert outer.dropped
+        with pytest.raises(KeyboardInterrupt, match="SIGHUP received .raised again"):
+            raise_if_dropped()
