@@ -143,7 +143,7 @@ def build_tidy(table: Table) -> "pandas.DataFrame":
 
     out: dict[str, list] = {c: [] for c in TIDY_COLUMNS}
     rows: list[int] = []
-    breakdowns: dict[str, list[str]] = {}
+    breakdowns: dict[str, tuple[str, ...]] = {}
     items = [(name, column) for name, column in table.metrics.items()]
     for i in range(table.n):
         for name, column in items:
@@ -151,7 +151,7 @@ def build_tidy(table: Table) -> "pandas.DataFrame":
             if value is None:
                 continue
             if name.startswith(BREAKDOWN):
-                breakdowns.setdefault(name, [x.strip() for x in str(value).split(",") if x.strip()])
+                breakdowns.setdefault(name, tuple(x.strip() for x in str(value).split(",") if x.strip()))
                 continue
             rows.append(i)
             out[METRIC].append(name)

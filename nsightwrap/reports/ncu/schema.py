@@ -55,7 +55,7 @@ then ``metric``, ``value``, ``text``, ``unit`` (:data:`TIDY_COLUMNS`).
 as ``device__attribute_display_name``); ``text`` holds such string values
 (None for numbers). The ``breakdown:*`` items of SpeedOfLight are lists of
 metric names, not values: they are kept apart, in ``df.attrs["breakdowns"]``
-(name -> the metrics it lists).
+(name -> a tuple of the metrics it lists; read-only like the units).
 
 NVTX: ``IAction.nvtx_state()`` holds the NVTX state only when the program was
 profiled with ``ncu --nvtx``. The ``nvtx`` column then lists, per domain, the
@@ -159,7 +159,11 @@ class SharedAttr(dict):
         return self
 
     def __reduce__(self) -> tuple:
-        return type(self), (dict(self),)
+        return dict, (dict(self),)  # a pickled frame loads without nsightwrap (a plain dict there)
+
+    @classmethod
+    def fromkeys(cls, keys: Any, value: Any = None) -> "SharedAttr":
+        return cls(dict.fromkeys(keys, value))
 
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("this attrs entry is read-only (pandas shares it between frames): change dict(...) of it")
