@@ -63,11 +63,31 @@ SLOW_WARNING = ("\n==WARNING== Launching the workload is taking more time than e
                 "for more details.\n")
 
 
+#: ncu's "Connected to process" line comes before anything the target's injection says: the real injection
+#: blocks until ncu has accepted its connection. The fake's launcher says it once it has started this process,
+#: then writes a byte to this pipe; the first message waits for it (under load the target's first lines were
+#: written before the launcher's, and an application-replay pass then looked finished: the run waited for ever).
+#: Taken at import, so that no process this one starts inherits it; only by the process the launcher started
+#: (a rank of a launcher the fake does not know, whose descriptors are the launcher's, leaves it alone).
+_CONNECT = {"fd": int(os.environ.pop("FAKE_NCU_CONNECT_FD", "-1"))}
+if _CONNECT["fd"] >= 0 and str(os.getppid()) == os.environ.get("FAKE_NCU_SUBREAPER"):
+    os.set_inheritable(_CONNECT["fd"], False)
+else:
+    _CONNECT["fd"] = -1
+
 _LOG = {}
+
+
+def _connected():
+    fd = _CONNECT.pop("fd", -1)
+    if fd >= 0:
+        os.read(fd, 1)  # a byte, or end of file if the launcher died
+        os.close(fd)
 
 
 def _out(text):
     """ncu's messages: to its --log-file if it has one (as the real injection does), else stdout."""
+    _connected()
     log = _SESSION.get("log") if _SESSION else None
     if log and "fd" not in _LOG:
         _LOG["fd"] = os.open(log, os.O_WRONLY | os.O_APPEND)

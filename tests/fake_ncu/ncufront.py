@@ -167,16 +167,33 @@ the import lock; it opens its own files and writes with os.write) and soon execs
         # A launcher (tests/fake_dist) uses no CUDA, so ncu never connects to it; its ranks announce themselves.
         launcher = os.path.basename(command[0]) in ("torchrun", "mpirun", "srun")
         env = dict(os.environ, FAKE_NCU_SESSION=repr(session), FAKE_NCU_SUBREAPER=str(os.getpid()))
+        connect = say = -1
+        if not launcher:  # the target's first message waits for "Connected" (fakecuda._CONNECT)
+            connect, say = os.pipe()
+            os.set_inheritable(connect, True)
+            env["FAKE_NCU_CONNECT_FD"] = str(connect)
         try:
             pid = os.posix_spawnp(command[0], command, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
         except OSError as e:
+            if say >= 0:
+                os.close(say)
             os.write(channel, f"==ERROR== Failed to launch the application: {e}\n".encode())
             return 1
+        finally:
+            if connect >= 0:
+                os.close(connect)
         with open(os.path.join(state, "target_pid"), "w") as f:
             f.write(str(pid))
         exe = os.path.realpath(which(command[0]) or command[0])
         if not launcher:
+            if os.environ.get("FAKE_NCU_CONNECT_DELAY"):  # a launcher descheduled before it says "Connected"
+                time.sleep(float(os.environ["FAKE_NCU_CONNECT_DELAY"]))
             os.write(channel, f"==PROF== Connected to process {pid} ({exe})\n".encode())
+            try:
+                os.write(say, b".")
+            except OSError:
+                pass  # the target is gone, or never reads it (no fakecuda in it)
+            os.close(say)
         rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         if rc >= 0 and not launcher:  # a target killed by the profiler's shutdown is not announced
             os.write(channel, f"==PROF== Disconnected from process {pid}\n".encode())

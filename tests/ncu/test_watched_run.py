@@ -223,6 +223,17 @@ def test_application_replay_hang(fake_env, tmp_path):
     assert_clean(a)
 
 
+def test_application_replay_hang_when_ncu_is_slow_to_say_connected(fake_env, tmp_path, monkeypatch):
+    """The fake's launcher is slow to say "Connected" (a loaded machine): the target's first lines still come
+    after it, as with the real injection, which waits for ncu to accept it. Before, they came first, the pass
+    looked finished, and the run waited for ever (seen under load; the total timeout here only ends a regression)."""
+    monkeypatch.setenv("FAKE_NCU_CONNECT_DELAY", "0.3")
+    a = profile_command(app("vec_add", "k@hang"), ProfileOptions(set="basic", replay_mode="application"),
+                        config(tmp_path, stall_timeout=0.5, timeout=30))
+    assert a.status == "hang" and a.stalled_kernel == "k", a.describe()
+    assert_clean(a)
+
+
 def test_kernel_filter_skips_the_hanging_kernel(fake_env, tmp_path):
     a = profile_command(app("vec_add", "k@hang", "vec_add"),
                         ProfileOptions(set="basic", kernel=KernelFilter("vec_.*", True)), config(tmp_path))
