@@ -9,26 +9,10 @@ OUT=${1:?outdir}; mkdir -p "$OUT"; LOG="$OUT/dropped_signal.log"
 W=/tmp/nw; mkdir -p "$W"
 exec > >(tee -a "$LOG") 2>&1
 [ -x "$W/app" ] || nvcc -O2 -arch=sm_90 -o "$W/app" tests/gpu/kernels.cu || exit 1
-DROP='
-import os, runpy, signal, sys, weakref
-module = sys.argv[1]
-class Drop:
-    def find_spec(self, name, path=None, target=None):
-        if name == module:
-            sys.meta_path.remove(self)
-            class Thing: pass
-            thing = Thing()
-            ref = weakref.ref(thing, lambda _: os.kill(os.getpid(), signal.SIGTERM))
-            del thing
-        return None
-sys.meta_path.insert(0, Drop())
-sys.argv = ["nsightwrap", *sys.argv[2:]]
-runpy.run_module("nsightwrap", run_name="__main__")
-'
 for module in nsightwrap.cli.run nsightwrap.fallback.session; do
   echo "== $(date +%T) SIGTERM dropped while importing $module: run --json -- app hang 60"
   t0=$(date +%s.%N)
-  timeout 120 python3 -c "$DROP" "$module" run --json -q -o "$W/dropped" -- "$W/app" hang 60 > "$W/drop.out" 2> "$W/drop.err"
+  timeout 120 python3 tests/cli/dropped_signal.py "$module" run --json -q -o "$W/dropped" -- "$W/app" hang 60 > "$W/drop.out" 2> "$W/drop.err"
   rc=$?
   echo "rc=$rc in $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s; stdout: $(cat "$W/drop.out")"
   echo "stderr: $(tr '\n' ' ' < "$W/drop.err" | cut -c1-300)"

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -118,33 +119,15 @@ def test_a_signal_while_python_imports_is_interrupted_with_one_json_object(env, 
     assert "Traceback" not in err
 
 
-#: `python -c` this, then the command line: as the command imports `module`, a SIGTERM comes while Python runs
-#: a weakref callback (as importlib's module-lock callback runs in every import), where Python drops the
-#: KeyboardInterrupt its handler raises. Seen once in a suite run: SIGTERM 0.01 s after the start, and the
-#: command ran its program to the end and exited 0.
-DROPPED_SIGNAL = """
-import os, runpy, signal, sys, weakref
-module = sys.argv[1]
-class Drop:
-    def find_spec(self, name, path=None, target=None):
-        if name == module:
-            sys.meta_path.remove(self)
-            class Thing: pass
-            thing = Thing()
-            ref = weakref.ref(thing, lambda _: os.kill(os.getpid(), signal.SIGTERM))
-            del thing
-        return None
-sys.meta_path.insert(0, Drop())
-sys.argv = ["nsightwrap", *sys.argv[2:]]
-runpy.run_module("nsightwrap", run_name="__main__")
-"""
+#: A program: `python -m nsightwrap ARGS` with a SIGTERM that Python drops as the command imports a module.
+DROPPED_SIGNAL = Path(__file__).with_name("dropped_signal.py")
 
 
 @pytest.mark.parametrize("module", ["nsightwrap.cli.run",  # while the command loads
                                     "nsightwrap.fallback.session"])  # after: the last one before the run
 def test_a_signal_that_python_drops_while_importing_is_still_interrupted(env, tmp_path, module):
     started = time.monotonic()
-    p = subprocess.run([sys.executable, "-c", DROPPED_SIGNAL, module, "run", "--json", "-q", "-o",
+    p = subprocess.run([sys.executable, str(DROPPED_SIGNAL), module, "run", "--json", "-q", "-o",
                         str(tmp_path / "r"), "--", *app("vec_add", "sleep:20")],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 130, (p.returncode, p.stderr[-2000:])
