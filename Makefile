@@ -43,14 +43,15 @@ run: install
 	$(PY) examples/make_run.py
 
 # Six workers on two cores: many tests wait on real processes (hangs on the fakes' scaled clock), and six overlap
-# those waits (measured on this shared 2-core machine: -n 4 96 s, -n 5 75-95 s, -n 6 72-89 s, -n 10 98 s).
+# those waits (measured on this shared 2-core machine: -n 4 96 s, -n 5 75-95 s, -n 6 72-89 s, -n 10 98 s; at
+# a581e7e -n 6/8/7 alternated twice: 73.6/70.0/76.2 and 77.8/79.8/72.3 s, the machine's noise larger than the gap).
 # The suite's cost (issue 20; how tests stay cheap: tests/README.md): 353 s of CPU for 1211 tests at first; at
-# dda2311 (1310 tests) 112-143 s wall and 181-237 s of CPU; now, side by side with dda2311 in three alternated
-# pairs, 82.4/142.7, 89.3/136.2, 73.0/112.5 s wall (means 81.6 and 130.5 s) and 141/237, 153/226, 121/181 s of CPU
-# (user + sys; means 138 and 215 s) for 1306 tests (2026-11-27, load 2-5 from outside). The CPU came down with
-# cheaper processes (the fakes import only what each path needs, fork their subreaper, sleep on a FIFO instead of
-# polling; CLI runs in the test's process; smaller scenarios), the wall further with shorter waits (tests no longer
-# wait out a stall, a grace or a linger that is not their subject). Still above the goal of 60 s.
+# dda2311 (1310 tests) 112-143 s wall and 181-237 s of CPU; at 578ea95 (1307 tests) 73-94 s. Now (1318 tests),
+# side by side with 578ea95 in three alternated pairs on this shared machine (2026-11-27, a slow hour of it):
+# 94.1/82.2, 85.1/81.2, 79.4/74.6 s (means 86.2 and 79.3 s) and 162/140, 149/140, 139/128 s of CPU (user + sys),
+# and 68.8-73.6 s alone at other hours. The last cut: the guard of each watched run is a shell, not Python.
+# Still above the goal of 60 s: most of the CPU left is the start of ~2,500 small processes (the fakes, the
+# programs they run, the CLI and its jobs), spread thin over the suite.
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal
