@@ -71,7 +71,7 @@ def pytest_configure(config):
 
 
 def _hear_ctrl_c() -> None:
-    """A suite started in the background of a script (`make test &`, `nohup`) inherits SIGINT ignored, and so did
+    """A suite started in the background of a script (`make test &`) inherits SIGINT ignored, and so did
     every process it started: each test of a Ctrl-C then failed, waiting out its time limit (12 failures, the run
     twice as long). The tests start with Ctrl-C heard, as in a terminal; xdist's workers and the tests' children
     inherit it (what nsightwrap does when it starts with a stop signal ignored has tests of its own)."""

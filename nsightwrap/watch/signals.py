@@ -100,8 +100,8 @@ class Interrupts:
             return self  # only the main thread may set handlers; signals go to it anyway
         try:
             if self.raise_first:
+                self._hooked = True  # first: a signal right after the swap still finds the hook to put back
                 self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
-                self._hooked = True
             for sig in STOP_SIGNALS:
                 current = signal.getsignal(sig)
                 if current in _DEFAULTS or _scope_of(current) is not None:

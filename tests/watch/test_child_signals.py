@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 import sys
 
+import pytest
+
 from nsightwrap.watch.rules import TotalTimeout
 from nsightwrap.watch.run import watch
 
@@ -33,6 +35,18 @@ def test_a_child_does_not_inherit_an_ignored_sigint(tmp_path):
     assert not mask & (1 << (signal.SIGINT - 1)) and not mask & (1 << (signal.SIGHUP - 1))
 
 
+@pytest.fixture
+def stop_signals_at_default():
+    """The stop signals as in a terminal, whatever the suite was started with (nohup ignores SIGHUP)."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                signal.SIGHUP: signal.SIG_DFL}
+    saved = {sig: signal.signal(sig, handler) for sig, handler in defaults.items()}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("stop_signals_at_default")
 def test_without_ignored_signals_children_start_as_before(tmp_path):
     from nsightwrap.watch.signals import child_signal_reset
 
