@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.common import (
@@ -129,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        evidence=StallEvidence.default())
     screen = open_screen(args.quiet)
     log = configure_logging(args.verbose, screen.say)
-    store: Optional[Callable[[], HangStore]] = None
+    store: Optional[_LazyStore] = None
     try:
         with interruptible(), screen:  # SIGTERM and SIGHUP stop the tree as Ctrl-C does
             context = RunContext.create(config).with_listener(screen)
@@ -158,8 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return report_interrupt(args, screen, None)
     finally:
         configure_logging(False, screen.line)
-        if store is not None and store.cache_info().currsize:  # type: ignore[attr-defined]
-            store().close()  # once the run answered: a caller of main() in its own process keeps no connection
+        if store is not None:
+            store.close()  # once the run answered: a caller of main() in its own process keeps no connection
 
 
 def _executor(args: argparse.Namespace) -> Any:
@@ -173,7 +172,7 @@ def _executor(args: argparse.Namespace) -> Any:
     return spec
 
 
-def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScreen) -> tuple[Calibrator, Any]:
+def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScreen) -> tuple[Calibrator, "_LazyStore"]:
     """The run's calibrator, and the hang store opened on first use.
 
     A run without a stall pays nothing for calibration: the store is read up
@@ -181,23 +180,34 @@ def _calibrator(args: argparse.Namespace, command: list[str], screen: PlainScree
     from the start), else opened on a stall.
     """
     location = resolve_store(args.store)
-    store = functools.lru_cache(maxsize=None)(lambda: _said(open_store(location)))
+    store = _LazyStore(location)
     known = location.is_database or location.path.exists()
     calibrator = Calibrator(command, store=store, nsys=args.nsys, say=None if args.quiet else screen.say,
                             lazy=not (args.profile or known))
     return calibrator, store
 
 
-def _said(store: HangStore) -> HangStore:
-    """The store, its notes said on stderr at once (the team's database is down: recording here instead)."""
-    for note in store.notes:
-        print(f"nsightwrap: {note}", file=sys.stderr)
-    return store
+class _LazyStore:
+    """The hang store, opened on first call, its notes then said on stderr at once (the team's database is down:
+    recording here instead); `opened` is None until then."""
 
+    def __init__(self, location: Any) -> None:
+        self.location, self.opened = location, None
 
-def _store_notes(store: Callable[[], HangStore]) -> tuple[str, ...]:
-    """The notes of the store, if the run opened it."""
-    return tuple(store().notes) if store.cache_info().currsize else ()  # type: ignore[attr-defined]
+    def __call__(self) -> HangStore:
+        if self.opened is None:
+            self.opened = open_store(self.location)
+            for note in self.opened.notes:
+                print(f"nsightwrap: {note}", file=sys.stderr)
+        return self.opened
+
+    def notes(self) -> tuple[str, ...]:
+        """The notes of the store, if the run opened it."""
+        return tuple(self.opened.notes) if self.opened is not None else ()
+
+    def close(self) -> None:
+        if self.opened is not None:
+            self.opened.close()
 
 
 def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
@@ -214,7 +224,7 @@ def _program_fault(args: argparse.Namespace, calibration: Any) -> int:
 
 
 def _run_once(args: argparse.Namespace, session: Session, options: ProfileOptions, screen: PlainScreen,
-              log: Optional[LineLog], store: Callable[[], HangStore]) -> int:
+              log: Optional[LineLog], store: _LazyStore) -> int:
     command = session.command
     options, left_out = without_collectives(command, options)  # they would hang with every rank profiled
     if left_out and not args.quiet:
@@ -231,7 +241,7 @@ def _run_once(args: argparse.Namespace, session: Session, options: ProfileOption
     screen.close()
     if args.json:  # the store's notes were said on stderr when it was opened
         doc = attempt.to_dict()
-        print_json({**doc, "notes": [*doc.get("notes", []), *_store_notes(store)]})
+        print_json({**doc, "notes": [*doc.get("notes", []), *store.notes()]})
         _say_notes([attempt], log)  # the JSON holds them too; said where a person reads them
     else:
         print("\n" + without_logged(attempt.describe(), log), file=sys.stderr)
