@@ -77,6 +77,18 @@ def fast_stop(**kw: float) -> StopPolicy:
     return StopPolicy(**{"grace": 2.0, "term_wait": 1.0, "kill_wait": 2.0, "drain": 1.0, **kw})
 
 
+#: The known cause's grace on the tests' clock (1 s on the GPU machine), under dist_config's stall timeout.
+KNOWN = AllowancePolicy(FAST_ALLOWANCE.margin, FAST_ALLOWANCE.floor_s, known_cause_s=0.1)
+
+
+def dist_config(tmp_path: Path, env: dict, **kw: Any) -> RunConfig:
+    """A RunConfig for a job of the fake torchrun: a stall timeout of 0.6 s, and a short stop grace (the ranks
+    live on after ncu took SIGINT, waiting in the collective, so each stop goes on to SIGTERM them; how long it
+    waits first is not what these tests look at)."""
+    return run_config(tmp_path, **{"report_dir": str(tmp_path / "r"), "stall_timeout": 0.6, "env": env,
+                                   "stop": fast_stop(grace=0.2), **kw})
+
+
 def app(*steps: str) -> list[str]:
     """The command line of a fake CUDA program (see tests/fake_ncu/app.py). Its interpreter is this one without
     site (stdlib only; conftest.pytest_configure made it) where the session made one, so that app(...)[1:] is
@@ -425,8 +437,9 @@ def unavailable(why: str) -> None:
 #: which doubled its start (0.76 -> 0.40 s of CPU); nsightwrap's own plugin still loads from its entry point. Nor
 #: the unraisable-exception plugin, which collects garbage five times at the session's end (~0.1 s each with
 #: pandas loaded) to warn of exceptions in __del__: the outer test reads the inner session's pass count only.
-INNER_PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
-                "-p", "no:hypothesispytest", "-p", "no:unraisableexception")
+INNER_PYTEST_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark", "-p", "no:hypothesispytest",
+                        "-p", "no:unraisableexception")
+INNER_PYTEST = (sys.executable, "-m", "pytest", "-q", *INNER_PYTEST_PLUGINS)
 
 
 # --- a backend of the probe engine whose jobs end when the test says (tests/fallback) ---------------
@@ -539,7 +552,7 @@ def inline_pytest(path, monkeypatch, *args: str) -> InnerSession:
     try:
         # INNER_PYTEST's plugins off, and the terminal's (its lines would reach this session's output: the
         # reports come back through Collect) and faulthandler's (it would re-enable itself on another stderr).
-        code = pytest.main([str(path), *INNER_PYTEST[4:], "-p", "no:terminal", "-p", "no:faulthandler", *args],
+        code = pytest.main([str(path), *INNER_PYTEST_PLUGINS, "-p", "no:terminal", "-p", "no:faulthandler", *args],
                            plugins=[Collect()])
     finally:
         sys.path[:] = path_before

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import FAST_ALLOWANCE, CountingMeasure, app, cli_main, fast_stop, run_config, sigint_when
+from helpers import KNOWN, CountingMeasure, app, cli_main, dist_config, sigint_when
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.fallback.collectives import COLLECTIVE_ALL_RANKS, COLLECTIVES_JOB
@@ -21,7 +21,6 @@ from nsightwrap.fallback.ladder import ladder_from_dict
 from nsightwrap.fallback.session import Session
 from nsightwrap.fallback.sweep import sweep_sections
 from nsightwrap.fallback.walk import walk_ladder
-from nsightwrap.ncu.allowance import AllowancePolicy
 from nsightwrap.ncu.engine import profile_command
 from nsightwrap.ncu.options import ProfileOptions
 from nsightwrap.store.hangstore import HangStore
@@ -47,10 +46,7 @@ def rows(attempt) -> pd.DataFrame:
 
 @pytest.fixture
 def cfg(tmp_path, fake_env, tag):
-    # A short grace: the ranks of a job live on after ncu took SIGINT (they wait in the collective), so the
-    # stop goes on to SIGTERM them; how long it waits first is not what these tests look at.
-    return run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                      stop=fast_stop(grace=0.2))
+    return dist_config(tmp_path, dict(os.environ))
 
 
 def names(attempt) -> list[str]:
@@ -171,8 +167,7 @@ def test_sweep_probes_the_collective_on_one_rank(cfg, tmp_path):
     tests/ncu/test_known_causes.py's sweep once: both swept this job)."""
     store = HangStore(tmp_path / "s.db")
     command = torchrun(*SHORT)
-    # The known cause's grace on the tests' clock (1 s on the GPU machine), under the 0.6 s stall timeout.
-    known = cfg.replace(allowance=AllowancePolicy(FAST_ALLOWANCE.margin, FAST_ALLOWANCE.floor_s, known_cause_s=0.1))
+    known = cfg.replace(allowance=KNOWN)
     session = Session.open(command, known, store=store)
     # The program's calibration first (a plain run, as the sweep's first uncalibrated stall would make it): the
     # one-rank probe's hang is then judged by its calibrated allowance at once, not suspected and run again.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import app, fast_stop, run_config, sigint_when, start_cli
+from helpers import app, dist_config, sigint_when, start_cli
 
 from nsightwrap.fallback.collectives import COLLECTIVES_JOB
 from nsightwrap.fallback.ladder import ladder_from_dict
@@ -57,7 +57,7 @@ def _free_port() -> int:
 
 def _walk(tmp_path, env, command, *, side_by_side=True, store=None, stall_timeout=None, ladder="default"):
     said: list[str] = []
-    cfg = run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=env, stop=fast_stop(grace=0.2))
+    cfg = dist_config(tmp_path, env)
     session = Session.open(command, cfg, store=store, on_output=said.append, side_by_side=side_by_side,
                            stall_timeout=stall_timeout)
     return walk_ladder(session, ProfileOptions(set="full"), ladder, reader=rows), "".join(said)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import FAST_ALLOWANCE, CountingMeasure, app, cli_main, fast_stop, run_config
+from helpers import KNOWN, CountingMeasure, app, cli_main, dist_config, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.cli.screen import progress_line
@@ -48,8 +48,6 @@ AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 STEPS = ["gemm", f"{AR}@collective", "softmax", "gemm", f"{AR}@collective", "softmax", f"{AR}@collective"]
 EVIDENCE = ("known cause: ncu serialises kernel launches across the processes it profiles, so a collective waits "
             "for its other half forever (FACTS.md)")
-#: The known cause's grace on the tests' clock (1 s on the GPU machine), under the stall timeouts below.
-KNOWN = AllowancePolicy(FAST_ALLOWANCE.margin, FAST_ALLOWANCE.floor_s, known_cause_s=0.1)
 
 
 def torchrun(*steps: str, n: int = 2, launcher: Path = DIST / "torchrun") -> list[str]:
@@ -147,10 +145,8 @@ def test_up_front_plan_and_the_filters_it_makes():
 @pytest.fixture
 def cfg(tmp_path, fake_env, tag):
     """Stall timeouts that a fake kernel never reaches, and the known cause's grace on the tests' clock: a
-    collective that stalls can only be called by its known cause. A short stop grace: the ranks live on after ncu
-    took SIGINT (they wait in the collective), so each hang's stop waits it out before SIGTERM."""
-    return run_config(tmp_path, report_dir=str(tmp_path / "r"), stall_timeout=0.6, env=dict(os.environ),
-                      stop=fast_stop(grace=0.2), allowance=KNOWN)
+    collective that stalls can only be called by its known cause."""
+    return dist_config(tmp_path, dict(os.environ), allowance=KNOWN)
 
 
 def test_run_calls_the_collective_at_once_without_calibrating(cfg):
