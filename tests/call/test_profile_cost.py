@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from callees import other_step, quick_step, slow_step, step_with_hang
-from helpers import FAKE_DIR, FAST_ALLOWANCE, inline_pytest, run_config
+from helpers import FAKE_DIR, FAKE_SMI_DIR, FAST_ALLOWANCE, inline_pytest, run_config
 
 from nsightwrap.calibrate.confirm import Calibrator
 from nsightwrap.call import child
@@ -357,8 +357,7 @@ def test_the_fixture_shares_one_profiler_across_a_session(tmp_path, fake_env, nc
         "    assert nsight_profile(callees.other_step, 1, profile=t.ONE_RUNG).value == 2\n")
     monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "fakecuda:profiler_start:profiler_stop")
     # the fixtures skip where nvidia-smi lists no GPU: the fake one lists one
-    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(__file__).parents[1] / "fake_nvidia_smi"),
-                                                 os.environ.get("PATH", "")]))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKE_SMI_DIR), os.environ.get("PATH", "")]))
     inner = inline_pytest(tmp_path, monkeypatch)
     assert inner.code == 0 and inner.count("passed") == 2, inner.text()
     assert ncu_lookups == {"find_ncu": 1, "probe_ncu": 1}

@@ -18,8 +18,8 @@ import pytest
 from helpers import (
     FAKE_APP,
     FAKE_SANITIZER,
+    FAKE_SMI_DIR,
     FLAKY,
-    HERE,
     SAN_APP,
     cli_main,
     inline_pytest,
@@ -235,7 +235,7 @@ def test_the_pytest_fixture_triages_inside_a_test(env, tmp_path, monkeypatch):
         "def test_it(nsightwrap_triage):\n"
         f"    r = nsightwrap_triage(CMD, runs=1, tools=(), store={str(tmp_path / 'h.db')!r})\n"
         "    assert r.status == 'program-fault' and r.failed == 1, r.verdict\n")
-    monkeypatch.setenv("PATH", f"{HERE / 'fake_nvidia_smi'}{os.pathsep}{env['PATH']}")
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{env['PATH']}")
     inner = inline_pytest(tmp_path, monkeypatch)  # a session in this process (the fixture, not a process)
     assert inner.code == 0 and inner.count("passed") == 1, inner.text()
 

@@ -12,7 +12,7 @@ import sys
 
 import psutil
 from conftest import FAST_PYTHON_VAR
-from helpers import FAKE_NCU, app, read_until
+from helpers import FAKE_DIR, FAKE_NCU, HERE, app, read_until
 
 from nsightwrap.cli.commands import COMMAND_TABLE, build_parser
 
@@ -82,8 +82,7 @@ def test_the_most_started_fakes_import_only_what_python_S_has_loaded():
     """The fake ncu's front end, the fake program and the fake torchrun start ~2,500 times a suite: json, re,
     subprocess, shutil, tempfile, threading, random and signal's enum cost ~20 ms of CPU a process, twice the
     interpreter's start, and are imported only on the paths that need them."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    folders = [os.path.join(here, "fake_ncu"), os.path.join(here, "fake_dist")]
+    folders = [str(FAKE_DIR), str(HERE / "fake_dist")]
     code = f"import sys; sys.path[:0] = {folders!r}; import ncufront, fakeapp, launcher; print(*sorted(sys.modules))"
     env = {k: v for k, v in os.environ.items() if k != "FAKE_NCU_SESSION"}
     done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=env)

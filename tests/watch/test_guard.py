@@ -7,14 +7,13 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import psutil
+from helpers import ROOT
 
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.tree import StopPolicy
 
-ROOT = Path(__file__).resolve().parents[2]
 NOT_UTF8 = os.fsdecode(b"\xff")  # a byte a path may hold that is not UTF-8
 
 #: An owner that starts a guard, names what its run left on disk, and dies without a word more.
