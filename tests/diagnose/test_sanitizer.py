@@ -34,13 +34,16 @@ FAKE_SANITIZER = str(FAKE_DIR / "compute-sanitizer")
 DATA = HERE / "data" / "sanitizer"
 SCALE = 0.05
 #: Small floors for the fake's clock: a fake kernel's 1 s is 0.05 s here.
-FAST = SlowdownPolicy(priors={t: ToolPrior(factor=20.0, floor_s=1.0)
-                              for t in ("memcheck", "racecheck", "initcheck", "synccheck")})
+def _policy(floor_s: float) -> SlowdownPolicy:
+    return SlowdownPolicy(priors={t: ToolPrior(factor=20.0, floor_s=floor_s)
+                                  for t in ("memcheck", "racecheck", "initcheck", "synccheck")})
+
+
+FAST = _policy(1.0)
 #: For the whole runs that wait through a stall on purpose: a 0.3 s floor, the rest as FAST (what those tests
 #: check is the prior's 4 x 20 x the kernel's time and 4 x the longest gap; the floor is only waited through).
 QUICK_FLOOR = 0.3
-QUICK = SlowdownPolicy(priors={t: ToolPrior(factor=20.0, floor_s=QUICK_FLOOR)
-                               for t in ("memcheck", "racecheck", "initcheck", "synccheck")})
+QUICK = _policy(QUICK_FLOOR)
 
 
 def app(*steps: str) -> list[str]:

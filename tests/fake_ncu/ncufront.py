@@ -253,10 +253,10 @@ def validate(opts):
             if opt in opts:
                 fail(f"==ERROR== Option {opt[2:]} is not supported during range replay.\n")
     sections, sets = known_sections_and_sets()
-    if any(s.startswith("regex:") for s in opts.get("--section", [])):
-        import re
     for s in opts.get("--section", []):
         if s.startswith("regex:"):
+            import re
+
             if not any(re.search(s[6:], x) for x in sections):
                 fail(f"==ERROR== Option '--section {s}' did not match any section.\n"
                      "==ERROR== Use --list-sections to see the list of available sections.\n")

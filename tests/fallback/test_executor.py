@@ -190,11 +190,11 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     monkeypatch.setenv("FAKE_SMI_LOG", str(smi))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the jobs' python imports this nsightwrap
     folder = tmp_path / "jobs"
-    argv = ["sweep-sections", "--executor", "local", "--section", "SourceCounters", "--json",
-            "--store", str(tmp_path / "hangs.db"), "--no-preflight", "--executor-folder", str(folder),
-            "--stall-timeout", "1.2",  # (hangs calibrated on a node: the Slurm tests)
-            "--", *app("a@hang-if=SourceCounters")]
-    code, out, err = cli_main(argv, capsys)
+    serial = ["sweep-sections", "--section", "SourceCounters", "--json", "--store", str(tmp_path / "hangs.db"),
+              "--no-preflight", "--stall-timeout", "1.2",  # (hangs calibrated on a node: the Slurm tests)
+              "--", *app("a@hang-if=SourceCounters")]
+    code, out, err = cli_main([*serial[:1], "--executor", "local", "--executor-folder", str(folder), *serial[1:]],
+                              capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert {k["kernel"]: k["hang_alone"] for k in doc["kernels"]} == {"a": ["SourceCounters"]}
@@ -217,8 +217,6 @@ def test_cli_sweep_on_the_local_executor_runs_each_probe_as_a_job_on_its_own_gpu
     # The probes were recorded on the "node" (run_probe), in the store given, as a sweep here looks them up: a
     # second sweep asks nothing (a serial one: its whole-program runs as jobs were 2 more, ~2 s of CPU; the lookup
     # is the same code, _ProbeRunner.probe, on the engine or not).
-    serial = [a for a in argv if a != "--executor-folder" and a != str(folder)]
-    serial.remove("--executor"), serial.remove("local")
     code, out, err = cli_main(serial, capsys)
     assert code == 0, err
     assert all(p["from_store"] for k in json.loads(out)["kernels"] for p in k["probes"])
