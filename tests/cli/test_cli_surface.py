@@ -210,13 +210,22 @@ def test_sigterm_during_a_sweep(fake_env, tmp_path, when):
 # --- live progress, through a pseudo terminal -----------------------------------------------------
 
 
-def run_on_a_terminal(args, env, timeout=90) -> tuple[int, str, str]:
-    """Run the CLI with stderr on a pty (120x40) and stdout on a pipe: (rc, the screen, stdout)."""
+#: What a terminal of 120x40 says of itself.
+TERMINAL_ENV = {"TERM": "xterm-256color", "COLUMNS": "120"}
+
+
+def terminal() -> tuple[int, int]:
+    """A pseudo terminal of 120x40: (master, slave)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    return master, slave
+
+
+def run_on_a_terminal(args, env, timeout=90) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pty (120x40) and stdout on a pipe: (rc, the screen, stdout)."""
+    master, slave = terminal()
     p = subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE, stderr=slave,
-                         stdin=subprocess.DEVNULL, env=dict(env, PYTHONPATH=str(ROOT), TERM="xterm-256color",
-                                                            COLUMNS="120"))
+                         stdin=subprocess.DEVNULL, env=dict(env, PYTHONPATH=str(ROOT), **TERMINAL_ENV))
     os.close(slave)
     screen = b""
     deadline = time.monotonic() + timeout
@@ -257,10 +266,9 @@ def run_on_a_terminal_here(args, monkeypatch, capsys) -> tuple[int, str, str]:
     """`nsightwrap ARGS` through main(argv) in this process (a child `python -m nsightwrap` costs ~0.5 s of CPU
     more) with sys.stderr on a pty (120x40), read all along by a thread: (rc, the screen, stdout). For what the
     live screen says; run_on_a_terminal is the command line's process on a terminal."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    monkeypatch.setenv("TERM", "xterm-256color")
-    monkeypatch.setenv("COLUMNS", "120")
+    master, slave = terminal()
+    for name, value in TERMINAL_ENV.items():
+        monkeypatch.setenv(name, value)
     chunks: list[bytes] = []
 
     def read() -> None:
