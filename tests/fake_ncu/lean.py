@@ -6,6 +6,12 @@ times a suite, and those modules (with random, fnmatch, their own imports) cost 
 import os
 
 
+def literal(text):
+    """A value that repr() wrote (the fake ncu's session, its state files): Python literals only, written by the
+    fakes."""
+    return eval(text, {"__builtins__": {}}, {})
+
+
 def which(cmd):
     """shutil.which(cmd)."""
     def runnable(path):

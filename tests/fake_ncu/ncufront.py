@@ -47,7 +47,7 @@ import os
 import sys
 import time
 
-from lean import copyfile, make_folder, remove_folder, which  # beside this module: the stub put it on sys.path
+from lean import copyfile, literal, make_folder, remove_folder, which  # beside this module: the stub put it on sys.path
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "target")  # the fake install's folder
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "data"))
@@ -118,11 +118,6 @@ def parse_args(argv):
             i += 2
         opts.setdefault(name, []).append(value)
     return opts, argv[i:]
-
-
-def literal(text):
-    """A value that repr() wrote (the session, the state files): Python literals only, written by this fake."""
-    return eval(text, {"__builtins__": {}}, {})
 
 
 class Subreaper:
