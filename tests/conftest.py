@@ -13,7 +13,19 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import DATA, FAKE_APP, FAKE_DIR, FAKE_NCU, FAKE_SCALE, FAKE_SMI_DIR, HERE, app, attempt_rows, unavailable
+from helpers import (
+    DATA,
+    FAKE_APP,
+    FAKE_DIR,
+    FAKE_NCU,
+    FAKE_SCALE,
+    FAKE_SMI_DIR,
+    HERE,
+    STALL_S,
+    app,
+    attempt_rows,
+    unavailable,
+)
 
 from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.tree import processes_with
@@ -325,3 +337,18 @@ def fake_gpus(fake_env, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_SMI_SCOPE", uuid.uuid4().hex)
     monkeypatch.setenv("FAKE_SMI_GPUS", "2")
     return tmp_path
+
+
+@pytest.fixture
+def quick_suspicion(monkeypatch):
+    """For main(argv) in this process: helpers.SUSPECT_SOON's change (and its reason), undone after the test."""
+    from nsightwrap.calibrate import confirm
+
+    monkeypatch.setattr(confirm, "SUSPECT_AFTER_S", STALL_S)
+
+
+@pytest.fixture
+def cli_env(fake_env, monkeypatch):
+    """No nsys: a calibration is then a plain run, which for a program that hangs lasts until it is stopped."""
+    monkeypatch.delenv("NSIGHTWRAP_NSYS", raising=False)
+    return {k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NSYS"}

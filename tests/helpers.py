@@ -156,9 +156,19 @@ def run_cli(args: Sequence[str], env: Optional[dict] = None, timeout: float = 12
                           env=env, timeout=timeout, cwd=cwd)
 
 
-def start_cli(args: Sequence[str], env: dict, cwd: Optional[Path] = None) -> subprocess.Popen:
-    """`python -m nsightwrap ARGS` in the background (in `cwd`, else this one), stdout and stderr piped."""
-    return subprocess.Popen([sys.executable, "-m", "nsightwrap", *args], stdout=subprocess.PIPE,
+#: `python -c` this, then the command line: an uncalibrated kernel is suspected after STALL_S (0.4 s, the library
+#: runs' stall timeout) instead of 3 s, which the command line has no option for (--stall-timeout would skip the
+#: calibration the tests of tests/calibrate are about; test_calibrate.py checks the 3 s itself). The same __main__,
+#: its signal handling included, reached 2.6 s sooner. In this process: tests/calibrate's quick_suspicion.
+SUSPECT_SOON = (f"import runpy, nsightwrap.calibrate.confirm as c; c.SUSPECT_AFTER_S = {STALL_S}; "
+                "runpy.run_module('nsightwrap', run_name='__main__', alter_sys=True)")
+
+
+def start_cli(args: Sequence[str], env: dict, cwd: Optional[Path] = None,
+              main: Sequence[str] = ("-m", "nsightwrap")) -> subprocess.Popen:
+    """`python -m nsightwrap ARGS` in the background (in `cwd`, else this one), stdout and stderr piped. main:
+    what runs the command line instead of `-m nsightwrap` (`-c CODE` that sets something first)."""
+    return subprocess.Popen([sys.executable, *main, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=cwd)
 
 

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import app
-from helpers import cli_main
+from helpers import app, cli_main
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.fallback.ladder import ladder_from_dict

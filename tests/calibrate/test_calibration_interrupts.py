@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import pytest
-from helpers import STALL_S, app, no_leftovers, read_until, run_config
+from helpers import SUSPECT_SOON, app, no_leftovers, read_until, run_config, start_cli
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.errors import ProfileInterrupted
@@ -32,21 +30,14 @@ from nsightwrap.store.hangstore import HangStore
 from nsightwrap.watch.signals import interruptible
 
 CALIBRATING = b"timing the program without ncu"
-#: `python -m nsightwrap` whose uncalibrated kernels are suspected after STALL_S (0.4 s) instead of 3 s (the command
-#: line has no option for it; --stall-timeout would skip the calibration these tests interrupt; tests/calibrate/
-#: test_calibrate.py checks the 3 s itself): the same __main__, its signal handling included, reached 2.6 s sooner.
-SUSPECT_SOON = (f"import runpy, nsightwrap.calibrate.confirm as c; c.SUSPECT_AFTER_S = {STALL_S}; "
-                "runpy.run_module('nsightwrap', run_name='__main__', alter_sys=True)")
 BASIC = ProfileOptions(set="basic")
 LADDER = ladder_from_dict({"name": "two", "rungs": [
     {"name": "requested", "requested": True}, {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
 
 
 @pytest.fixture
-def env(fake_env, monkeypatch):
-    """No nsys here: the calibration is a plain run, which for these programs lasts until it is stopped."""
-    monkeypatch.delenv("NSIGHTWRAP_NSYS", raising=False)
-    return {k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NSYS"}
+def env(cli_env):
+    return cli_env
 
 
 def _store_is_empty(path):
@@ -63,9 +54,8 @@ def _store_is_empty(path):
 def test_cli_interrupted_while_calibrating_is_interrupted(env, tmp_path, how, sig):
     store = tmp_path / "h.db"
     extra = ["--profile", "quick", "--no-preflight"] if how == "profile" else []
-    p = subprocess.Popen([sys.executable, "-c", SUSPECT_SOON, "run", "--json", "--store", str(store), "--set", "basic",
-                          "--calibration-limit", "60", *extra, "--", *app("vec_add", "k@always", "vec_add")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p = start_cli(["run", "--json", "--store", str(store), "--set", "basic", "--calibration-limit", "60", *extra,
+                   "--", *app("vec_add", "k@always", "vec_add")], env, main=("-c", SUSPECT_SOON))
     try:
         read_until(p, p.stderr, CALIBRATING, timeout=60)
         threading.Event().wait(0.5)  # the calibration's plain run is under way

@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from helpers import FAKE_APP, STALL_S, FakeContext, app, cli_main, no_leftovers, run_config, unavailable
+from helpers import FAKE_APP, FakeContext, app, cli_main, no_leftovers, run_config, unavailable
 
 from nsightwrap.calibrate import Calibrator
 from nsightwrap.calibrate.confirm import confirm_limit
@@ -187,22 +187,6 @@ def test_a_sweep_stops_with_the_program_fault_and_records_nothing(cfg, tmp_path)
 
 
 # --- the command line ------------------------------------------------------------------------------
-
-@pytest.fixture
-def cli_env(fake_env, monkeypatch):
-    monkeypatch.delenv("NSIGHTWRAP_NSYS", raising=False)
-    return {k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NSYS"}
-
-
-@pytest.fixture
-def quick_suspicion(monkeypatch):
-    """For main(argv) in this process: an uncalibrated kernel is suspected after STALL_S (the library runs' stall
-    timeout above) instead of 3 s, which the command line has no option for (--stall-timeout would skip the
-    calibration these tests are about; tests/calibrate/test_calibrate.py checks the 3 s itself)."""
-    from nsightwrap.calibrate import confirm
-
-    monkeypatch.setattr(confirm, "SUSPECT_AFTER_S", STALL_S)
-
 
 @pytest.mark.parametrize("profile", [False, True])
 def test_cli_a_program_that_hangs_by_itself_exits_4_with_the_fault(cli_env, quick_suspicion, tmp_path, profile, capsys,
