@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import rewrite_cache
 from helpers import (
     DATA,
     FAKE_APP,
@@ -67,6 +68,8 @@ def pytest_configure(config):
     wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
     _one_final_collection(config)
     _hear_ctrl_c()
+    if getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        rewrite_cache.warm(config, HERE)  # xdist's controller: before its workers start (tests/rewrite_cache.py)
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
