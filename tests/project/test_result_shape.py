@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from helpers import parsed
 
 import nsightwrap
 from nsightwrap.call.result import ProfileResult
@@ -46,35 +48,43 @@ def _has_status(cls: type) -> bool:
     return "status" in fields or isinstance(inspect.getattr_static(cls, "status", None), property)
 
 
-def _classes() -> list[type]:
+@functools.cache
+def _classes() -> tuple[type, ...]:
+    """Every public class of the package, found by importing every module: once, by the tests that ask (not at
+    collection, where each of xdist's workers imported the whole package for it: issue 20)."""
     found = {}
     for module in _modules():
         for name, cls in vars(module).items():
             if inspect.isclass(cls) and cls.__module__ == module.__name__ and not name.startswith("_"):
                 found[f"{cls.__module__}.{cls.__qualname__}"] = cls
-    return [found[k] for k in sorted(found)]
+    return tuple(found[k] for k in sorted(found))
 
 
-CLASSES = _classes()
-RESULTS = [c for c in CLASSES if _has_status(c) and f"{c.__module__}.{c.__qualname__}" not in NOT_RESULTS]
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _results() -> list[type]:
+    return [c for c in _classes() if _has_status(c) and _name(c) not in NOT_RESULTS]
 
 
 def test_the_walk_finds_the_results():
-    names = {c.__qualname__ for c in RESULTS}
+    names = {c.__qualname__ for c in _results()}
     assert {"Attempt", "NsysRun", "ProfileResult", "Calibration", "LadderResult"} <= names
 
 
-@pytest.mark.parametrize("cls", RESULTS, ids=lambda c: c.__qualname__)
-def test_every_result_has_status_exit_code_and_to_dict(cls):
-    assert isinstance(inspect.getattr_static(cls, "exit_code", None), property), f"{cls.__qualname__}.exit_code"
-    assert callable(getattr(cls, "to_dict", None)), f"{cls.__qualname__}.to_dict"
+def test_every_result_has_status_exit_code_and_to_dict():
+    lacking = [f"{_name(c)}.{what}" for c in _results() for what, has in (
+        ("exit_code", isinstance(inspect.getattr_static(c, "exit_code", None), property)),
+        ("to_dict", callable(getattr(c, "to_dict", None)))) if not has]
+    assert lacking == []
 
 
-@pytest.mark.parametrize("cls", [c for c in CLASSES if hasattr(c, "to_json")], ids=lambda c: c.__qualname__)
-def test_no_to_json_returns_a_dict(cls):
+def test_no_to_json_returns_a_dict():
     """A dict is to_dict(); to_json(), where there is one, gives the JSON text."""
-    returns = inspect.signature(cls.to_json).return_annotation
-    assert returns in (str, "str"), f"{cls.__qualname__}.to_json returns {returns}: name it to_dict"
+    wrong = {_name(c): r for c in _classes() if hasattr(c, "to_json")
+             for r in [inspect.signature(c.to_json).return_annotation] if r not in (str, "str")}
+    assert wrong == {}, "name them to_dict"
 
 
 def _attempt(status: str = HANG) -> Attempt:
@@ -150,7 +160,7 @@ def _spelled(tree: ast.AST) -> Iterator[int]:
 
 def test_status_words_come_from_the_vocabulary():
     offenders = [f"{p.relative_to(PACKAGE.parent)}:{line}" for p in sorted(PACKAGE.rglob("*.py"))
-                 if p.name != "status.py" for line in _spelled(ast.parse(p.read_text()))]
+                 if p.name != "status.py" for line in _spelled(parsed(p))]
     assert offenders == [], "use the constants of nsightwrap.status"
 
 
