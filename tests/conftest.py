@@ -44,7 +44,8 @@ def checkout_files(root: Path = HERE.parent) -> set[str]:
     names = set()
     for sub in ("", "tests", "nsightwrap-reports"):  # os.listdir: run before and after every test (issue 20)
         try:
-            names.update(os.path.join(sub, n) for n in os.listdir(os.path.join(root, sub)) if n not in CHECKOUT_CACHES)
+            prefix = f"{sub}/" if sub else ""  # not os.path.join: 140 names twice a test (issue 20)
+            names.update(prefix + n for n in os.listdir(os.path.join(root, sub)) if n not in CHECKOUT_CACHES)
         except FileNotFoundError:
             pass
     return names
