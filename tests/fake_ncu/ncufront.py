@@ -408,14 +408,22 @@ def main():
         except FileNotFoundError:
             return []
 
-    def write_report(done):
-        """Keep the report current after every kernel, as the real tool does (`done`: the kernels, or their count)."""
+    reports = {"lock": _thread.RLock(), "closed": False}  # re-entrant: the stop's handler may come mid-write
+
+    def write_report(done, last=False):
+        """Keep the report current after every kernel, as the real tool does (`done`: the kernels, or their count).
+        The last write closes the report: the thread that keeps it current writes no more, so that the front end
+        never exits while that thread's copy is half made (a run under load left `r.ncu-rep.<thread>.tmp`)."""
         count = done if isinstance(done, int) else len(done)
-        if export and count and not os.environ.get("FAKE_NCU_NO_REPORT"):
-            src = "basic_ok.ncu-rep" if count >= 8 else "partial_mixed_basic.ncu-rep"
-            tmp = f"{export}.{_thread.get_ident()}.tmp"
-            copyfile(os.path.join(DATA, "reports", src), tmp)
-            os.replace(tmp, export)
+        with reports["lock"]:
+            if reports["closed"]:
+                return
+            reports["closed"] = last
+            if export and count and not os.environ.get("FAKE_NCU_NO_REPORT"):
+                src = "basic_ok.ncu-rep" if count >= 8 else "partial_mixed_basic.ncu-rep"
+                tmp = f"{export}.{_thread.get_ident()}.tmp"
+                copyfile(os.path.join(DATA, "reports", src), tmp)
+                os.replace(tmp, export)
 
     ignore = os.environ.get("FAKE_NCU_IGNORE_SIGNALS")
 
@@ -450,7 +458,7 @@ def main():
         out("==PROF== Trying to shutdown target application\n")
         out("==ERROR== The application returned an error code (9).\n")
         done = results()
-        write_report(done)
+        write_report(done, last=True)
         if export and os.path.exists(export):
             out(f"==PROF== Report: {os.path.abspath(export)}\n")
         remove_folder(state)
@@ -510,6 +518,8 @@ def main():
         time.sleep(3600)
     done = results()
     ranges = os.path.exists(os.path.join(state, "ranges"))
+    if replay in ("range", "app-range") and not ranges or not done:
+        write_report(0, last=True)  # no report to come: the thread stops writing before this process ends
     remove_folder(state)
     if rc != 0:
         out(f"==ERROR== The application returned an error code ({rc}).\n")
@@ -526,7 +536,7 @@ def main():
         for piece in ("...", ".50%", "....", ".100%\n"):
             time.sleep(0.02 * SCALE)
             out(piece)
-    write_report(done)
+    write_report(done, last=True)
     if export and not os.environ.get("FAKE_NCU_NO_REPORT"):
         out(f"==PROF== Report: {os.path.abspath(export)}\n")
     else:
