@@ -12,6 +12,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import order
 import pytest
 import rewrite_cache
 from helpers import (
@@ -211,7 +212,9 @@ def _gpu_needs(item, gpus: int) -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     """gpu tests run only where a GPU, ncu and what their marker asks for are: else skipped, saying why (the gpu
-    marker is the one place a test says what it needs of the machine)."""
+    marker is the one place a test says what it needs of the machine). In xdist's workers, the longest tests first
+    (tests/order.py)."""
+    order.reorder(config, items)
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if not gpu_items:
         return

@@ -111,3 +111,52 @@ def test_the_controller_rewrites_each_test_module_once_for_every_worker(request,
     assert rewrite_cache.warm(request.config, tmp_path) == []
     sources[1].write_text("def test_it():\n    assert 1\n\n")  # changed: written again
     assert rewrite_cache.warm(request.config, tmp_path) == [sources[1]]
+
+
+def test_each_workers_block_is_as_long_as_the_others_and_starts_with_its_longest_tests():
+    """tests/order.py: blocks of worksteal's sizes, of equal durations within a test, each longest first."""
+    import order
+
+    seconds = {f"t{i}": s for i, s in enumerate([6.0, 4.0, 3.0, 3.0, 2.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.1, 0.1, 0.1])}
+    ids = [f"t{i}" for i in range(13)] + ["new"]  # a test not in the file counts as DEFAULT_S
+    ordered = order.longest_first(ids, ids, 3, seconds)
+    assert sorted(ordered) == sorted(ids) and order.block_sizes(14, 3) == [4, 5, 5]
+    blocks = [ordered[:4], ordered[4:9], ordered[9:]]
+    totals = [sum(seconds.get(t, order.DEFAULT_S) for t in b) for b in blocks]
+    assert max(totals) - min(totals) <= 6.0 and all(
+        [seconds.get(t, order.DEFAULT_S) for t in b] == sorted((seconds.get(t, order.DEFAULT_S) for t in b),
+                                                                reverse=True) for b in blocks)
+    assert blocks[0][0] == "t0" and order.longest_first(ids, ids, 3, seconds) == ordered
+
+
+def test_blocks_are_the_sizes_worksteal_hands_out():
+    import order
+    from xdist.scheduler.worksteal import WorkStealingScheduling
+
+    class Node:
+        shutting_down = False
+
+        def __init__(self, name):
+            self.sent, self.gateway = [], type("Gateway", (), {"id": name})
+
+        def send_runtest_some(self, indices):
+            self.sent.extend(indices)
+
+    for count, workers in ((1311, 6), (14, 3), (100, 8)):
+        nodes = [Node(f"gw{i}") for i in range(workers)]
+        tx = [f"{workers}*popen"]
+        config = type("Config", (), {"getvalue": lambda self, name, tx=tx: tx if name == "tx" else None})
+        sched = WorkStealingScheduling(config())
+        for node in nodes:
+            sched.add_node(node)
+            sched.add_node_collection(node, [f"t{i}" for i in range(count)])
+        sched.schedule()
+        assert [len(n.sent) for n in nodes] == order.block_sizes(count, workers)
+
+
+def test_durations_are_read_from_pytests_report():
+    import order
+
+    report = ("============ slowest durations ============\n3.77s call     tests/a.py::test_x[1-2]\n"
+              "0.17s setup    tests/a.py::test_x[1-2]\n0.06s teardown tests/b.py::test_y\n")
+    assert order.durations_from_report(report) == {"tests/a.py::test_x[1-2]": 3.94, "tests/b.py::test_y": 0.06}
