@@ -12,7 +12,6 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import order
 import pytest
 import rewrite_cache
 from helpers import (
@@ -212,9 +211,7 @@ def _gpu_needs(item, gpus: int) -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     """gpu tests run only where a GPU, ncu and what their marker asks for are: else skipped, saying why (the gpu
-    marker is the one place a test says what it needs of the machine). In xdist's workers, the longest tests first
-    (tests/order.py)."""
-    order.reorder(config, items)
+    marker is the one place a test says what it needs of the machine)."""
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if not gpu_items:
         return

@@ -17,7 +17,7 @@ NCU = "/opt/ncu/ncu"
 CMD = ["./app", "--size", "4"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def info(tmp_path_factory) -> NcuInfo:
     """NcuInfo as probe_ncu builds it from ncu 2025.3.1's real output."""
     tmp = tmp_path_factory.mktemp("ncu")

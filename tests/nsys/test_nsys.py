@@ -349,10 +349,9 @@ def test_parse_unknown_report_shape_and_thousands():
 # ----------------------------------------------------------------- nsys stats / export via the fake
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def made_report(tmp_path_factory):
-    """One fake nsys run for the tests that only read its report (each reads its own copy: `report`), once a
-    session: the tests of a module need not run one after another (tests/order.py)."""
+    """One fake nsys run for the tests that only read its report (each reads its own copy: `report`)."""
     folder = tmp_path_factory.mktemp("nsys-made")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NSIGHTWRAP_NSYS", str(FAKE_NSYS))
