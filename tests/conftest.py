@@ -69,8 +69,9 @@ def pytest_configure(config):
     wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
     _one_final_collection(config)
     _hear_ctrl_c()
-    if getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
-        rewrite_cache.warm(config, HERE)  # xdist's controller: before its workers start (tests/rewrite_cache.py)
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and not os.environ.get("PYTEST_XDIST_WORKER"):
+        rewrite_cache.warm(config, HERE, workers)  # xdist's controller, before its workers start: rewrite_cache.py
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
@@ -125,13 +126,23 @@ def own_places(tmp_path_factory, monkeypatch):
     a report written to a relative path, or a temporary folder that a stopped process (a fake launcher killed
     by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR.
     (tempfile.mkdtemp there, not tmp_path_factory.mktemp: that numbers its folders by listing the ones made
-    before, a list that grows with every test of the worker, and moves a symbolic link each time.)"""
-    own = Path(tempfile.mkdtemp(prefix="own-", dir=tmp_path_factory.getbasetemp()))
+    before, a list that grows with every test of the worker, and moves a symbolic link each time.)
+
+    Nothing reaches the user's own nsightwrap folders either: $XDG_CACHE_HOME is a folder of the session's (the
+    default hang store, the tools' probe cache, a built tracer), and a store or cache folder named in the user's
+    environment is not used. Before, every suite run added ~50 probe-cache files to ~/.cache/nsightwrap/tools, and a
+    CLI test without --store recorded in the user's ~/.cache/nsightwrap/hangs.db."""
+    base = tmp_path_factory.getbasetemp()
+    own = Path(tempfile.mkdtemp(prefix="own-", dir=base))
     for name in ("cwd", "runtime", "tmp"):
         os.mkdir(own / name)
+    (base / "xdg-cache").mkdir(exist_ok=True)  # the session's: a tracer built by one test serves the others
     monkeypatch.chdir(own / "cwd")
     monkeypatch.setenv(RUNTIME_VAR, str(own / "runtime"))
     monkeypatch.setenv("TMPDIR", str(own / "tmp"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base / "xdg-cache"))
+    for name in ("NSIGHTWRAP_STORE", "NSIGHTWRAP_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NSIGHTWRAP_EVIDENCE", "off")  # the CLI keeps no run evidence unless a test asks (bundle)
 
 

@@ -418,12 +418,12 @@ def main():
         with reports["lock"]:
             if reports["closed"]:
                 return
-            reports["closed"] = last
             if export and count and not os.environ.get("FAKE_NCU_NO_REPORT"):
                 src = "basic_ok.ncu-rep" if count >= 8 else "partial_mixed_basic.ncu-rep"
                 tmp = f"{export}.{_thread.get_ident()}.tmp"
                 copyfile(os.path.join(DATA, "reports", src), tmp)
                 os.replace(tmp, export)
+            reports["closed"] = last  # after the copy: a stop that comes during the last write writes it again
 
     ignore = os.environ.get("FAKE_NCU_IGNORE_SIGNALS")
 
