@@ -12,19 +12,22 @@ same, and a module that cannot be rewritten is left to the worker that imports i
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
-
-#: The bytes of a pyc header that say which source it was made from (magic, flags, mtime, size): pytest's check.
-_HEADER = 16
 
 
 def warm(config, folder: Path, workers: int) -> list[Path]:
     """Write the rewritten pyc of each test module under `folder` that lacks a current one, in up to `workers`
     processes (forked: the rewriting needs this pytest's config); the modules it found stale."""
     try:
-        from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc, assertstate_key, get_cache_dir
+        from _pytest.assertion.rewrite import (
+            PYC_TAIL,
+            _read_pyc,
+            _rewrite_test,
+            _write_pyc,
+            assertstate_key,
+            get_cache_dir,
+        )
         state = config.stash[assertstate_key]
     except (ImportError, KeyError):
         return []
@@ -34,7 +37,8 @@ def warm(config, folder: Path, workers: int) -> list[Path]:
     def pyc(source: Path) -> Path:
         return get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
 
-    stale = [p for p in sorted(folder.rglob("test_*.py")) if not _current(p, pyc(p))]
+    # pytest's own check of a cached pyc (its header: a timestamp in 9.0, the source's hash in 9.2), ~0.4 ms a module
+    stale = [p for p in sorted(folder.rglob("test_*.py")) if _read_pyc(p, pyc(p)) is None]
     shares = max(1, min(len(os.sched_getaffinity(0)), workers, len(stale)))
     children = []
     for share in range(1, shares):
@@ -66,15 +70,3 @@ def _rewrite(config, state, paths, pyc, rewrite_test, write_pyc) -> None:
         if not write_pyc(state, code, stat, target):
             return  # a folder we cannot write (a read-only checkout): the workers rewrite, as pytest alone does
 
-
-def _current(source: Path, pyc: Path) -> bool:
-    """Whether `pyc` is what pytest would read for `source` (its header check, without loading the code)."""
-    try:
-        with open(pyc, "rb") as f:
-            header = f.read(_HEADER)
-        st = source.stat()
-    except OSError:
-        return False
-    return (len(header) == _HEADER and header[:4] == importlib.util.MAGIC_NUMBER and header[4:8] == bytes(4)
-            and int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-            and int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF)
