@@ -43,15 +43,12 @@ run: install
 	$(PY) examples/make_run.py
 
 # Six workers on two cores: many tests wait on real processes (hangs on the fakes' scaled clock), and six overlap
-# those waits (measured on this shared 2-core machine: -n 4 96 s, -n 5 75-95 s, -n 6 72-89 s, -n 10 98 s; at
-# a581e7e -n 6/8/7 alternated twice: 73.6/70.0/76.2 and 77.8/79.8/72.3 s, the machine's noise larger than the gap).
-# The suite's cost (issue 20; how tests stay cheap: tests/README.md): 353 s of CPU for 1211 tests at first; at
-# dda2311 (1310 tests) 112-143 s wall and 181-237 s of CPU; at 578ea95 (1307 tests) 73-94 s. Now (1318 tests),
-# side by side with 578ea95 in three alternated pairs on this shared machine (2026-11-27, a slow hour of it):
-# 94.1/82.2, 85.1/81.2, 79.4/74.6 s (means 86.2 and 79.3 s) and 162/140, 149/140, 139/128 s of CPU (user + sys),
-# and 68.8-73.6 s alone at other hours. The last cut: the guard of each watched run is a shell, not Python.
-# Still above the goal of 60 s: most of the CPU left is the start of ~2,500 small processes (the fakes, the
-# programs they run, the CLI and its jobs), spread thin over the suite.
+# those waits (measured on this shared 2-core machine: -n 4 96 s, -n 5 75-95 s, -n 6 72-89 s, -n 10 98 s; on
+# 2026-11-27 -n 8 and -n 6 alternated three times: 68.0/65.9, 68.2/66.7, 65.2/68.7 s, the same wall time with
+# 11 % more CPU at -n 8). The suite's cost (issue 20; how tests stay cheap, and what its start costs:
+# tests/README.md): 353 s of CPU for 1211 tests at first; 1311 tests now take 67-70 s with warm caches and
+# 68-82 s from a clean checkout (CI's), ~106 s of CPU. Still above the goal of 60 s: most of the CPU left is the
+# start of ~2,500 small processes (the fakes, the programs they run, the CLI and its jobs) and of the six workers.
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal

@@ -51,6 +51,8 @@ def checkout_files(root: Path = HERE.parent) -> set[str]:
     return names
 
 
+#: Where a user names their own store and cache folder: never used by the suite (pytest_configure).
+USERS_OWN = ("NSIGHTWRAP_STORE", "NSIGHTWRAP_CACHE_DIR")
 #: Set (to the folder of the tests' `python3`) once the session made its child processes start cheaply.
 FAST_PYTHON_VAR = "NSIGHTWRAP_TEST_PYTHON_DIR"
 #: Its subfolder where this interpreter's name runs it without site (helpers.app's interpreter).
@@ -66,7 +68,12 @@ def pytest_configure(config):
     every `python -m nsightwrap` compiled its 110 modules again (0.13 s), so the tests' children write
     `__pycache__` folders (ignored by git) even where PYTHONDONTWRITEBYTECODE is set. Done once, in the first
     process (xdist's workers inherit it); undone at the end (a pytest killed by SIGKILL leaves the folder of
-    wrappers, `nsightwrap-tests-python-*` in $TMPDIR)."""
+    wrappers, `nsightwrap-tests-python-*` in $TMPDIR).
+
+    Nothing reaches the user's own nsightwrap folders either: $XDG_CACHE_HOME is a folder of the session's (the
+    default hang store, the tools' probe cache, a built tracer), and a store or cache folder named in the user's
+    environment (NSIGHTWRAP_STORE, NSIGHTWRAP_CACHE_DIR) is not used. Before, every suite run added ~50 probe-cache
+    files to ~/.cache/nsightwrap/tools, and a CLI test without --store recorded in the user's hang store."""
     _one_final_collection(config)
     _hear_ctrl_c()
     workers = getattr(config.option, "numprocesses", None)
@@ -80,11 +87,15 @@ def pytest_configure(config):
         script.parent.mkdir(exist_ok=True)
         script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{flags} "$@"\n')
         script.chmod(0o755)
-    names = ("PATH", "PYTHONDONTWRITEBYTECODE", FAST_PYTHON_VAR)
+    names = ("PATH", "PYTHONDONTWRITEBYTECODE", FAST_PYTHON_VAR, "XDG_CACHE_HOME", *USERS_OWN)
     config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in names}
     os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
     os.environ[FAST_PYTHON_VAR] = folder
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.mkdir(os.path.join(folder, "xdg-cache"))
+    os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "xdg-cache")
+    for name in USERS_OWN:
+        os.environ.pop(name, None)
 
 
 def _hear_ctrl_c() -> None:
@@ -126,23 +137,14 @@ def own_places(tmp_path_factory, monkeypatch):
     a report written to a relative path, or a temporary folder that a stopped process (a fake launcher killed
     by the tree stop) could not remove, stays in pytest's temporary folders, never in the checkout or $TMPDIR.
     (tempfile.mkdtemp there, not tmp_path_factory.mktemp: that numbers its folders by listing the ones made
-    before, a list that grows with every test of the worker, and moves a symbolic link each time.)
-
-    Nothing reaches the user's own nsightwrap folders either: $XDG_CACHE_HOME is a folder of the session's (the
-    default hang store, the tools' probe cache, a built tracer), and a store or cache folder named in the user's
-    environment is not used. Before, every suite run added ~50 probe-cache files to ~/.cache/nsightwrap/tools, and a
-    CLI test without --store recorded in the user's ~/.cache/nsightwrap/hangs.db."""
-    base = tmp_path_factory.getbasetemp()
-    own = Path(tempfile.mkdtemp(prefix="own-", dir=base))
+    before, a list that grows with every test of the worker, and moves a symbolic link each time.) The cache
+    folder is the session's (pytest_configure)."""
+    own = Path(tempfile.mkdtemp(prefix="own-", dir=tmp_path_factory.getbasetemp()))
     for name in ("cwd", "runtime", "tmp"):
         os.mkdir(own / name)
-    (base / "xdg-cache").mkdir(exist_ok=True)  # the session's: a tracer built by one test serves the others
     monkeypatch.chdir(own / "cwd")
     monkeypatch.setenv(RUNTIME_VAR, str(own / "runtime"))
     monkeypatch.setenv("TMPDIR", str(own / "tmp"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(base / "xdg-cache"))
-    for name in ("NSIGHTWRAP_STORE", "NSIGHTWRAP_CACHE_DIR"):
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NSIGHTWRAP_EVIDENCE", "off")  # the CLI keeps no run evidence unless a test asks (bundle)
 
 

@@ -13,12 +13,15 @@ same, and a module that cannot be rewritten is left to the worker that imports i
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+from typing import Optional
 
 
 def warm(config, folder: Path, workers: int) -> list[Path]:
-    """Write the rewritten pyc of each test module under `folder` that lacks a current one, in up to `workers`
-    processes (forked: the rewriting needs this pytest's config); the modules it found stale."""
+    """Write the rewritten pyc of each test module the session asks for (config.args) under `folder` that lacks a
+    current one, in up to `workers` processes (forked: the rewriting needs this pytest's config); the modules it
+    found stale."""
     try:
         from _pytest.assertion.rewrite import (
             PYC_TAIL,
@@ -37,26 +40,62 @@ def warm(config, folder: Path, workers: int) -> list[Path]:
     def pyc(source: Path) -> Path:
         return get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
 
+    def rewrite(paths: list[Path]) -> None:
+        _rewrite(config, state, paths, pyc, _rewrite_test, _write_pyc)
+
     # pytest's own check of a cached pyc (its header: a timestamp in 9.0, the source's hash in 9.2), ~0.4 ms a module
-    stale = [p for p in sorted(folder.rglob("test_*.py")) if _read_pyc(p, pyc(p)) is None]
+    stale = [p for p in _modules(config, folder) if _read_pyc(p, pyc(p)) is None]
     shares = max(1, min(len(os.sched_getaffinity(0)), workers, len(stale)))
-    children = []
-    for share in range(1, shares):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover (a forked child: its own exit, no pytest teardown)
-            status = 1
-            try:
-                _rewrite(config, state, stale[share::shares], pyc, _rewrite_test, _write_pyc)
-                status = 0
-            finally:
-                os._exit(status)
-        children.append(pid)
+    children: list[int] = []
     try:
-        _rewrite(config, state, stale[0::shares], pyc, _rewrite_test, _write_pyc)
+        mine = stale[0::shares]
+        for share in range(1, shares):
+            pid = _fork(rewrite, stale[share::shares])
+            if pid is None:
+                mine += stale[share::shares]  # no process to spare: this one does that share too
+            else:
+                children.append(pid)
+        rewrite(mine)
     finally:
         for pid in children:
             os.waitpid(pid, 0)
     return stale
+
+
+def _modules(config, folder: Path) -> list[Path]:
+    """The test modules under `folder` that the session's arguments name (a file, or a folder's), all of them
+    where the arguments name none there."""
+    root, wanted = folder.resolve(), set()
+    for arg in config.args:
+        path = (Path(config.invocation_params.dir) / arg.split("::")[0]).resolve()
+        if path.is_dir():
+            wanted.update(path.rglob("test_*.py"))
+        elif path.name.startswith("test_") and path.suffix == ".py":
+            wanted.add(path)
+    wanted = {p for p in wanted if p.is_relative_to(root)}
+    return sorted(wanted or root.rglob("test_*.py"))
+
+
+def _fork(rewrite, paths: list[Path]) -> Optional[int]:
+    """A child that rewrites `paths` and exits, or None where none can be started. SIGINT and SIGTERM wait until
+    the child is inside its own exit's reach: a Ctrl-C at the fork must not make the child a second pytest."""
+    stops = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        pid = os.fork()
+    except OSError:  # a limit on processes: the caller does the work itself
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return None
+    if pid == 0:  # pragma: no cover (a forked child: its own exit, no pytest teardown)
+        status = 1
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            rewrite(paths)
+            status = 0
+        finally:
+            os._exit(status)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pid
 
 
 def _rewrite(config, state, paths, pyc, rewrite_test, write_pyc) -> None:

@@ -94,6 +94,7 @@ def test_the_most_started_fakes_import_only_what_python_S_has_loaded():
     assert loaded & heavy == set()
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # 3.12+: execnet's thread
 def test_the_controller_rewrites_each_test_module_once_for_every_worker(request, tmp_path):
     """tests/rewrite_cache.py: the pyc it writes, in two processes, is the one pytest's import reads (its cache
     folder, its header, the code pytest's rewriting makes); a current pyc is left as it is."""
@@ -101,6 +102,7 @@ def test_the_controller_rewrites_each_test_module_once_for_every_worker(request,
 
     if request.config.getoption("assertmode") != "rewrite":
         pytest.skip("asserts are not rewritten in this session (--assert=plain): nothing to warm")
+    tmp_path = tmp_path.resolve()
     sources = [tmp_path / f"test_m{i}.py" for i in range(3)]
     for i, path in enumerate(sources):
         path.write_text(f"def test_it():\n    x = {i}\n    assert x == {i}\n")
