@@ -96,18 +96,22 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
                       timeout_s: float, pause: tuple[float, float]) -> int:
     rng = random.Random(seed)
     procs = {w: start(store, w, n, folder) for w in range(workers)}
+    since = {w: 0 for w in procs}  # records each writer had confirmed when it was (re)started
     made, deadline = 0, time.monotonic() + timeout_s
     try:
         while any(p.poll() is None for p in procs.values()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"writers still running after {timeout_s} s")
             time.sleep(rng.uniform(*pause))
-            running = [w for w, p in procs.items() if p.poll() is None]
-            if made < kills and running:
-                w = rng.choice(running)
+            # A kill lands on a writer that is writing: it confirmed a record since it started, and has more to go
+            # (under load, kills at random moments alone sometimes came after every writer was done).
+            writing = [w for w, p in procs.items() if p.poll() is None and since[w] < _confirmed(folder, w) < n]
+            if made < kills and writing:
+                w = rng.choice(writing)
                 procs[w].send_signal(signal.SIGKILL)
                 procs[w].wait()
                 made += 1
+                since[w] = _confirmed(folder, w)
                 procs[w] = start(store, w, n, folder)
         bad = {w: p.returncode for w, p in procs.items() if p.returncode != 0}
         if bad:
@@ -118,6 +122,14 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _confirmed(folder: Path, worker: int) -> int:
+    """How many records `worker` has confirmed (its done file: one line each)."""
+    try:
+        return len((folder / f"done-{worker}").read_text().split())
+    except FileNotFoundError:
+        return 0
 
 
 def check_written(records, folder: Path, workers: int, n: int) -> tuple[int, int]:
