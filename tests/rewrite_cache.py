@@ -41,7 +41,15 @@ def warm(config, folder: Path, workers: int) -> list[Path]:
         return get_cache_dir(source) / (source.name[:-3] + PYC_TAIL)
 
     def rewrite(paths: list[Path]) -> None:
-        _rewrite(config, state, paths, pyc, _rewrite_test, _write_pyc)
+        for path in paths:
+            target = pyc(path)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                stat, code = _rewrite_test(path, config)  # (stat, code) in pytest 9.0, (hash, code) in 9.2
+            except Exception:  # noqa: BLE001 (a syntax error, a rewriter's bug: the worker importing it says what)
+                continue
+            if not _write_pyc(state, code, stat, target):
+                return  # a folder we cannot write (a read-only checkout): the workers rewrite, as pytest alone does
 
     # pytest's own check of a cached pyc (its header: a timestamp in 9.0, the source's hash in 9.2), ~0.4 ms a module
     stale = [p for p in _modules(config, folder) if _read_pyc(p, pyc(p)) is None]
@@ -96,16 +104,3 @@ def _fork(rewrite, paths: list[Path]) -> Optional[int]:
             os._exit(status)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return pid
-
-
-def _rewrite(config, state, paths, pyc, rewrite_test, write_pyc) -> None:
-    for path in paths:
-        target = pyc(path)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            stat, code = rewrite_test(path, config)
-        except Exception:  # noqa: BLE001 (a syntax error, a rewriter's bug: the worker importing it says what)
-            continue
-        if not write_pyc(state, code, stat, target):
-            return  # a folder we cannot write (a read-only checkout): the workers rewrite, as pytest alone does
-

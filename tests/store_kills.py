@@ -105,13 +105,13 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
             time.sleep(rng.uniform(*pause))
             # A kill lands on a writer that is writing: it confirmed a record since it started, and has more to go
             # (under load, kills at random moments alone sometimes came after every writer was done).
-            writing = [w for w, p in procs.items() if p.poll() is None and since[w] < _confirmed(folder, w) < n]
+            writing = [w for w, p in procs.items() if p.poll() is None and since[w] < len(_confirmed(folder, w)) < n]
             if made < kills and writing:
                 w = rng.choice(writing)
                 procs[w].send_signal(signal.SIGKILL)
                 procs[w].wait()
                 made += 1
-                since[w] = _confirmed(folder, w)
+                since[w] = len(_confirmed(folder, w))
                 procs[w] = start(store, w, n, folder)
         bad = {w: p.returncode for w, p in procs.items() if p.returncode != 0}
         if bad:
@@ -124,12 +124,12 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
                 p.wait()
 
 
-def _confirmed(folder: Path, worker: int) -> int:
-    """How many records `worker` has confirmed (its done file: one line each)."""
+def _confirmed(folder: Path, worker: int) -> list[str]:
+    """The records `worker` has confirmed: its done file, a line each (none before it wrote one)."""
     try:
-        return len((folder / f"done-{worker}").read_text().split())
+        return (folder / f"done-{worker}").read_text().split()
     except FileNotFoundError:
-        return 0
+        return []
 
 
 def check_written(records, folder: Path, workers: int, n: int) -> tuple[int, int]:
@@ -138,6 +138,5 @@ def check_written(records, folder: Path, workers: int, n: int) -> tuple[int, int
     duplicated = sum(c - 1 for c in seen.values() if c > 1)
     lost = 0
     for w in range(workers):
-        done = (folder / f"done-{w}").read_text().split()
-        lost += sum(1 for i in done if seen[f"{w}:{i}"] == 0)
+        lost += sum(1 for i in _confirmed(folder, w) if seen[f"{w}:{i}"] == 0)
     return lost, duplicated

@@ -159,14 +159,13 @@ def critical() -> Iterator[Interrupts]:
 def raise_if_dropped() -> None:
     """Where a command goes on to start something: a stop signal whose KeyboardInterrupt Python dropped (see the
     module's docstring) raises it again, once, so the command answers `interrupted` instead of starting."""
-    for sig in STOP_SIGNALS:
-        scope = _scope_of(signal.getsignal(sig))
-        while scope is not None:
-            if scope.dropped:
-                scope.dropped = False
-                raise KeyboardInterrupt(f"{signal.Signals(scope.received[0]).name} received (raised again: "
-                                        "Python dropped it where it came)")
-            scope = scope.outer
+    scope = next(filter(None, (_scope_of(signal.getsignal(sig)) for sig in STOP_SIGNALS)), None)  # the innermost
+    while scope is not None:
+        if scope.dropped:
+            scope.dropped = False
+            raise KeyboardInterrupt(f"{signal.Signals(scope.received[0]).name} received (raised again: "
+                                    "Python dropped it where it came)")
+        scope = scope.outer
 
 
 def ignore_stop_signals() -> None:
