@@ -21,7 +21,13 @@ def _writer_args(store: str) -> tuple[list[str], dict]:
 
 def _start(store: str, worker: int, n: int, folder: Path) -> subprocess.Popen:
     argv, env = _writer_args(store)
-    return subprocess.Popen([*argv, store, str(worker), str(n), str(folder / f"done-{worker}")], env=env)
+    return subprocess.Popen([*argv, store, str(worker), str(n), str(folder / f"done-{worker}"), str(_gate(folder))],
+                            env=env)
+
+
+def _gate(folder: Path) -> Path:
+    """The file whose existence lets the writers write their last record: made once the kills are made."""
+    return folder / "kills-made"
 
 
 class Forks:
@@ -43,7 +49,7 @@ class Forks:
         return answer
 
     def start(self, store: str, worker: int, n: int, folder: Path) -> "Forked":
-        return Forked(self, int(self.ask(f"start {worker} {n} {folder / f'done-{worker}'}")))
+        return Forked(self, int(self.ask(f"start {worker} {n} {folder / f'done-{worker}'} {_gate(folder)}")))
 
     def close(self) -> None:
         self.server.stdin.close()
@@ -79,7 +85,8 @@ class Forked:
 def write_with_kills(store: str, folder: Path, workers: int, n: int, kills: int, seed: int = 22,
                      timeout_s: float = 300, forked: bool = False, pause: tuple[float, float] = (0.05, 0.4)) -> int:
     """Run `workers` writers of `n` records each, SIGKILL one at random `kills` times (each started again, a
-    random `pause` of seconds before each), wait for all to finish; the kills made. `forked`: each writer forked
+    random `pause` of seconds before each), wait for all to finish; the kills made (always `kills`: each writer's
+    last record waits until they are made, store_writer.py). `forked`: each writer forked
     by one process that imported the store (Forks), else each a fresh interpreter (what a user's processes are;
     the benchmark's). A forked writer writes at once (4 writers of 40 records: ~1 s), no 0.4 s of imports first:
     give it shorter pauses, so that every kill lands while they write."""
@@ -103,9 +110,11 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
             if time.monotonic() > deadline:
                 raise TimeoutError(f"writers still running after {timeout_s} s")
             time.sleep(rng.uniform(*pause))
-            # A kill lands on a writer that is writing: it confirmed a record since it started, and has more to go
-            # (under load, kills at random moments alone sometimes came after every writer was done).
-            writing = [w for w, p in procs.items() if p.poll() is None and since[w] < len(_confirmed(folder, w)) < n]
+            # A kill lands on a writer that is writing: it confirmed a record since it started, or waits to write its
+            # last one, and has more to go. Under load, kills at random moments alone sometimes came after every
+            # writer was done; the wait before the last record (until the kills are made) leaves one to kill.
+            writing = [w for w, p in procs.items() if p.poll() is None
+                       and (since[w] < len(_confirmed(folder, w)) < n or len(_confirmed(folder, w)) == n - 1)]
             if made < kills and writing:
                 w = rng.choice(writing)
                 procs[w].send_signal(signal.SIGKILL)
@@ -113,6 +122,8 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
                 made += 1
                 since[w] = len(_confirmed(folder, w))
                 procs[w] = start(store, w, n, folder)
+            if made == kills:
+                _gate(folder).touch()
         bad = {w: p.returncode for w, p in procs.items() if p.returncode != 0}
         if bad:
             raise RuntimeError(f"writers failed: {bad}")

@@ -1,9 +1,10 @@
-"""A writer for the store's concurrency tests and benchmark: `python store_writer.py STORE WORKER N DONE_FILE`.
+"""A writer for the store's concurrency tests and benchmark: `python store_writer.py STORE WORKER N DONE_FILE GATE`.
 
 Records N records (kernel ``w{WORKER}``, uid derived from (WORKER, i)) and, after each record() returned,
 appends i to DONE_FILE: a record counts as written once its line is there. Started again after a SIGKILL,
 it goes on from the first index not in DONE_FILE, retrying that one with the same uid (it may have been
-committed before the kill): the store must keep it once.
+committed before the kill): the store must keep it once. Its last record waits for the file GATE to exist:
+no writer is done before the test has made its kills (tests/store_kills.py).
 
 `python store_writer.py --serve STORE` imports the store once and forks each writer when asked (its
 protocol: serve_forks); tests/store_kills.py starts the writers of the kill test so.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 
 from nsightwrap.store.hangstore import HangStore
@@ -26,7 +28,7 @@ def uid(worker: int, i: int) -> str:
     return uuid.uuid5(NAMESPACE, f"{worker}:{i}").hex
 
 
-def main(store: str, worker: int, n: int, done_file: str) -> None:
+def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
     try:
         with open(done_file) as f:
             start = len(f.read().split())
@@ -35,6 +37,8 @@ def main(store: str, worker: int, n: int, done_file: str) -> None:
     fd = os.open(done_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with HangStore(store, busy_timeout=60) as s:
         for i in range(start, n):
+            while i == n - 1 and not os.path.exists(gate):
+                time.sleep(0.005)
             s.record(f"w{worker}", ProfileKey("full"), "hang" if i % 3 == 0 else "ok", env=ENV,
                      note=f"{worker}:{i}", uid=uid(worker, i))
             os.write(fd, f"{i}\n".encode())
@@ -92,14 +96,14 @@ def _fork(target, *args) -> int:
 
 
 def serve_forks(store: str) -> None:
-    """Answer one line on stdout for each line on stdin: `start WORKER N DONE_FILE` forks main(store, ...)
+    """Answer one line on stdout for each line on stdin: `start WORKER N DONE_FILE GATE` forks main(store, ...)
     and answers its pid; `poll PID` answers `running` or its exit status (negative: the signal that ended it),
     `wait PID` its exit status once it ended. Its writers are its children: only it can wait for them."""
     _import_the_store(store)
     for line in sys.stdin:
         verb, *args = line.split()
         if verb == "start":
-            answer = str(_fork(main, store, int(args[0]), int(args[1]), args[2]))
+            answer = str(_fork(main, store, int(args[0]), int(args[1]), args[2], args[3]))
         else:
             pid, status = os.waitpid(int(args[0]), os.WNOHANG if verb == "poll" else 0)
             answer = "running" if pid == 0 else str(os.waitstatus_to_exitcode(status))
@@ -110,4 +114,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--serve":
         serve_forks(sys.argv[2])
     else:
-        main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])

@@ -94,14 +94,25 @@ def _carrying(var: str, value: Optional[str]) -> Callable[[bytes], bool]:
     return lambda raw: entry in b"\0" + raw + b"\0"  # the last entry may lack its NUL
 
 
+def _read(path: str) -> bytes:
+    """A whole /proc file, with os.open and os.read (no file object: this runs for every process at every look)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        while chunk := os.read(fd, 65536):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def _environs(carries: Callable[[bytes], bool]) -> dict[int, bytes]:
     """pid -> raw environment of every process whose environment `carries` (one read each; unreadable: left out)."""
     found = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    raw = f.read()
+                raw = _read(f"/proc/{name}/environ")
             except OSError:
                 continue  # gone, or another user's
             if carries(raw):
@@ -117,10 +128,9 @@ def _parsed(raw: bytes) -> dict[str, str]:
 def _real_uid(pid: int) -> Optional[int]:
     """The real uid of `pid` (/proc/PID/status), None if it is gone."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            line = next(line for line in f if line.startswith(b"Uid:"))
-        return int(line.split()[1])
-    except (OSError, StopIteration, IndexError, ValueError):
+        status = _read(f"/proc/{pid}/status")
+        return int(status[status.index(b"\nUid:") + 5:].split(None, 1)[0])
+    except (OSError, IndexError, ValueError):
         return None
 
 
@@ -149,6 +159,11 @@ class _Stat(NamedTuple):
     sid: int
     zombie: bool
     start: int  # clock ticks after boot: with the pid, which process this is
+    kernel: bool = False  # a kernel thread: no environment, never of a run
+
+
+#: /proc/PID/stat's flag of a kernel thread (PF_KTHREAD, include/linux/sched.h).
+_PF_KTHREAD = 0x00200000
 
 
 def _stats() -> dict[int, _Stat]:
@@ -158,9 +173,14 @@ def _stats() -> dict[int, _Stat]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            table[int(name)] = _Stat(int(fields[1]), int(fields[3]), fields[0] == b"Z", int(fields[19]))
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                line = os.read(fd, 4096)  # one line of ~300 bytes
+            finally:
+                os.close(fd)
+            fields = line.rsplit(b")", 1)[1].split()
+            table[int(name)] = _Stat(int(fields[1]), int(fields[3]), fields[0] == b"Z", int(fields[19]),
+                                     bool(int(fields[6]) & _PF_KTHREAD))
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
     return table
@@ -208,16 +228,16 @@ class ProcessTree:
         self._starts: dict[int, int] = {}  # pid -> start (ticks) of the process met under it
         self._uids: dict[tuple[int, int], Optional[int]] = {}  # (pid, start) -> real uid, during one look
         self._sessions: set[int] = set()  # the run's sessions, by their leader's pid (see _our_sessions)
+        self._bare: set[tuple[int, int]] = set()  # (pid, start) of processes whose environment lacks the cookie
         self.foreign: dict[int, str] = {}  # other users' processes of the run that this user may not signal
 
     def members(self) -> list[psutil.Process]:
         """The live processes of the run, by cookie (this user's), by descent from the root or a member, by
-        session (_our_sessions), or seen before and still the same process. /proc is read once for the
-        environments and once for the stat lines: a stop asks this every 50 ms (issue 20)."""
+        session (_our_sessions), or seen before and still the same process. /proc is read once for the stat lines
+        and for the environments not read before (_carriers): a stop asks this every 50 ms (issue 20)."""
         table = _stats()
         self._uids.clear()  # read again at each look: a member may change its uid (su, a privilege drop)
-        carriers = {pid for pid in _environs(_carrying(COOKIE_VAR, self.cookie))
-                    if pid in table and self._uid(pid, table[pid]) == self.uid}
+        carriers = {pid for pid in self._carriers(table) if self._uid(pid, table[pid]) == self.uid}
         roots = set(carriers)
         running = self.root_running()
         if running:
@@ -238,6 +258,31 @@ class ProcessTree:
         self._seen.update(live)
         self._sessions.update(pid for pid in live if table[pid].sid == pid)  # a member's own session
         return list(live.values())
+
+    def _carriers(self, table: Mapping[int, _Stat]) -> list[int]:
+        """The processes of `table` whose environment carries the run's cookie. An environment is fixed when its
+        process execs: one read without the cookie stands for that process (pid and start) until it execs again,
+        when it is a child of the run's (found by descent) or was never of the run. So each process's environment
+        is read once, not at every look (a stop looks every 50 ms; on the 2-core machine, with ~150 processes, a
+        look read ~300 files: issue 20). Not remembered: an empty environment (a kernel thread, a zombie, an exec
+        under way, whose new environment may carry the cookie) and one that could not be read. A kernel thread has
+        none to read."""
+        if len(self._bare) > 2 * len(table) + 64:
+            self._bare = {key for key in self._bare if key[0] in table and table[key[0]].start == key[1]}
+        carries = _carrying(COOKIE_VAR, self.cookie)
+        found = []
+        for pid, st in table.items():
+            if st.kernel or (pid, st.start) in self._bare:
+                continue
+            try:
+                raw = _read(f"/proc/{pid}/environ")
+            except OSError:
+                continue  # gone, or another user's
+            if carries(raw):
+                found.append(pid)
+            elif raw:
+                self._bare.add((pid, st.start))
+        return found
 
     def _same(self, pid: int, table: Mapping[int, _Stat]) -> bool:
         """`pid` is still the process seen under it (not gone, not another one given its number)."""

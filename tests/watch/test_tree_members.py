@@ -9,6 +9,7 @@ still in the session the front end had started with setsid.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -100,3 +101,69 @@ def test_a_guard_whose_owner_died_before_naming_the_root_still_stops_by_cookie()
 
     assert start_time(-1) is None and start_time(0) is None and not same_process(-1, None)
     assert ProcessTree(-1, uuid.uuid4().hex, root_running=lambda: same_process(-1, None)).members() == []
+
+
+def _looks(monkeypatch, table: dict, environs: dict) -> list:
+    """tree._stats answers `table` (pid -> Stat) and /proc/PID/environ `environs` (pid -> bytes, missing: gone); the
+    list of environ paths read, appended to at each read."""
+    from nsightwrap.watch import tree
+
+    reads = []
+
+    def read(path):
+        pid = int(path.split("/")[2])
+        if path.endswith("/environ"):
+            reads.append(pid)
+            if pid not in environs:
+                raise FileNotFoundError(path)
+            return environs[pid]
+        raise FileNotFoundError(path)  # status: no uid to be found, so only cookie carriers count
+
+    monkeypatch.setattr(tree, "_stats", lambda: dict(table))
+    monkeypatch.setattr(tree, "_read", read)
+    return reads
+
+
+def test_an_environment_without_the_cookie_is_read_once_per_process(monkeypatch):
+    """A stop looks at the tree every 50 ms: a process's environment, fixed at its exec, is read at its first look
+    only (issue 20). A new process under the same pid (another start) is read again; an empty environment (an exec
+    under way) and an unreadable one are read at every look; a kernel thread's never."""
+    cookie = uuid.uuid4().hex
+    table = {10: Stat(1, 10, False, 100), 11: Stat(1, 11, False, 100), 12: Stat(1, 12, False, 100),
+             13: Stat(1, 13, False, 100), 2: Stat(0, 0, False, 1, kernel=True)}
+    environs = {10: b"PATH=/bin\0", 11: b"", 12: f"A=1\0{COOKIE_VAR}={cookie}\0".encode()}  # 13: another user's
+    reads = _looks(monkeypatch, table, environs)
+    tree = ProcessTree(999_999, cookie, root_running=lambda: False, uid=None)
+    tree._uid = lambda pid, st: tree.uid  # every process is this user's
+    monkeypatch.setattr("psutil.Process", lambda pid: _Fake(pid))
+    monkeypatch.setattr("nsightwrap.watch.tree._started_at", lambda st: 0.0)
+    assert [p.pid for p in tree.members()] == [12]
+    assert sorted(reads) == [10, 11, 12, 13]
+    reads.clear()
+    environs[11] = f"{COOKIE_VAR}={cookie}\0".encode()  # its exec is done: it carries the cookie now
+    assert sorted(p.pid for p in tree.members()) == [11, 12]
+    assert sorted(reads) == [11, 12, 13]  # not 10: read once
+    reads.clear()
+    table[10] = Stat(1, 10, False, 500)  # pid 10 given to another process, which carries the cookie
+    environs[10] = f"{COOKIE_VAR}={cookie}\0".encode()
+    assert sorted(p.pid for p in tree.members()) == [10, 11, 12] and sorted(reads) == [10, 11, 12, 13]
+
+
+class _Fake:
+    """A psutil.Process of a made-up pid: created at 0 (tree._started_at is 0 in the test), alive."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def create_time(self):
+        return 0.0
+
+
+def test_kernel_threads_are_marked_in_the_stat_table():
+    from nsightwrap.watch.tree import _stats
+
+    table = _stats()
+    assert not table[os.getpid()].kernel
+    kthreadd = [pid for pid, st in table.items() if pid == 2 and st.ppid == 0]
+    if kthreadd:  # visible outside a pid namespace
+        assert table[2].kernel
