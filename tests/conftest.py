@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import shlex
 import shutil
@@ -97,6 +98,13 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "xdg-cache")
     for name in USERS_OWN:
         os.environ.pop(name, None)
+
+
+def pytest_collection_finish(session):
+    """What collection made (the imported modules, the tests) lives as long as the session: frozen, no full
+    collection of the garbage collector scans it again (each worker made 8-9 of them, 0.7-1.4 s of GC in a suite
+    run: about half of it now; issue 20)."""
+    gc.freeze()
 
 
 def _hear_ctrl_c() -> None:
