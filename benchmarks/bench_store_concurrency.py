@@ -45,7 +45,8 @@ def run(backend: str, args: argparse.Namespace, server) -> bool:
             recs = s.records()
         lost, duplicated = check_written(recs, where, args.workers, args.records)
         expected = args.workers * args.records
-        print(f"{backend:10s} {args.workers} x {args.records} records, {kills} SIGKILLs: {len(recs)}/{expected} "
+        print(f"{backend:10s} {args.workers} x {args.records} records, {kills.made} SIGKILLs "
+              f"({kills.while_writing} while writing): {len(recs)}/{expected} "
               f"kept, {lost} lost, {duplicated} duplicated, {took:.1f} s ({len(recs) / took:.0f} records/s)")
         return lost == 0 and duplicated == 0 and len(recs) == expected
 

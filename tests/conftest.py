@@ -81,6 +81,7 @@ def pytest_configure(config):
     workers = getattr(config.option, "numprocesses", None)
     if workers and not os.environ.get("PYTEST_XDIST_WORKER"):
         rewrite_cache.warm(config, HERE, workers)  # xdist's controller, before its workers start: rewrite_cache.py
+    tempfile.gettempdir()  # remembered now, not in a test: own_places sets TMPDIR to a folder it later removes
     if os.environ.get(FAST_PYTHON_VAR):
         return
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
@@ -103,7 +104,8 @@ def pytest_configure(config):
 def pytest_collection_finish(session):
     """What collection made (the imported modules, the tests) lives as long as the session: frozen, no full
     collection of the garbage collector scans it again (each worker made 8-9 of them, 0.7-1.4 s of GC in a suite
-    run: about half of it now; issue 20)."""
+    run: about half of it now; issue 20). Collected first, so that no garbage is frozen with it."""
+    gc.collect()
     gc.freeze()
 
 
@@ -129,7 +131,7 @@ def _one_final_collection(config):
 
 
 def pytest_unconfigure(config):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(config, "workerinput"):  # an xdist worker (its environment variable is inherited by a child pytest)
         atexit.register(_exit_without_teardown)  # the last handler registered: the first to run
     saved = config.stash.get(_SAVED_ENV, None)
     if saved is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -10,6 +11,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 
@@ -82,14 +84,22 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
+class Kills(NamedTuple):
+    """What write_with_kills did: the kills made, and how many of them came while the writer was writing (it had
+    confirmed a record since it started and had more than its last to go), not waiting at the gate."""
+
+    made: int
+    while_writing: int
+
+
 def write_with_kills(store: str, folder: Path, workers: int, n: int, kills: int, seed: int = 22,
-                     timeout_s: float = 300, forked: bool = False, pause: tuple[float, float] = (0.05, 0.4)) -> int:
+                     timeout_s: float = 300, forked: bool = False, pause: tuple[float, float] = (0.05, 0.4)) -> Kills:
     """Run `workers` writers of `n` records each, SIGKILL one at random `kills` times (each started again, a
-    random `pause` of seconds before each), wait for all to finish; the kills made (always `kills`: each writer's
-    last record waits until they are made, store_writer.py). `forked`: each writer forked
-    by one process that imported the store (Forks), else each a fresh interpreter (what a user's processes are;
-    the benchmark's). A forked writer writes at once (4 writers of 40 records: ~1 s), no 0.4 s of imports first:
-    give it shorter pauses, so that every kill lands while they write."""
+    random `pause` of seconds before each), wait for all to finish. Every kill is made: each writer's last record
+    waits until they are (store_writer.py). `forked`: each writer forked by one process that imported the store
+    (Forks), else each a fresh interpreter (what a user's processes are; the benchmark's). A forked writer writes at
+    once (4 writers of 40 records: ~1 s), no 0.4 s of imports first: give it shorter pauses, so that the kills
+    land while they write."""
     forks = Forks(store) if forked else None
     try:
         return _write_with_kills(forks.start if forks else _start, store, folder, workers, n, kills, seed,
@@ -100,38 +110,46 @@ def write_with_kills(store: str, folder: Path, workers: int, n: int, kills: int,
 
 
 def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kills: int, seed: int,
-                      timeout_s: float, pause: tuple[float, float]) -> int:
+                      timeout_s: float, pause: tuple[float, float]) -> Kills:
     rng = random.Random(seed)
-    procs = {w: start(store, w, n, folder) for w in range(workers)}
-    since = {w: 0 for w in procs}  # records each writer had confirmed when it was (re)started
-    made, deadline = 0, time.monotonic() + timeout_s
+    _gate(folder).unlink(missing_ok=True)
+    procs: dict = {}
+    since = {w: 0 for w in range(workers)}  # records each writer had confirmed when it was (re)started
+    made = while_writing = 0
+    deadline = time.monotonic() + timeout_s
     try:
+        for w in range(workers):
+            procs[w] = start(store, w, n, folder)
         while any(p.poll() is None for p in procs.values()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"writers still running after {timeout_s} s")
             time.sleep(rng.uniform(*pause))
-            # A kill lands on a writer that is writing: it confirmed a record since it started, or waits to write its
-            # last one, and has more to go. Under load, kills at random moments alone sometimes came after every
-            # writer was done; the wait before the last record (until the kills are made) leaves one to kill.
-            writing = [w for w, p in procs.items() if p.poll() is None
-                       and (since[w] < len(_confirmed(folder, w)) < n or len(_confirmed(folder, w)) == n - 1)]
-            if made < kills and writing:
-                w = rng.choice(writing)
+            if made == kills:
+                _gate(folder).touch()
+                continue
+            # A kill lands on a writer that is writing (it confirmed a record since it started, and has more than its
+            # last to go); when none is, on one waiting at the gate before its last record. Under load, kills at
+            # random moments alone sometimes came after every writer was done.
+            done = {w: len(_confirmed(folder, w)) for w, p in procs.items() if p.poll() is None}
+            writing = [w for w, c in done.items() if since[w] < c < n - 1]
+            targets = writing or [w for w, c in done.items() if c == n - 1]
+            if targets:
+                w = rng.choice(targets)
                 procs[w].send_signal(signal.SIGKILL)
                 procs[w].wait()
                 made += 1
+                while_writing += bool(writing)
                 since[w] = len(_confirmed(folder, w))
                 procs[w] = start(store, w, n, folder)
-            if made == kills:
-                _gate(folder).touch()
         bad = {w: p.returncode for w, p in procs.items() if p.returncode != 0}
         if bad:
             raise RuntimeError(f"writers failed: {bad}")
-        return made
+        return Kills(made, while_writing)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
+        for p in procs.values():  # kill() is a no-op for a writer already waited for (its pid may be another's now)
+            with contextlib.suppress(Exception):
                 p.kill()
+            with contextlib.suppress(Exception):
                 p.wait()
 
 

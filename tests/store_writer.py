@@ -37,12 +37,27 @@ def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
     fd = os.open(done_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with HangStore(store, busy_timeout=60) as s:
         for i in range(start, n):
-            while i == n - 1 and not os.path.exists(gate):
-                time.sleep(0.005)
+            if i == n - 1:
+                _wait_for(gate)
             s.record(f"w{worker}", ProfileKey("full"), "hang" if i % 3 == 0 else "ok", env=ENV,
                      note=f"{worker}:{i}", uid=uid(worker, i))
             os.write(fd, f"{i}\n".encode())
     os.close(fd)
+
+
+#: How long a writer waits for the gate before it gives up (exit status 3): the kills take a second or two.
+GATE_WAIT_S = 120
+
+
+def _wait_for(gate: str) -> None:
+    """Until the file `gate` exists; exit (status 3) once GATE_WAIT_S have passed or the process that started this
+    writer is gone (a test or fork server killed), never left waiting with the store open."""
+    parent, deadline = os.getppid(), time.monotonic() + GATE_WAIT_S
+    while not os.path.exists(gate):
+        if os.getppid() != parent or time.monotonic() > deadline:
+            sys.stderr.write(f"store_writer: no {gate} within {GATE_WAIT_S} s, or its starter is gone\n")
+            os._exit(3)
+        time.sleep(0.005)
 
 
 def write_plainly(store: str, worker: int, n: int) -> None:

@@ -160,6 +160,7 @@ class _Stat(NamedTuple):
     zombie: bool
     start: int  # clock ticks after boot: with the pid, which process this is
     kernel: bool = False  # a kernel thread: no environment, never of a run
+    environ: tuple[int, int] = (0, 0)  # where its environment is in its memory (env_start, env_end): an exec moves it
 
 
 #: /proc/PID/stat's flag of a kernel thread (PF_KTHREAD, include/linux/sched.h).
@@ -179,11 +180,17 @@ def _stats() -> dict[int, _Stat]:
             finally:
                 os.close(fd)
             fields = line.rsplit(b")", 1)[1].split()
+            environ = (int(fields[47]), int(fields[48])) if len(fields) > 48 else (0, 0)  # Linux >= 3.5
             table[int(name)] = _Stat(int(fields[1]), int(fields[3]), fields[0] == b"Z", int(fields[19]),
-                                     bool(int(fields[6]) & _PF_KTHREAD))
+                                     bool(int(fields[6]) & _PF_KTHREAD), environ)
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
     return table
+
+
+def _environ_key(pid: int, st: _Stat) -> tuple[int, int, tuple[int, int]]:
+    """Which process and which of its environments: the pid, its start, and where the environment is in memory."""
+    return pid, st.start, st.environ
 
 
 def _started_at(st: _Stat) -> float:
@@ -228,7 +235,7 @@ class ProcessTree:
         self._starts: dict[int, int] = {}  # pid -> start (ticks) of the process met under it
         self._uids: dict[tuple[int, int], Optional[int]] = {}  # (pid, start) -> real uid, during one look
         self._sessions: set[int] = set()  # the run's sessions, by their leader's pid (see _our_sessions)
-        self._bare: set[tuple[int, int]] = set()  # (pid, start) of processes whose environment lacks the cookie
+        self._bare: set[tuple[int, int, tuple[int, int]]] = set()  # (pid, start, environ): read, no cookie
         self.foreign: dict[int, str] = {}  # other users' processes of the run that this user may not signal
 
     def members(self) -> list[psutil.Process]:
@@ -260,19 +267,23 @@ class ProcessTree:
         return list(live.values())
 
     def _carriers(self, table: Mapping[int, _Stat]) -> list[int]:
-        """The processes of `table` whose environment carries the run's cookie. An environment is fixed when its
-        process execs: one read without the cookie stands for that process (pid and start) until it execs again,
-        when it is a child of the run's (found by descent) or was never of the run. So each process's environment
-        is read once, not at every look (a stop looks every 50 ms; on the 2-core machine, with ~150 processes, a
-        look read ~300 files: issue 20). Not remembered: an empty environment (a kernel thread, a zombie, an exec
-        under way, whose new environment may carry the cookie) and one that could not be read. A kernel thread has
-        none to read."""
-        if len(self._bare) > 2 * len(table) + 64:
-            self._bare = {key for key in self._bare if key[0] in table and table[key[0]].start == key[1]}
+        """The processes of `table` whose environment carries the run's cookie. A process's environment is the one
+        its exec gave it, at a place in its memory that the stat line gives (env_start, env_end) and that its next
+        exec moves (same pid, same start): one read without the cookie stands for that process until the place
+        changes. (A program may overwrite its environment in place, as setproctitle does: it then shows no cookie at
+        any look, as before.) So each
+        environment is read once, not at every look (a stop looks every 50 ms; on the 2-core machine, with ~150
+        processes, a look read ~300 files: issue 20). A child between its fork and its exec shows its parent's
+        environment, and its own once it has exec'd: read again then, with the cookie a spawner outside the run may
+        have passed on. Not remembered: an empty environment (a zombie, an exec under way), one that could not be
+        read, one whose place the stat line does not give (another user's process, a kernel before 3.5). A kernel
+        thread has none to read."""
+        if len(self._bare) > 2 * len(table) + 64:  # forget the processes gone since
+            self._bare = {key for key in self._bare if key[0] in table and _environ_key(key[0], table[key[0]]) == key}
         carries = _carrying(COOKIE_VAR, self.cookie)
         found = []
         for pid, st in table.items():
-            if st.kernel or (pid, st.start) in self._bare:
+            if st.kernel or _environ_key(pid, st) in self._bare:
                 continue
             try:
                 raw = _read(f"/proc/{pid}/environ")
@@ -280,8 +291,8 @@ class ProcessTree:
                 continue  # gone, or another user's
             if carries(raw):
                 found.append(pid)
-            elif raw:
-                self._bare.add((pid, st.start))
+            elif raw and st.environ[1]:
+                self._bare.add(_environ_key(pid, st))
         return found
 
     def _same(self, pid: int, table: Mapping[int, _Stat]) -> bool:
