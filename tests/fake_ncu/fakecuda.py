@@ -26,7 +26,6 @@ go through.
 # interpreter's start, and are imported where a path needs them. The fake ncu hands its session over as a Python
 # literal (ncufront.Subreaper), and the finished kernels go back to it as such.
 import _signal as signal  # signal.py imports enum; pause() is all that is used here
-import _thread
 import atexit
 import os
 import sys
@@ -65,34 +64,13 @@ SLOW_WARNING = ("\n==WARNING== Launching the workload is taking more time than e
                 "for more details.\n")
 
 
-#: ncu's "Connected to process" line comes before anything the target's injection says: the real injection
-#: blocks until ncu has accepted its connection. The fake's launcher says it once it has started this process,
-#: then writes a byte to this pipe; the first message waits for it (under load the target's first lines were
-#: written before the launcher's, and an application-replay pass then looked finished: the run waited for ever).
-#: Taken at import, so that no process this one starts inherits it; only by the process the launcher started
-#: (a rank of a launcher the fake does not know, whose descriptors are the launcher's, leaves it alone).
-_CONNECT = {"fd": int(os.environ.pop("FAKE_NCU_CONNECT_FD", "-1")), "lock": _thread.allocate_lock()}
-try:
-    if _CONNECT["fd"] < 0 or str(os.getppid()) != os.environ.get("FAKE_NCU_SUBREAPER"):
-        raise OSError
-    os.set_inheritable(_CONNECT["fd"], False)
-except OSError:  # not started by the launcher, or a wrapper it went through closed the descriptor
-    _CONNECT["fd"] = -1
-
 _LOG = {}
 
 
-def _connected():
-    with _CONNECT["lock"]:  # every thread's first message waits, not only the first thread's
-        fd, _CONNECT["fd"] = _CONNECT["fd"], -1
-        if fd >= 0:
-            os.read(fd, 1)  # a byte, or end of file if the launcher died
-            os.close(fd)
-
-
 def _out(text):
-    """ncu's messages: to its --log-file if it has one (as the real injection does), else stdout."""
-    _connected()
+    """ncu's messages: to its --log-file if it has one (as the real injection does), else stdout. ncu's "Connected
+    to process" line came before this process started: the fake's launcher holds it until then (ncufront._gated),
+    as the real injection holds the process until ncu has accepted it."""
     log = _SESSION.get("log") if _SESSION else None
     if log and "fd" not in _LOG:
         _LOG["fd"] = os.open(log, os.O_WRONLY | os.O_APPEND)

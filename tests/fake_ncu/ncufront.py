@@ -162,21 +162,14 @@ the import lock; it opens its own files and writes with os.write) and soon execs
         # A launcher (tests/fake_dist) uses no CUDA, so ncu never connects to it; its ranks announce themselves.
         launcher = os.path.basename(command[0]) in ("torchrun", "mpirun", "srun")
         env = dict(os.environ, FAKE_NCU_SESSION=repr(session), FAKE_NCU_SUBREAPER=str(os.getpid()))
-        connect = say = -1
-        if not launcher:  # the target's first message waits for "Connected" (fakecuda._CONNECT)
-            connect, say = os.pipe()
-            os.set_inheritable(connect, True)
-            env["FAKE_NCU_CONNECT_FD"] = str(connect)
         try:
-            pid = os.posix_spawnp(command[0], command, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            if launcher:
+                pid = os.posix_spawnp(command[0], command, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            else:
+                pid, go = _gated(command, env, channel)
         except OSError as e:
-            if say >= 0:
-                os.close(say)
             os.write(channel, f"==ERROR== Failed to launch the application: {e}\n".encode())
             return 1
-        finally:
-            if connect >= 0:
-                os.close(connect)
         with open(os.path.join(state, "target_pid"), "w") as f:
             f.write(str(pid))
         exe = os.path.realpath(which(command[0]) or command[0])
@@ -185,10 +178,10 @@ the import lock; it opens its own files and writes with os.write) and soon execs
                 time.sleep(float(os.environ["FAKE_NCU_CONNECT_DELAY"]))
             os.write(channel, f"==PROF== Connected to process {pid} ({exe})\n".encode())
             try:
-                os.write(say, b".")
+                os.write(go, b".")
             except OSError:
-                pass  # the target is gone, or never reads it (no fakecuda in it)
-            os.close(say)
+                pass  # the program is gone already
+            os.close(go)
         rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         if rc >= 0 and not launcher:  # a target killed by the profiler's shutdown is not announced
             os.write(channel, f"==PROF== Disconnected from process {pid}\n".encode())
@@ -210,6 +203,29 @@ the import lock; it opens its own files and writes with os.write) and soon execs
         if self.returncode is None:
             self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
         return self.returncode
+
+
+def _gated(command, env, channel):
+    """The program started as posix_spawnp starts it, but held before its exec until the launcher writes a byte to
+    the returned descriptor, once it has said "Connected" (or closes it, dying): nothing of the program runs before
+    that line, as with the real injection, which holds the process until ncu has accepted it. (Held only after it
+    began, a program that writes at once, not through fakecuda, had its first bytes before "Connected" under load.)
+    (pid, descriptor)."""
+    hold, go = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(hold)
+        return pid, go
+    try:
+        os.close(go)
+        os.read(hold, 1)  # a byte, or end of file if the launcher died: the program starts either way
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        os.write(channel, f"==ERROR== Failed to launch the application: {e}\n".encode())
+    finally:
+        os._exit(1)
 
 
 def read_table(name):

@@ -234,6 +234,19 @@ def test_application_replay_hang_when_ncu_is_slow_to_say_connected(fake_env, tmp
     assert_clean(a)
 
 
+def test_nothing_of_the_program_runs_before_ncu_says_connected(fake_env, tmp_path, monkeypatch):
+    """The real injection holds the process until ncu has accepted it: a program that writes at once (no CUDA, no
+    fakecuda) writes after "Connected", even when the launcher is slow to say it. (The fake held only fakecuda's
+    messages: under load a program's first bytes came before the line, and a pass-through test failed.)"""
+    monkeypatch.setenv("FAKE_NCU_CONNECT_DELAY", "0.3")
+    script = tmp_path / "first.py"
+    script.write_text("import os; os.write(1, b'first bytes\\n')\n")
+    done = subprocess.run([str(HERE / "fake_ncu" / "ncu"), "--export", str(tmp_path / "r"), sys.executable, "-S",
+                           str(script)], capture_output=True, env=dict(os.environ), timeout=60)
+    out = done.stdout.decode()
+    assert done.returncode == 0 and out.index("==PROF== Connected to process") < out.index("first bytes"), out
+
+
 def test_kernel_filter_skips_the_hanging_kernel(fake_env, tmp_path):
     a = profile_command(app("vec_add", "k@hang", "vec_add"),
                         ProfileOptions(set="basic", kernel=KernelFilter("vec_.*", True)), config(tmp_path))
