@@ -29,6 +29,7 @@ def uid(worker: int, i: int) -> str:
 
 
 def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
+    starter = os.getppid()
     try:
         with open(done_file) as f:
             start = len(f.read().split())
@@ -38,7 +39,7 @@ def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
     with HangStore(store, busy_timeout=60) as s:
         for i in range(start, n):
             if i == n - 1:
-                _wait_for(gate)
+                _wait_for(gate, starter)
             s.record(f"w{worker}", ProfileKey("full"), "hang" if i % 3 == 0 else "ok", env=ENV,
                      note=f"{worker}:{i}", uid=uid(worker, i))
             os.write(fd, f"{i}\n".encode())
@@ -49,12 +50,12 @@ def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
 GATE_WAIT_S = 120
 
 
-def _wait_for(gate: str) -> None:
-    """Until the file `gate` exists; exit (status 3) once GATE_WAIT_S have passed or the process that started this
-    writer is gone (a test or fork server killed), never left waiting with the store open."""
-    parent, deadline = os.getppid(), time.monotonic() + GATE_WAIT_S
+def _wait_for(gate: str, starter: int) -> None:
+    """Until the file `gate` exists; exit (status 3) once GATE_WAIT_S have passed or `starter`, the process that
+    started this writer, is gone (a test or fork server killed), never left waiting with the store open."""
+    deadline = time.monotonic() + GATE_WAIT_S
     while not os.path.exists(gate):
-        if os.getppid() != parent or time.monotonic() > deadline:
+        if os.getppid() != starter or time.monotonic() > deadline:
             sys.stderr.write(f"store_writer: no {gate} within {GATE_WAIT_S} s, or its starter is gone\n")
             os._exit(3)
         time.sleep(0.005)

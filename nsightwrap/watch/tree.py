@@ -271,13 +271,12 @@ class ProcessTree:
         its exec gave it, at a place in its memory that the stat line gives (env_start, env_end) and that its next
         exec moves (same pid, same start): one read without the cookie stands for that process until the place
         changes. (A program may overwrite its environment in place, as setproctitle does: it then shows no cookie at
-        any look, as before.) So each
-        environment is read once, not at every look (a stop looks every 50 ms; on the 2-core machine, with ~150
-        processes, a look read ~300 files: issue 20). A child between its fork and its exec shows its parent's
-        environment, and its own once it has exec'd: read again then, with the cookie a spawner outside the run may
-        have passed on. Not remembered: an empty environment (a zombie, an exec under way), one that could not be
-        read, one whose place the stat line does not give (another user's process, a kernel before 3.5). A kernel
-        thread has none to read."""
+        any look, as before.) So each environment is read once, not at every look (a stop looks every 50 ms; on the
+        2-core machine, with ~150 processes, a look read ~300 files: issue 20). A child between its fork and its
+        exec shows its parent's environment, and its own once it has exec'd: read again then, with the cookie a
+        spawner outside the run may have passed on. Not remembered: an empty environment (a zombie, an exec under
+        way), one that could not be read, one whose place the stat line does not give (another user's process, a
+        kernel before 3.5). A kernel thread has none to read."""
         if len(self._bare) > 2 * len(table) + 64:  # forget the processes gone since
             self._bare = {key for key in self._bare if key[0] in table and _environ_key(key[0], table[key[0]]) == key}
         carries = _carrying(COOKIE_VAR, self.cookie)

@@ -207,10 +207,14 @@ the import lock; it opens its own files and writes with os.write) and soon execs
 
 def _gated(command, env, channel):
     """The program started as posix_spawnp starts it, but held before its exec until the launcher writes a byte to
-    the returned descriptor, once it has said "Connected" (or closes it, dying): nothing of the program runs before
-    that line, as with the real injection, which holds the process until ncu has accepted it. (Held only after it
-    began, a program that writes at once, not through fakecuda, had its first bytes before "Connected" under load.)
-    (pid, descriptor)."""
+    the returned descriptor, once it has said "Connected": nothing of the program runs before that line, as with the
+    real injection, which holds the process until ncu has accepted it. (Held only after it began, a program that
+    writes at once, not through fakecuda, had its first bytes before "Connected" under load.) A launcher that dies
+    first (end of file) starts nothing. A program that is not there or not runnable is refused before anything is
+    said, as posix_spawnp refused it; an exec that fails later (not an executable file) follows "Connected", where
+    the real ncu says only that it failed. (pid, descriptor)."""
+    if which(command[0]) is None:
+        raise FileNotFoundError(2, "No such file or directory", command[0])
     hold, go = os.pipe()
     pid = os.fork()
     if pid:
@@ -218,10 +222,12 @@ def _gated(command, env, channel):
         return pid, go
     try:
         os.close(go)
-        os.read(hold, 1)  # a byte, or end of file if the launcher died: the program starts either way
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
-        os.execvpe(command[0], command, env)
+        with open("/proc/self/comm", "w") as comm:  # the program's name while held, not the launcher's
+            comm.write(os.path.basename(command[0])[:15])
+        if os.read(hold, 1):
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execvpe(command[0], command, env)
     except OSError as e:
         os.write(channel, f"==ERROR== Failed to launch the application: {e}\n".encode())
     finally:
