@@ -63,12 +63,15 @@ FAST_ALLOWANCE = AllowancePolicy(margin=0.25, floor_s=0.5)
 
 
 def parsed(path: Path) -> ast.Module:
-    """The syntax tree of a Python file of the package, parsed once a session: tests/project's scans of the package
-    (layers, imports, environment variables, dependencies) share them (the package's 138 modules take ~0.5 s to
-    parse). Another file is parsed at each call."""
+    """The syntax tree of a Python file. The package's modules are parsed once a session: tests/project's scans of
+    the package (layers, imports, environment variables, dependencies) share them (its 138 modules take ~0.5 s to
+    parse); another file (a test, a benchmark: the shim check reads them) is parsed at each call."""
     path = Path(path).resolve()
-    trees = _package_trees()
-    return trees[path] if path in trees else ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return _package_trees().get(path) or _parse(path)
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
 @functools.cache
@@ -76,8 +79,7 @@ def _package_trees() -> dict[Path, ast.Module]:
     """Every module of the package parsed, then frozen (gc.freeze, after a collection: no garbage is frozen with
     them): ~450,000 objects kept for the session, which no later full collection scans (they made 2.2-2.6 s of one
     worker's GC in a suite run; issue 20)."""
-    trees = {path.resolve(): ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-             for path in sorted((ROOT / "nsightwrap").rglob("*.py"))}
+    trees = {path.resolve(): _parse(path) for path in sorted((ROOT / "nsightwrap").rglob("*.py"))}
     gc.collect()
     gc.freeze()
     return trees

@@ -92,8 +92,7 @@ def _fork(rewrite, paths: list[Path]) -> Optional[int]:
     try:
         pid = os.fork()
     except OSError:  # a limit on processes: the caller does the work itself
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        return None
+        pid = None
     if pid == 0:  # pragma: no cover (a forked child: its own exit, no pytest teardown)
         status = 1
         try:

@@ -94,10 +94,13 @@ def _carrying(var: str, value: Optional[str]) -> Callable[[bytes], bool]:
     return lambda raw: entry in b"\0" + raw + b"\0"  # the last entry may lack its NUL
 
 
-def _read(path: str) -> bytes:
-    """A whole /proc file, with os.open and os.read (no file object: this runs for every process at every look)."""
+def _read(path: str, once: Optional[int] = None) -> bytes:
+    """A whole /proc file, with os.open and os.read (no file object: this runs for every process at every look);
+    `once`: one read of at most that many bytes (a stat line), not a second to find the end."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        if once:
+            return os.read(fd, once)
         parts = []
         while chunk := os.read(fd, 65536):
             parts.append(chunk)
@@ -174,12 +177,7 @@ def _stats() -> dict[int, _Stat]:
         if not name.isdigit():
             continue
         try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                line = os.read(fd, 4096)  # one line of ~300 bytes
-            finally:
-                os.close(fd)
-            fields = line.rsplit(b")", 1)[1].split()
+            fields = _read(f"/proc/{name}/stat", once=4096).rsplit(b")", 1)[1].split()  # one line of ~300 bytes
             environ = (int(fields[47]), int(fields[48])) if len(fields) > 48 else (0, 0)  # Linux >= 3.5
             table[int(name)] = _Stat(int(fields[1]), int(fields[3]), fields[0] == b"Z", int(fields[19]),
                                      bool(int(fields[6]) & _PF_KTHREAD), environ)

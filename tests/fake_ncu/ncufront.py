@@ -166,13 +166,12 @@ the import lock; it opens its own files and writes with os.write) and soon execs
             if launcher:
                 pid = os.posix_spawnp(command[0], command, env, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
             else:
-                pid, go = _gated(command, env, channel)
+                pid, go, exe = _gated(command, env, channel)
         except OSError as e:
             os.write(channel, f"==ERROR== Failed to launch the application: {e}\n".encode())
             return 1
         with open(os.path.join(state, "target_pid"), "w") as f:
             f.write(str(pid))
-        exe = os.path.realpath(which(command[0]) or command[0])
         if not launcher:
             if os.environ.get("FAKE_NCU_CONNECT_DELAY"):  # a launcher descheduled before it says "Connected"
                 time.sleep(float(os.environ["FAKE_NCU_CONNECT_DELAY"]))
@@ -212,14 +211,15 @@ def _gated(command, env, channel):
     writes at once, not through fakecuda, had its first bytes before "Connected" under load.) A launcher that dies
     first (end of file) starts nothing. A program that is not there or not runnable is refused before anything is
     said, as posix_spawnp refused it; an exec that fails later (not an executable file) follows "Connected", where
-    the real ncu says only that it failed. (pid, descriptor)."""
-    if which(command[0]) is None:
+    the real ncu says only that it failed. (pid, descriptor, the program's file as ncu names it)."""
+    found = which(command[0])
+    if found is None:
         raise FileNotFoundError(2, "No such file or directory", command[0])
     hold, go = os.pipe()
     pid = os.fork()
     if pid:
         os.close(hold)
-        return pid, go
+        return pid, go, os.path.realpath(found)
     try:
         os.close(go)
         with open("/proc/self/comm", "w") as comm:  # the program's name while held, not the launcher's

@@ -9,7 +9,7 @@ import time
 import uuid
 
 import psutil
-from helpers import ROOT
+from helpers import ROOT, wait_until
 
 from nsightwrap.watch.guard import Guard
 from nsightwrap.watch.tree import StopPolicy
@@ -52,10 +52,8 @@ def test_what_a_dead_owner_said_reaches_python_intact_and_its_files_go(tmp_path)
 def test_a_released_guard_is_a_shell_that_ends_with_0():
     guard = Guard(uuid.uuid4().hex, StopPolicy(), ("ncu",))
     shell = psutil.Process(guard.proc.pid)
-    end = time.monotonic() + 10
-    while not shell.cmdline():  # Popen returns once exec closed its pipe: the new command line comes a moment later
-        assert time.monotonic() < end
-        time.sleep(0.01)
+    # Popen returns once exec closed its pipe: the new command line comes a moment later
+    wait_until(shell.cmdline, "the guard's command line", limit_s=10)
     assert shell.cmdline()[:2] == ["/bin/sh", "-c"]
     guard.release(wait=5)
     assert guard.proc.returncode == 0
