@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import rewrite_cache
+import zygote
 from helpers import (
     DATA,
     FAKE_APP,
@@ -60,6 +61,7 @@ FAST_PYTHON_VAR = "NSIGHTWRAP_TEST_PYTHON_DIR"
 #: Its subfolder where this interpreter's name runs it without site (helpers.app's interpreter).
 NO_SITE = "no-site"
 _SAVED_ENV = pytest.StashKey[dict]()
+_ZYGOTE = pytest.StashKey[zygote.Zygote]()
 
 
 def pytest_configure(config):
@@ -77,6 +79,7 @@ def pytest_configure(config):
     environment (NSIGHTWRAP_STORE, NSIGHTWRAP_CACHE_DIR) is not used. Before, every suite run added ~50 probe-cache
     files to ~/.cache/nsightwrap/tools, and a CLI test without --store recorded in the user's hang store."""
     _one_final_collection(config)
+    _rewrite_tests_only(config)
     _hear_ctrl_c()
     workers = getattr(config.option, "numprocesses", None)
     if workers and not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -99,6 +102,19 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "xdg-cache")
     for name in USERS_OWN:
         os.environ.pop(name, None)
+    _fork_the_workers(config, folder)
+
+
+def _fork_the_workers(config, folder: str) -> None:
+    """xdist's controller: its workers (`-n N`, each `popen`) are forked from a zygote that imported their
+    libraries once (tests/zygote.py), in the environment just set."""
+    tx = getattr(config.option, "tx", None)
+    if not tx or tx != ["popen"] * len(tx) or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    forks = zygote.Zygote(folder)
+    config.stash[_ZYGOTE] = forks
+    if forks.ready:
+        config.option.tx = [f"popen//python={forks.client}"] * len(tx)
 
 
 def pytest_collection_finish(session):
@@ -108,6 +124,19 @@ def pytest_collection_finish(session):
     no garbage is frozen with it."""
     gc.collect()
     gc.freeze()
+
+
+def _rewrite_tests_only(config) -> None:
+    """pytest rewrites the asserts of the tests, and also of every package whose distribution installs a pytest
+    plugin: nsightwrap itself (its `pytest11` fixtures), hypothesis, xdist, pytest-benchmark. Each worker then
+    imported their ~200 modules through the rewriting hook, and on a clean checkout or a fresh venv rewrote each
+    one again, six workers at once (`pytest -n 6 -k nothing-matches`: 13.7-14.9 s of CPU, 9.0-9.5 s without;
+    issue 20). Only the tests' asserts are the suite's: the packages' names are unmarked before the collection
+    imports them (the few modules the plugins imported as pytest loaded them stay rewritten). `_must_rewrite` is
+    pytest's own set (not public API): another pytest without it rewrites as before."""
+    marked = getattr(config.pluginmanager.rewrite_hook, "_must_rewrite", None)
+    if isinstance(marked, set):
+        marked.clear()
 
 
 def _hear_ctrl_c() -> None:
@@ -134,6 +163,9 @@ def _one_final_collection(config):
 def pytest_unconfigure(config):
     if hasattr(config, "workerinput"):  # an xdist worker (its environment variable is inherited by a child pytest)
         atexit.register(_exit_without_teardown)  # the last handler registered: the first to run
+    forks = config.stash.get(_ZYGOTE, None)
+    if forks is not None:
+        forks.close()
     saved = config.stash.get(_SAVED_ENV, None)
     if saved is None:
         return
