@@ -233,8 +233,14 @@ def client(path: str, python: str, argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker itself (the same process group)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda number, _: os.kill(pid, number))
-    status = reader.readline()
-    os._exit(int(status) if status.strip().lstrip(b"-").isdigit() and int(status) >= 0 else 1)
+    try:
+        code = int(reader.readline())
+    except ValueError:  # the zygote went away before the worker ended
+        os._exit(1)
+    if code < 0:  # killed by a signal: so is the client, as xdist would have seen the worker end
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
 
 
 if __name__ == "__main__":

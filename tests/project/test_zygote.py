@@ -1,0 +1,68 @@
+"""tests/zygote.py: xdist's workers forked from one process that imported their libraries (issue 20). A forked
+worker is what `python -u -c` gives xdist: its streams, folder, environment, arguments and exit status; without
+the zygote the client runs python itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import zygote
+
+WORKER = """
+import json, os, sys
+print(json.dumps({"ppid": os.getppid(), "cwd": os.getcwd(), "var": os.environ.get("ZYGOTE_TEST"), "argv": sys.argv,
+                  "main": __name__, "line": sys.stdin.readline(), "pandas": "pandas" in sys.modules,
+                  "path0": sys.path[0]}))
+sys.exit(3)
+"""
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory):
+    started = zygote.Zygote(str(tmp_path_factory.mktemp("zygote")))
+    assert started.ready
+    yield started
+    started.close()
+
+
+def _worker(command, cwd):
+    done = subprocess.run([*command, "-u", "-c", WORKER, "an-argument"], input="a line\n", capture_output=True,
+                          text=True, cwd=cwd, env={**os.environ, "ZYGOTE_TEST": "given"}, timeout=60)
+    assert done.returncode == 3, done.stderr
+    seen = json.loads(done.stdout)
+    assert (seen["cwd"], seen["var"], seen["argv"], seen["main"], seen["line"], seen["path0"]) == \
+        (str(cwd), "given", ["-c", "an-argument"], "__main__", "a line\n", "")
+    return seen
+
+
+def test_a_forked_worker_runs_as_python_u_c_with_the_libraries_already_imported(forks, tmp_path):
+    seen = _worker([forks.client], tmp_path)
+    assert seen["ppid"] == forks.process.pid and seen["pandas"]
+
+
+def test_without_the_zygote_the_client_runs_the_worker_itself(tmp_path):
+    client = [sys.executable, "-S", zygote.__file__, "client", str(tmp_path / "no.sock"), sys.executable]
+    seen = _worker(client, tmp_path)
+    assert seen["ppid"] == os.getpid() and not seen["pandas"]  # the client became the worker: python as xdist runs it
+
+
+@pytest.mark.parametrize("handled", [True, False], ids=["handled", "killed"])
+def test_sigterm_to_the_client_reaches_the_worker_and_its_end_comes_back(forks, handled):
+    code = "\n".join(("import signal, sys", "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))" if handled else "",
+                      "print('waiting', flush=True)", "signal.pause()"))
+    with subprocess.Popen([forks.client, "-u", "-c", code], stdout=subprocess.PIPE, text=True) as client:
+        assert client.stdout.readline() == "waiting\n"
+        client.send_signal(signal.SIGTERM)
+        assert client.wait(60) == (7 if handled else -signal.SIGTERM)
+
+
+def test_the_zygote_ends_when_pytest_closes_it_and_leaves_no_socket(tmp_path):
+    started = zygote.Zygote(str(tmp_path))
+    assert started.ready and os.path.exists(started.socket_path)
+    started.close()
+    assert started.process.returncode == 0 and not os.path.exists(started.socket_path)
