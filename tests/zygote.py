@@ -220,6 +220,8 @@ def _become_worker(request: dict, fds: list[int], conn: socket.socket, inherited
 
 # --- the client: the process xdist starts as a worker ----------------------------------------------------
 def client(path: str, python: str, argv: list[str]) -> None:
+    passed_on = {signal.SIGTERM, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, passed_on)  # held until the worker's pid is known, then passed on
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
@@ -229,10 +231,12 @@ def client(path: str, python: str, argv: list[str]) -> None:
         reader = conn.makefile("rb")
         pid = int(reader.readline())
     except (OSError, ValueError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
         os.execv(python, [python, *argv])  # no zygote: the worker as xdist starts it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker itself (the same process group)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in passed_on:
         signal.signal(sig, lambda number, _: os.kill(pid, number))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
     try:
         code = int(reader.readline())
     except ValueError:  # the zygote went away before the worker ended
