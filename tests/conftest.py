@@ -81,12 +81,18 @@ def pytest_configure(config):
     _one_final_collection(config)
     _rewrite_tests_only(config)
     _hear_ctrl_c()
-    workers = getattr(config.option, "numprocesses", None)
-    if workers and not os.environ.get("PYTEST_XDIST_WORKER"):
-        rewrite_cache.warm(config, HERE, workers)  # xdist's controller, before its workers start: rewrite_cache.py
     tempfile.gettempdir()  # remembered now, not in a test: own_places sets TMPDIR to a folder it later removes
-    if os.environ.get(FAST_PYTHON_VAR):
-        return
+    if not os.environ.get(FAST_PYTHON_VAR):
+        _start_children_cheaply(config)
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and not os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's controller, before its workers start
+        forks = _start_zygote(config)
+        rewrite_cache.warm(config, HERE, workers)  # rewrite_cache.py, while the zygote imports
+        if forks is not None and forks.wait_ready():
+            config.option.tx = [f"popen//python={forks.client}"] * len(config.option.tx)
+
+
+def _start_children_cheaply(config) -> None:
     folder = tempfile.mkdtemp(prefix="nsightwrap-tests-python-")
     for where, name, flags in (("", "python3", ""), (NO_SITE, Path(sys.executable).name, " -S")):
         script = Path(folder, where, name)
@@ -102,19 +108,16 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "xdg-cache")
     for name in USERS_OWN:
         os.environ.pop(name, None)
-    _fork_the_workers(config, folder)
 
 
-def _fork_the_workers(config, folder: str) -> None:
-    """xdist's controller: its workers (`-n N`, each `popen`) are forked from a zygote that imported their
-    libraries once (tests/zygote.py), in the environment just set."""
+def _start_zygote(config) -> "zygote.Zygote | None":
+    """The workers of `-n N` (each `popen`) are forked from a zygote that imports their libraries once
+    (tests/zygote.py), in the environment just set; workers given otherwise (--tx) start as xdist starts them."""
     tx = getattr(config.option, "tx", None)
-    if not tx or tx != ["popen"] * len(tx) or os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    forks = zygote.Zygote(folder)
-    config.stash[_ZYGOTE] = forks
-    if forks.ready:
-        config.option.tx = [f"popen//python={forks.client}"] * len(tx)
+    if not tx or tx != ["popen"] * len(tx):
+        return None
+    forks = config.stash[_ZYGOTE] = zygote.Zygote()
+    return forks
 
 
 def pytest_collection_finish(session):

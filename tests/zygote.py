@@ -42,28 +42,39 @@ LIBRARIES = ("pytest", "xdist.plugin", "xdist.remote", "execnet", "hypothesis", 
 PLUGIN_PACKAGES = ("nsightwrap", "hypothesis", "_hypothesis_pytestplugin", "_hypothesis_globals",
                    "_hypothesis_ftz_detector", "xdist", "pytest_benchmark")
 _HEADER = struct.Struct("!I")
+_ZYGOTES_STREAMS: list = []
 
 
 # --- the controller's side ------------------------------------------------------------------------------
 class Zygote:
-    """The zygote process of a session: `client` is the command to give execnet as a worker's python."""
+    """The zygote process of a session, started in a folder of its own: `client` is the command to give execnet as
+    a worker's python once `wait_ready()`."""
 
-    def __init__(self, folder: str, python: str = sys.executable, timeout: float = 30.0) -> None:
+    def __init__(self, python: str = sys.executable) -> None:
         import subprocess
+        import tempfile
 
-        self.socket_path = os.path.join(folder, "zygote.sock")
-        self.client = os.path.join(folder, "zygote-client")
+        self.folder = tempfile.mkdtemp(prefix="nsightwrap-zygote-")
+        self.socket_path = os.path.join(self.folder, "zygote.sock")
+        self.client = os.path.join(self.folder, "client")
         here, sock, py = (shlex.quote(p) for p in (os.path.abspath(__file__), self.socket_path, python))
         with open(self.client, "w") as f:
             f.write(f'#!/bin/sh\nexec {py} -S {here} client {sock} {py} "$@"\n')
         os.chmod(self.client, 0o755)
         self.process = subprocess.Popen([python, os.path.abspath(__file__), "serve", self.socket_path],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        self.ready = bool(ready) and self.process.stdout.readline().strip() == b"ready"
+        self._ready: bool | None = None
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        """Whether the zygote imported what it imports and listens (False: it failed, or took over `timeout`)."""
+        if self._ready is None:
+            ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+            self._ready = bool(ready) and self.process.stdout.readline().strip() == b"ready"
+        return self._ready
 
     def close(self, timeout: float = 10.0) -> None:
         """The zygote ends once its stdin closes; the workers it forked are xdist's to end."""
+        import shutil
         import subprocess
 
         self.process.stdin.close()
@@ -73,6 +84,7 @@ class Zygote:
             self.process.kill()
             self.process.wait()
         self.process.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # --- the zygote ------------------------------------------------------------------------------------------
@@ -91,6 +103,8 @@ def serve(path: str) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and pytest; this one ends on EOF
+    for stream in (sys.stdout, sys.stderr):  # nothing an import printed reaches a worker's streams
+        stream.flush()
     os.write(1, b"ready\n")
     clients: dict[int, socket.socket] = {}
     while True:
@@ -191,7 +205,9 @@ def _become_worker(request: dict, fds: list[int], conn: socket.socket, inherited
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    # The streams of `python -u`: stdout and stderr written through, stdin buffered.
+    # The streams of `python -u`: stdout and stderr written through, stdin buffered. The zygote's own stay
+    # referenced: freed, they would close fds 0-2, now the worker's.
+    _ZYGOTES_STREAMS.extend((sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__))
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,

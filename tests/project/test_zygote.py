@@ -14,7 +14,8 @@ import pytest
 import zygote
 
 WORKER = """
-import json, os, sys
+import gc, json, os, sys
+gc.unfreeze(); gc.collect()  # nothing of the zygote's that is freed closes the worker's streams
 print(json.dumps({"ppid": os.getppid(), "cwd": os.getcwd(), "var": os.environ.get("ZYGOTE_TEST"), "argv": sys.argv,
                   "main": __name__, "line": sys.stdin.readline(), "pandas": "pandas" in sys.modules,
                   "path0": sys.path[0]}))
@@ -23,9 +24,9 @@ sys.exit(3)
 
 
 @pytest.fixture(scope="module")
-def forks(tmp_path_factory):
-    started = zygote.Zygote(str(tmp_path_factory.mktemp("zygote")))
-    assert started.ready
+def forks():
+    started = zygote.Zygote()
+    assert started.wait_ready()
     yield started
     started.close()
 
@@ -61,8 +62,8 @@ def test_sigterm_to_the_client_reaches_the_worker_and_its_end_comes_back(forks, 
         assert client.wait(60) == (7 if handled else -signal.SIGTERM)
 
 
-def test_the_zygote_ends_when_pytest_closes_it_and_leaves_no_socket(tmp_path):
-    started = zygote.Zygote(str(tmp_path))
-    assert started.ready and os.path.exists(started.socket_path)
+def test_the_zygote_ends_when_pytest_closes_it_and_leaves_nothing():
+    started = zygote.Zygote()
+    assert started.wait_ready() and os.path.exists(started.socket_path)
     started.close()
-    assert started.process.returncode == 0 and not os.path.exists(started.socket_path)
+    assert started.process.returncode == 0 and not os.path.exists(started.folder)
