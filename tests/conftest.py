@@ -89,7 +89,7 @@ def pytest_configure(config):
         forks = _start_zygote(config)
         rewrite_cache.warm(config, HERE, workers)  # rewrite_cache.py, while the zygote imports
         if forks is not None and forks.wait_ready():
-            config.option.tx = [f"popen//python={forks.client}"] * len(config.option.tx)
+            config.option.tx = [forks.tx] * len(config.option.tx)
 
 
 def _start_children_cheaply(config) -> None:

@@ -1,17 +1,21 @@
 """xdist's workers forked from one process that imported their libraries once (issue 20).
 
-Each of xdist's workers is a fresh `python -u -c BOOTSTRAP`: it imported pytest and its plugins, pandas, numpy,
+Each of xdist's workers was a fresh `python -u -c BOOTSTRAP`: it imported pytest and its plugins, pandas, numpy,
 SQLAlchemy, hypothesis and nsightwrap, ~1.7 s of CPU each, six at once while the suite had not started a test.
-Here the controller starts one process, the zygote, which imports them once, freezes them (gc.freeze) and waits
-on a Unix socket. The command xdist runs for a worker (execnet's `popen//python=CLIENT`) is the client: it hands
-its stdin, stdout and stderr, its folder and its environment to the zygote, which forks the worker; the worker
-runs execnet's bootstrap on those streams as `python -u -c` would, in the state of a fresh interpreter that had
-imported those modules (signals as Python sets them, a `__main__` of its own). The client stays as xdist's process
-of the worker: it passes SIGTERM and SIGHUP on, and exits with the worker's exit status.
+Here xdist's controller (conftest.pytest_configure) starts one process, the zygote, which imports them once,
+freezes them (gc.freeze) and listens on a Unix socket in a private folder. When it is ready, xdist's workers are
+given as `popen//python=CLIENT`: the command execnet runs for a worker is the client, which hands its stdin,
+stdout and stderr, its folder, its environment and its SIGINT disposition to the zygote. The zygote forks the
+worker, which runs execnet's bootstrap on those streams as `python -u -c` would: signals as Python sets them,
+`__main__` of its own, sys.argv and sys.path[0] of `-c`, threads joined and exit handlers run at its end, an
+uncaught KeyboardInterrupt ending it by SIGINT. The client stays as xdist's process of the worker: it passes
+SIGTERM and SIGHUP on and exits with the worker's status (dies by its signal). A worker whose client went away
+(xdist SIGKILLs a worker that does not end) is killed by the zygote, and so are workers left when it closes.
 
-Where the zygote is not there (it failed to start, or went away), the client runs the worker as before
-(`python -u -c BOOTSTRAP`): slower, the same. A worker's parent is the zygote, not pytest; everything else of a
-worker (its streams, folder, environment, process group) is what xdist gave the client.
+What differs from a fresh `python -u -c`: the worker's parent is the zygote, not pytest (its process group is
+pytest's: neither starts a session); what Python reads at its start (PYTHONHASHSEED, PYTHONIOENCODING, -B,
+sys.flags, sys.orig_argv) is the zygote's, the same for every worker. A zygote that is not ready (it failed, or
+took over 30 s) is stopped, and xdist starts its workers itself; a client that finds no zygote runs python itself.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import traceback
 import types
 
 #: What a worker imports (pytest's plugins and the libraries of the tests) beside every nsightwrap module.
-LIBRARIES = ("pytest", "xdist.plugin", "xdist.remote", "execnet", "hypothesis", "_hypothesis_pytestplugin",
+LIBRARIES = ("pytest", "xdist.plugin", "hypothesis", "_hypothesis_pytestplugin",
              "pytest_benchmark.plugin", "pandas", "numpy", "sqlalchemy", "sqlalchemy.dialects.sqlite",
              "sqlalchemy.dialects.postgresql", "psycopg", "yaml", "rich.console", "rich.live", "psutil", "tenacity",
              "submitit", "ncu_report")
@@ -42,7 +46,6 @@ LIBRARIES = ("pytest", "xdist.plugin", "xdist.remote", "execnet", "hypothesis", 
 PLUGIN_PACKAGES = ("nsightwrap", "hypothesis", "_hypothesis_pytestplugin", "_hypothesis_globals",
                    "_hypothesis_ftz_detector", "xdist", "pytest_benchmark")
 _HEADER = struct.Struct("!I")
-_ZYGOTES_STREAMS: list = []
 
 
 # --- the controller's side ------------------------------------------------------------------------------
@@ -66,14 +69,24 @@ class Zygote:
         self._ready: bool | None = None
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
-        """Whether the zygote imported what it imports and listens (False: it failed, or took over `timeout`)."""
+        """Whether the zygote imported what it imports and listens. False where it failed, took over `timeout`
+        (then it is stopped: it would slow the workers started without it), or its paths cannot be used (a
+        socket's path is at most 107 bytes; execnet splits its spec at "//")."""
         if self._ready is None:
             ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-            self._ready = bool(ready) and self.process.stdout.readline().strip() == b"ready"
+            self._ready = bool(ready) and self.process.stdout.readline().strip() == b"ready" \
+                and len(os.fsencode(self.socket_path)) < 100 and "//" not in self.client
+            if not self._ready:
+                self.process.kill()
         return self._ready
 
+    @property
+    def tx(self) -> str:
+        """The spec of one worker for xdist's --tx."""
+        return f"popen//python={shlex.quote(self.client)}"
+
     def close(self, timeout: float = 10.0) -> None:
-        """The zygote ends once its stdin closes; the workers it forked are xdist's to end."""
+        """The zygote ends once its stdin closes, and kills what is left of its workers (xdist ended them)."""
         import shutil
         import subprocess
 
@@ -89,41 +102,20 @@ class Zygote:
 
 # --- the zygote ------------------------------------------------------------------------------------------
 def serve(path: str) -> None:
-    sys.path[0] = ""  # as in a worker (python -c), not this file's folder (tests/, whose modules are the tests')
+    sys.path[0] = ""  # python -c's first entry (the current folder), not this file's folder (tests/)
     _import_everything()
-    if threading.active_count() != 1:  # forking a process with threads is not safe: the clients run workers
-        return
+    if threading.active_count() != 1:  # a Python thread would be lost in each fork, its locks maybe held
+        return  # no "ready": xdist starts its workers itself. (numpy's OpenBLAS threads stop at a fork: atfork.)
     gc.collect()
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and pytest; this one ends on EOF
-    for stream in (sys.stdout, sys.stderr):  # nothing an import printed reaches a worker's streams
-        stream.flush()
-    os.write(1, b"ready\n")
-    clients: dict[int, socket.socket] = {}
-    while True:
-        try:
-            readable, _, _ = select.select([listener, 0, wake_r], [], [])
-        except InterruptedError:
-            continue
-        if 0 in readable and not os.read(0, 4096):
-            break  # pytest closed its end, or is gone
-        if wake_r in readable:
-            os.read(wake_r, 4096)
-            _reap(clients)
-        if listener in readable:
-            conn, _ = listener.accept()
-            pid = _fork_worker(conn, (listener, wake_r, wake_w, *clients.values()))
-            if pid:
-                clients[pid] = conn
-    listener.close()
-    os.unlink(path)
+    try:
+        _Forks(listener).run()
+    finally:
+        listener.close()
+        os.unlink(path)
 
 
 def _import_everything() -> None:
@@ -150,54 +142,143 @@ def _import_everything() -> None:
             module.__doc__ = (module.__doc__ or "") + "\nPYTEST_DONT_REWRITE (tests/zygote.py)"
 
 
-def _reap(clients: dict[int, socket.socket]) -> None:
-    while True:
+class _Forks:
+    """The zygote's loop: a worker forked for each client; its exit status sent to its client; a worker whose
+    client went away (xdist kills a worker that does not end: SIGKILL, which the client cannot pass on) killed;
+    the workers left when pytest closes the zygote (or is gone) killed. No client can stop the loop."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        self.wake_w = wake_w
+        self.workers: dict[int, socket.socket | None] = {}  # pid: its client's connection, None once it is gone
+
+    def run(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and pytest; this ends on EOF
+        for stream in (sys.stdout, sys.stderr):  # nothing an import printed reaches a worker's streams
+            stream.flush()
+        os.write(1, b"ready\n")
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if not pid:
-            return
-        conn = clients.pop(pid, None)
-        if conn is not None:
-            try:
-                conn.sendall(b"%d\n" % os.waitstatus_to_exitcode(status))
-            except OSError:
+            while self._turn():
                 pass
+        finally:
+            for pid in self.workers:
+                _kill(pid)
+            for pid in list(self.workers):
+                os.waitpid(pid, 0)
+
+    def _turn(self) -> bool:
+        clients = {conn: pid for pid, conn in self.workers.items() if conn is not None}
+        try:
+            readable, _, _ = select.select([self.listener, 0, self.wake_r, *clients], [], [])
+        except InterruptedError:
+            return True
+        if 0 in readable and not os.read(0, 4096):
+            return False  # pytest closed its end, or is gone
+        if self.wake_r in readable:
+            os.read(self.wake_r, 4096)
+            self._reap()
+        for conn in set(readable) & set(clients):
+            pid = clients[conn]
+            if self.workers.get(pid) is conn and not _received(conn):  # the client went away: so does its worker
+                self._forget(pid)
+                _kill(pid)
+        if self.listener in readable:
+            self._fork()
+        return True
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            conn = self.workers.pop(pid, None)
+            if conn is not None:
+                _send(conn, b"%d\n" % os.waitstatus_to_exitcode(status))
+                conn.close()
+
+    def _forget(self, pid: int) -> None:
+        conn, self.workers[pid] = self.workers[pid], None
+        if conn is not None:
             conn.close()
 
-
-def _fork_worker(conn: socket.socket, inherited: tuple) -> int:
-    """The worker's pid (0 where the client's request could not be read: it runs the worker itself)."""
-    try:
-        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-        size = _HEADER.unpack_from(data)[0]
-        while len(data) < _HEADER.size + size:
-            more = conn.recv(65536)
-            if not more:
-                raise OSError("the client went away")
-            data += more
-        request = json.loads(data[_HEADER.size:])
-    except (OSError, ValueError, struct.error):
-        conn.close()
-        return 0
-    pid = os.fork()
-    if pid == 0:
+    def _fork(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(10.0)  # a client that stalls cannot hold the others
+        fds: list[int] = []
         try:
-            _become_worker(request, fds, conn, inherited)
-        finally:
-            os._exit(70)
-    for fd in fds:
-        os.close(fd)
-    conn.sendall(b"%d\n" % pid)
-    return pid
+            request = _read_request(conn, fds)
+        except (OSError, ValueError, KeyError, struct.error):
+            for fd in fds:
+                os.close(fd)
+            conn.close()  # the client, if it is there, exits: xdist sees a worker that failed to start
+            return
+        live = [c for c in self.workers.values() if c is not None]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _become_worker(request, fds, (self.listener, self.wake_r, self.wake_w, conn, *live))
+            finally:
+                os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        self.workers[pid] = conn
+        if not _send(conn, b"%d\n" % pid):
+            self._forget(pid)
+            _kill(pid)
 
 
-def _become_worker(request: dict, fds: list[int], conn: socket.socket, inherited: tuple) -> None:
+def _read_request(conn: socket.socket, fds: list[int]) -> dict:
+    data, received, _, _ = socket.recv_fds(conn, 65536, 3)
+    fds.extend(received)
+    size = _HEADER.unpack_from(data)[0]
+    while len(data) < _HEADER.size + size:
+        more = conn.recv(65536)
+        if not more:
+            raise OSError("the client went away")
+        data += more
+    if len(fds) != 3:
+        raise OSError("the client's streams did not come")
+    request = json.loads(data[_HEADER.size:])
+    request["command"] = request["argv"][request["argv"].index("-c") + 1]
+    return request
+
+
+def _received(conn: socket.socket) -> bool:
+    """Whether a client's connection still holds its client (it sends nothing after its request: EOF or an
+    error says it is gone)."""
+    try:
+        return bool(conn.recv(1))
+    except OSError:
+        return False
+
+
+def _send(conn: socket.socket, data: bytes) -> bool:
+    try:
+        conn.sendall(data)
+        return True
+    except OSError:
+        return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _become_worker(request: dict, fds: list[int], inherited: tuple) -> None:
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler if request["sigint_heard"] else signal.SIG_IGN)
-    for thing in (*inherited, conn):
+    for thing in inherited:
         thing.close() if hasattr(thing, "close") else os.close(thing)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -205,62 +286,94 @@ def _become_worker(request: dict, fds: list[int], conn: socket.socket, inherited
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    # The streams of `python -u`: stdout and stderr written through, stdin buffered. The zygote's own stay
-    # referenced: freed, they would close fds 0-2, now the worker's.
-    _ZYGOTES_STREAMS.extend((sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__))
+    # The streams of `python -u`: stdout and stderr written through, stdin buffered.
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,
                                                    errors="backslashreplace")
-    command = request["argv"][request["argv"].index("-c") + 1]
     sys.argv = ["-c", *request["argv"][request["argv"].index("-c") + 2:]]
-    sys.path[0] = ""  # python -c's: the current folder
+    sys.path[0] = ""
+    _exit_as_python(_run_as_main(request["command"]))
+
+
+def _run_as_main(command: str) -> int:
+    """Run `command` as `python -c` runs it, in a `__main__` of its own: its exit code, or minus the signal that
+    ends the process (an uncaught KeyboardInterrupt: SIGINT, as Python does)."""
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
-    code = 0
     try:
         exec(compile(command, "<string>", "exec"), main.__dict__)
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return -signal.SIGINT
     except BaseException:  # noqa: BLE001 (what python -c prints)
         traceback.print_exc()
-        code = 1
+        return 1
+    return 0
+
+
+def _exit_as_python(code: int) -> None:
+    """The end of an interpreter (threads joined, then the exit handlers; 3.11's order), without its teardown."""
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
 
 
 # --- the client: the process xdist starts as a worker ----------------------------------------------------
 def client(path: str, python: str, argv: list[str]) -> None:
+    heard = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker itself (the same process group)
     passed_on = {signal.SIGTERM, signal.SIGHUP}
     signal.pthread_sigmask(signal.SIG_BLOCK, passed_on)  # held until the worker's pid is known, then passed on
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
-                              "sigint_heard": signal.getsignal(signal.SIGINT) is not signal.SIG_IGN}).encode()
+                              "sigint_heard": heard}).encode()
         socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [0, 1, 2])
-        reader = conn.makefile("rb")
+    except OSError:  # no zygote, or it went away: the worker as xdist starts it
+        signal.signal(signal.SIGINT, signal.SIG_DFL if heard else signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
+        os.execv(python, [python, *argv])
+    reader = conn.makefile("rb")
+    try:  # the streams are the zygote's now: a failure ends the client, never a second worker on them
         pid = int(reader.readline())
     except (OSError, ValueError):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
-        os.execv(python, [python, *argv])  # no zygote: the worker as xdist starts it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker itself (the same process group)
+        os._exit(1)
     for sig in passed_on:
         signal.signal(sig, lambda number, _: os.kill(pid, number))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
     try:
         code = int(reader.readline())
-    except ValueError:  # the zygote went away before the worker ended
+    except (OSError, ValueError):  # the zygote went away before the worker ended
         os._exit(1)
-    if code < 0:  # killed by a signal: so is the client, as xdist would have seen the worker end
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+    if code < 0:  # the worker was killed by a signal: so is the client, as xdist would have seen it end
+        _die_of(-code)
     os._exit(code & 0xFF)
+
+
+def _die_of(number: int) -> None:
+    import resource
+
+    if number != signal.SIGKILL:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the worker's core, if any, is the only one
+        signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+    os.kill(os.getpid(), number)
+    os._exit(128 + number)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 import zygote
+from helpers import wait_until
 
 WORKER = """
 import gc, json, os, sys
@@ -26,9 +29,11 @@ sys.exit(3)
 @pytest.fixture(scope="module")
 def forks():
     started = zygote.Zygote()
-    assert started.wait_ready()
-    yield started
-    started.close()
+    try:
+        assert started.wait_ready()
+        yield started
+    finally:
+        started.close()
 
 
 def _worker(command, cwd):
@@ -64,6 +69,32 @@ def test_sigterm_to_the_client_reaches_the_worker_and_its_end_comes_back(forks, 
 
 def test_the_zygote_ends_when_pytest_closes_it_and_leaves_nothing():
     started = zygote.Zygote()
-    assert started.wait_ready() and os.path.exists(started.socket_path)
-    started.close()
+    try:
+        assert started.wait_ready() and os.path.exists(started.socket_path)
+    finally:
+        started.close()
     assert started.process.returncode == 0 and not os.path.exists(started.folder)
+
+
+@pytest.mark.parametrize(("ending", "status", "said"), [
+    ("raise SystemExit('bye')", 1, "bye\n"),
+    ("raise KeyboardInterrupt", -signal.SIGINT, "KeyboardInterrupt\n"),  # Python's own end: by SIGINT
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL, ""),
+], ids=["exit-message", "keyboard-interrupt", "sigkill"])
+def test_the_client_ends_as_its_worker_did(forks, ending, status, said):
+    done = subprocess.run([forks.client, "-u", "-c", ending], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr[-len(said):] if said else done.stderr) == (status, said)
+
+
+def test_a_worker_whose_client_is_killed_is_killed_and_the_zygote_serves_on(forks, tmp_path):
+    with subprocess.Popen([forks.client, "-u", "-c", "import os, time; print(os.getpid(), flush=True); "
+                           "time.sleep(60)"], stdout=subprocess.PIPE, text=True) as client:
+        worker = psutil.Process(int(client.stdout.readline()))
+        client.kill()  # as xdist does to a worker that does not end: no signal to pass on
+    wait_until(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE,
+               "the worker of a killed client still runs", 10)
+    for request in (b"not a request", b""):  # a client that sends nonsense, or nothing, and goes away
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as rogue:
+            rogue.connect(forks.socket_path)
+            rogue.sendall(request)
+    _worker([forks.client], tmp_path)
