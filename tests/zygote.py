@@ -27,6 +27,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -87,7 +88,6 @@ class Zygote:
 
     def close(self, timeout: float = 10.0) -> None:
         """The zygote ends once its stdin closes, and kills what is left of its workers (xdist ended them)."""
-        import shutil
         import subprocess
 
         self.process.stdin.close()
@@ -115,7 +115,7 @@ def serve(path: str) -> None:
         _Forks(listener).run()
     finally:
         listener.close()
-        os.unlink(path)
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # its folder: also where pytest was SIGKILLed
 
 
 def _import_everything() -> None:
