@@ -46,6 +46,9 @@ LIBRARIES = ("pytest", "xdist.plugin", "hypothesis", "_hypothesis_pytestplugin",
 #: The suite rewrites only its tests (conftest._rewrite_tests_only).
 PLUGIN_PACKAGES = ("nsightwrap", "hypothesis", "_hypothesis_pytestplugin", "_hypothesis_globals",
                    "_hypothesis_ftz_detector", "xdist", "pytest_benchmark")
+#: numpy's BLAS starts a thread per core as it is imported (OpenBLAS, OpenMP): one only, in the zygote. The workers'
+#: numpy then uses one (it used two on the 2-core machine, beside five other workers).
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _HEADER = struct.Struct("!I")
 
 
@@ -103,9 +106,11 @@ class Zygote:
 # --- the zygote ------------------------------------------------------------------------------------------
 def serve(path: str) -> None:
     sys.path[0] = ""  # python -c's first entry (the current folder), not this file's folder (tests/)
+    for name in BLAS_THREADS:  # numpy's BLAS without its threads: a process with threads must not fork
+        os.environ[name] = "1"
     _import_everything()
-    if threading.active_count() != 1:  # a Python thread would be lost in each fork, its locks maybe held
-        return  # no "ready": xdist starts its workers itself. (numpy's OpenBLAS threads stop at a fork: atfork.)
+    if len(os.listdir("/proc/self/task")) != 1:  # a library's thread (native too) would be lost in each fork
+        return  # no "ready": xdist starts its workers itself
     gc.collect()
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -49,6 +49,7 @@ def _worker(command, cwd):
 def test_a_forked_worker_runs_as_python_u_c_with_the_libraries_already_imported(forks, tmp_path):
     seen = _worker([forks.client], tmp_path)
     assert seen["ppid"] == forks.process.pid and seen["pandas"]
+    assert os.listdir(f"/proc/{forks.process.pid}/task") == [str(forks.process.pid)]  # it forks with no thread
 
 
 def test_without_the_zygote_the_client_runs_the_worker_itself(tmp_path):
