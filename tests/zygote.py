@@ -71,6 +71,7 @@ class Zygote:
         self.process = subprocess.Popen([python, os.path.abspath(__file__), "serve", self.socket_path],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._ready: bool | None = None
+        self.why = ""  #: why it is not ready
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
         """Whether the zygote imported what it imports and listens. False where it failed, took over `timeout`
@@ -78,8 +79,12 @@ class Zygote:
         socket's path is at most 107 bytes; execnet splits its spec at "//")."""
         if self._ready is None:
             ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-            self._ready = bool(ready) and self.process.stdout.readline().strip() == b"ready" \
-                and len(os.fsencode(self.socket_path)) < 100 and "//" not in self.client
+            said = self.process.stdout.readline().decode(errors="replace").strip() if ready else ""
+            self.why = ("" if said == "ready" else f"the zygote said {said!r}" if said else
+                        "the zygote ended before it was ready" if ready else f"not ready in {timeout} s")
+            if len(os.fsencode(self.socket_path)) >= 100 or "//" in self.client:
+                self.why = f"{self.folder} cannot hold a socket or be named in --tx"
+            self._ready = not self.why
             if not self._ready:
                 self.process.kill()
         return self._ready
@@ -109,8 +114,10 @@ def serve(path: str) -> None:
     for name in BLAS_THREADS:  # numpy's BLAS without its threads: a process with threads must not fork
         os.environ[name] = "1"
     _import_everything()
-    if len(os.listdir("/proc/self/task")) != 1:  # a library's thread (native too) would be lost in each fork
-        return  # no "ready": xdist starts its workers itself
+    threads = [_comm(task) for task in os.listdir("/proc/self/task") if task != str(os.getpid())]
+    if threads:  # a library's thread (native too: pyarrow's jemalloc, under pandas) would be lost in each fork
+        os.write(1, f"threads {' '.join(threads)}\n".encode())  # not ready: xdist starts its workers itself
+        return
     gc.collect()
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -121,6 +128,14 @@ def serve(path: str) -> None:
     finally:
         listener.close()
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # its folder: also where pytest was SIGKILLed
+
+
+def _comm(task: str) -> str:
+    try:
+        with open(f"/proc/self/task/{task}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return task
 
 
 def _import_everything() -> None:

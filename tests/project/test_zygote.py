@@ -30,7 +30,9 @@ sys.exit(3)
 def forks():
     started = zygote.Zygote()
     try:
-        assert started.wait_ready()
+        if not started.wait_ready() and "said 'threads" in started.why:  # a machine's libraries: xdist as before
+            pytest.skip(f"no zygote on this machine: {started.why} as its libraries are imported")
+        assert started.wait_ready(), started.why
         yield started
     finally:
         started.close()
@@ -71,7 +73,9 @@ def test_sigterm_to_the_client_reaches_the_worker_and_its_end_comes_back(forks, 
 def test_the_zygote_ends_when_pytest_closes_it_and_leaves_nothing():
     started = zygote.Zygote()
     try:
-        assert started.wait_ready() and os.path.exists(started.socket_path)
+        if not started.wait_ready() and "said 'threads" in started.why:
+            pytest.skip(f"no zygote on this machine: {started.why} as its libraries are imported")
+        assert started.wait_ready() and os.path.exists(started.socket_path), started.why
     finally:
         started.close()
     assert started.process.returncode == 0 and not os.path.exists(started.folder)
