@@ -57,7 +57,8 @@ class Zygote:
     """The zygote process of a session, started in a folder of its own: `client` is the command to give execnet as
     a worker's python once `wait_ready()`."""
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, imports: tuple[str, ...] = ()) -> None:
+        """`imports`: the modules the zygote imports; none named, what the suite's workers import."""
         import subprocess
         import tempfile
 
@@ -68,7 +69,7 @@ class Zygote:
         with open(self.client, "w") as f:
             f.write(f'#!/bin/sh\nexec {py} -S {here} client {sock} {py} "$@"\n')
         os.chmod(self.client, 0o755)
-        self.process = subprocess.Popen([python, os.path.abspath(__file__), "serve", self.socket_path],
+        self.process = subprocess.Popen([python, os.path.abspath(__file__), "serve", self.socket_path, *imports],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._ready: bool | None = None
         self.why = ""  #: why it is not ready
@@ -109,11 +110,11 @@ class Zygote:
 
 
 # --- the zygote ------------------------------------------------------------------------------------------
-def serve(path: str) -> None:
+def serve(path: str, imports: list[str]) -> None:
     sys.path[0] = ""  # python -c's first entry (the current folder), not this file's folder (tests/)
     for name in BLAS_THREADS:  # numpy's BLAS without its threads: a process with threads must not fork
         os.environ[name] = "1"
-    _import_everything()
+    _import_everything(imports)
     threads = [_comm(task) for task in os.listdir("/proc/self/task") if task != str(os.getpid())]
     if threads:  # a library's thread (native too: pyarrow's jemalloc, under pandas) would be lost in each fork
         os.write(1, f"threads {' '.join(threads)}\n".encode())  # not ready: xdist starts its workers itself
@@ -138,15 +139,17 @@ def _comm(task: str) -> str:
         return task
 
 
-def _import_everything() -> None:
+def _import_everything(imports: list[str]) -> None:
     import importlib
     import pkgutil
 
-    for name in LIBRARIES:
+    for name in imports or LIBRARIES:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 (a library not installed: the worker imports what it has, as before)
             pass
+    if imports:
+        return
     import nsightwrap
 
     for info in pkgutil.walk_packages(nsightwrap.__path__, "nsightwrap."):
@@ -398,6 +401,6 @@ def _die_of(number: int) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], sys.argv[3:])
     else:
         client(sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -1,6 +1,6 @@
 """tests/zygote.py: xdist's workers forked from one process that imported their libraries (issue 20). A forked
 worker is what `python -u -c` gives xdist: its streams, folder, environment, arguments and exit status; without
-the zygote the client runs python itself."""
+the zygote the client runs python itself. These zygotes import one module; the suite's imports a list."""
 
 from __future__ import annotations
 
@@ -20,15 +20,17 @@ WORKER = """
 import gc, json, os, sys
 gc.unfreeze(); gc.collect()  # nothing of the zygote's that is freed closes the worker's streams
 print(json.dumps({"ppid": os.getppid(), "cwd": os.getcwd(), "var": os.environ.get("ZYGOTE_TEST"), "argv": sys.argv,
-                  "main": __name__, "line": sys.stdin.readline(), "pandas": "pandas" in sys.modules,
+                  "main": __name__, "line": sys.stdin.readline(), "imported": "xml.dom.minidom" in sys.modules,
                   "path0": sys.path[0]}))
 sys.exit(3)
 """
 
+IMPORTED = ("xml.dom.minidom",)  # what no test's python -c imports
+
 
 @pytest.fixture(scope="module")
 def forks():
-    started = zygote.Zygote()
+    started = zygote.Zygote(imports=IMPORTED)
     try:
         if not started.wait_ready() and "said 'threads" in started.why:  # a machine's libraries: xdist as before
             pytest.skip(f"no zygote on this machine: {started.why} as its libraries are imported")
@@ -50,14 +52,14 @@ def _worker(command, cwd):
 
 def test_a_forked_worker_runs_as_python_u_c_with_the_libraries_already_imported(forks, tmp_path):
     seen = _worker([forks.client], tmp_path)
-    assert seen["ppid"] == forks.process.pid and seen["pandas"]
+    assert seen["ppid"] == forks.process.pid and seen["imported"]
     assert os.listdir(f"/proc/{forks.process.pid}/task") == [str(forks.process.pid)]  # it forks with no thread
 
 
 def test_without_the_zygote_the_client_runs_the_worker_itself(tmp_path):
     client = [sys.executable, "-S", zygote.__file__, "client", str(tmp_path / "no.sock"), sys.executable]
     seen = _worker(client, tmp_path)
-    assert seen["ppid"] == os.getpid() and not seen["pandas"]  # the client became the worker: python as xdist runs it
+    assert seen["ppid"] == os.getpid() and not seen["imported"]  # the client became the worker: python as xdist runs it
 
 
 @pytest.mark.parametrize("handled", [True, False], ids=["handled", "killed"])
@@ -71,7 +73,7 @@ def test_sigterm_to_the_client_reaches_the_worker_and_its_end_comes_back(forks, 
 
 
 def test_the_zygote_ends_when_pytest_closes_it_and_leaves_nothing():
-    started = zygote.Zygote()
+    started = zygote.Zygote(imports=IMPORTED)
     try:
         if not started.wait_ready() and "said 'threads" in started.why:
             pytest.skip(f"no zygote on this machine: {started.why} as its libraries are imported")
