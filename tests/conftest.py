@@ -187,13 +187,7 @@ def _exit_without_teardown() -> None:
     controller waited 1.3-3.6 s for them (issue 20). The worker has sent its results by then (workerfinished, in
     pytest_sessionfinish), and xdist ignores the exit code of a worker that finished; only memory is left."""
     atexit.unregister(_exit_without_teardown)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)
+    zygote.end_process(0)
 
 
 @pytest.fixture(autouse=True)

@@ -343,6 +343,12 @@ def _run_as_main(command: str) -> int:
 def _exit_as_python(code: int) -> None:
     """The end of an interpreter (threads joined, then the exit handlers; 3.11's order), without its teardown."""
     threading._shutdown()
+    end_process(code)
+
+
+def end_process(code: int) -> None:
+    """The exit handlers run, the streams flushed, and the process ended with `code` (minus a signal: by that
+    signal) without tearing its interpreter down (conftest._exit_without_teardown: an xdist worker's end too)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
