@@ -13,9 +13,12 @@ SIGTERM and SIGHUP on and exits with the worker's status (dies by its signal). A
 (xdist SIGKILLs a worker that does not end) is killed by the zygote, and so are workers left when it closes.
 
 What differs from a fresh `python -u -c`: the worker's parent is the zygote, not pytest (its process group is
-pytest's: neither starts a session); what Python reads at its start (PYTHONHASHSEED, PYTHONIOENCODING, -B,
-sys.flags, sys.orig_argv) is the zygote's, the same for every worker. A zygote that is not ready (it failed, or
-took over 30 s) is stopped, and xdist starts its workers itself; a client that finds no zygote runs python itself.
+pytest's: neither starts a session), and it dies with the zygote (PR_SET_PDEATHSIG); what Python reads at its start
+(PYTHONHASHSEED, PYTHONIOENCODING, -B, sys.flags, sys.orig_argv) is the zygote's, and so is numpy's global random
+state (`random` is reseeded at a fork, numpy is not): the same in every worker; numpy's BLAS has one thread. A
+zygote that is not ready (it failed, took over 30 s, or has a thread once it imported: the GPU machine's pandas
+starts pyarrow's jemalloc thread) is stopped, and xdist starts its workers itself; a client that finds no zygote
+runs python itself.
 """
 
 from __future__ import annotations
@@ -112,12 +115,14 @@ class Zygote:
 # --- the zygote ------------------------------------------------------------------------------------------
 def serve(path: str, imports: list[str]) -> None:
     sys.path[0] = ""  # python -c's first entry (the current folder), not this file's folder (tests/)
+    said = os.dup(1)  # "ready" (or why not) goes there alone: what an import prints goes to stderr
+    os.dup2(2, 1)
     for name in BLAS_THREADS:  # numpy's BLAS without its threads: a process with threads must not fork
         os.environ[name] = "1"
     _import_everything(imports)
     threads = [_comm(task) for task in os.listdir("/proc/self/task") if task != str(os.getpid())]
     if threads:  # a library's thread (native too: pyarrow's jemalloc, under pandas) would be lost in each fork
-        os.write(1, f"threads {' '.join(threads)}\n".encode())  # not ready: xdist starts its workers itself
+        os.write(said, f"threads {' '.join(threads)}\n".encode())  # not ready: xdist starts its workers itself
         return
     gc.collect()
     gc.freeze()
@@ -125,7 +130,7 @@ def serve(path: str, imports: list[str]) -> None:
     listener.bind(path)
     listener.listen(64)
     try:
-        _Forks(listener).run()
+        _Forks(listener, said).run()
     finally:
         listener.close()
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # its folder: also where pytest was SIGKILLed
@@ -170,8 +175,8 @@ class _Forks:
     client went away (xdist kills a worker that does not end: SIGKILL, which the client cannot pass on) killed;
     the workers left when pytest closes the zygote (or is gone) killed. No client can stop the loop."""
 
-    def __init__(self, listener: socket.socket) -> None:
-        self.listener = listener
+    def __init__(self, listener: socket.socket, said: int) -> None:
+        self.listener, self.said = listener, said
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         self.wake_w = wake_w
@@ -183,7 +188,7 @@ class _Forks:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the workers and pytest; this ends on EOF
         for stream in (sys.stdout, sys.stderr):  # nothing an import printed reaches a worker's streams
             stream.flush()
-        os.write(1, b"ready\n")
+        os.write(self.said, b"ready\n")
         try:
             while self._turn():
                 pass
@@ -232,21 +237,24 @@ class _Forks:
             conn.close()
 
     def _fork(self) -> None:
-        conn, _ = self.listener.accept()
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:  # out of descriptors, a client gone already: the next turn
+            return
         conn.settimeout(10.0)  # a client that stalls cannot hold the others
         fds: list[int] = []
+        live = [c for c in self.workers.values() if c is not None]
         try:
             request = _read_request(conn, fds)
-        except (OSError, ValueError, KeyError, struct.error):
+            pid = os.fork()
+        except Exception:  # noqa: BLE001 (any request, or a fork the system refused, ends only that client)
             for fd in fds:
                 os.close(fd)
-            conn.close()  # the client, if it is there, exits: xdist sees a worker that failed to start
+            conn.close()  # the client exits: xdist sees a worker that failed to start
             return
-        live = [c for c in self.workers.values() if c is not None]
-        pid = os.fork()
         if pid == 0:
             try:
-                _become_worker(request, fds, (self.listener, self.wake_r, self.wake_w, conn, *live))
+                _become_worker(request, fds, (self.listener, self.said, self.wake_r, self.wake_w, conn, *live))
             finally:
                 os._exit(70)
         for fd in fds:
@@ -298,6 +306,9 @@ def _kill(pid: int) -> None:
 
 
 def _become_worker(request: dict, fds: list[int], inherited: tuple) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a zygote killed takes its workers
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler if request["sigint_heard"] else signal.SIG_IGN)
@@ -316,48 +327,48 @@ def _become_worker(request: dict, fds: list[int], inherited: tuple) -> None:
                                                    errors="backslashreplace")
     sys.argv = ["-c", *request["argv"][request["argv"].index("-c") + 2:]]
     sys.path[0] = ""
-    _exit_as_python(_run_as_main(request["command"]))
+    _exit_as_python(*_run_as_main(request["command"]))
 
 
-def _run_as_main(command: str) -> int:
-    """Run `command` as `python -c` runs it, in a `__main__` of its own: its exit code, or minus the signal that
-    ends the process (an uncaught KeyboardInterrupt: SIGINT, as Python does)."""
+def _run_as_main(command: str) -> tuple[int, int]:
+    """Run `command` as `python -c` runs it, in a `__main__` of its own: its exit code, and the signal that ends
+    the process (0: none; an uncaught KeyboardInterrupt: SIGINT, as Python does)."""
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     try:
         exec(compile(command, "<string>", "exec"), main.__dict__)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
-            return e.code or 0
+            return e.code or 0, 0
         print(e.code, file=sys.stderr)
-        return 1
+        return 1, 0
     except KeyboardInterrupt:
         traceback.print_exc()
-        return -signal.SIGINT
+        return 1, signal.SIGINT
     except BaseException:  # noqa: BLE001 (what python -c prints)
         traceback.print_exc()
-        return 1
-    return 0
+        return 1, 0
+    return 0, 0
 
 
-def _exit_as_python(code: int) -> None:
+def _exit_as_python(code: int, by_signal: int) -> None:
     """The end of an interpreter (threads joined, then the exit handlers; 3.11's order), without its teardown."""
     threading._shutdown()
-    end_process(code)
+    end_process(code, by_signal)
 
 
-def end_process(code: int) -> None:
-    """The exit handlers run, the streams flushed, and the process ended with `code` (minus a signal: by that
-    signal) without tearing its interpreter down (conftest._exit_without_teardown: an xdist worker's end too)."""
+def end_process(code: int, by_signal: int = 0) -> None:
+    """The exit handlers run, the streams flushed, and the process ended with `code` (or by the signal
+    `by_signal`) without tearing its interpreter down (conftest._exit_without_teardown: an xdist worker's end)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+    if by_signal:
+        signal.signal(by_signal, signal.SIG_DFL)
+        os.kill(os.getpid(), by_signal)
     os._exit(code & 0xFF)
 
 
@@ -383,7 +394,7 @@ def client(path: str, python: str, argv: list[str]) -> None:
     except (OSError, ValueError):
         os._exit(1)
     for sig in passed_on:
-        signal.signal(sig, lambda number, _: os.kill(pid, number))
+        signal.signal(sig, lambda number, _: _pass_on(pid, number))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
     try:
         code = int(reader.readline())
@@ -392,6 +403,13 @@ def client(path: str, python: str, argv: list[str]) -> None:
     if code < 0:  # the worker was killed by a signal: so is the client, as xdist would have seen it end
         _die_of(-code)
     os._exit(code & 0xFF)
+
+
+def _pass_on(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:  # the worker ended: its status is on its way
+        pass
 
 
 def _die_of(number: int) -> None:

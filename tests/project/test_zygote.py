@@ -85,9 +85,10 @@ def test_the_zygote_ends_when_pytest_closes_it_and_leaves_nothing():
 
 @pytest.mark.parametrize(("ending", "status", "said"), [
     ("raise SystemExit('bye')", 1, "bye\n"),
+    ("raise SystemExit(-1)", 255, ""),  # a code, not a signal
     ("raise KeyboardInterrupt", -signal.SIGINT, "KeyboardInterrupt\n"),  # Python's own end: by SIGINT
     ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL, ""),
-], ids=["exit-message", "keyboard-interrupt", "sigkill"])
+], ids=["exit-message", "negative-code", "keyboard-interrupt", "sigkill"])
 def test_the_client_ends_as_its_worker_did(forks, ending, status, said):
     done = subprocess.run([forks.client, "-u", "-c", ending], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr[-len(said):] if said else done.stderr) == (status, said)
@@ -98,10 +99,15 @@ def test_a_worker_whose_client_is_killed_is_killed_and_the_zygote_serves_on(fork
                            "time.sleep(60)"], stdout=subprocess.PIPE, text=True) as client:
         worker = psutil.Process(int(client.stdout.readline()))
         client.kill()  # as xdist does to a worker that does not end: no signal to pass on
-    wait_until(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE,
-               "the worker of a killed client still runs", 10)
-    for request in (b"not a request", b""):  # a client that sends nonsense, or nothing, and goes away
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as rogue:
+    _, alive = psutil.wait_procs([worker], timeout=10)
+    assert not alive, "the worker of a killed client still runs"
+    held = sorted(os.listdir(f"/proc/{forks.process.pid}/fd"))
+    # Clients that send nonsense (with their streams, or none), nothing, or a request without `-c`, and go away
+    for request, streams in ((b"not a request", True), (b"\0\0\0\3[1]", True), (b"", False),
+                             (b'\0\0\0\x0f{"argv": ["-c"]}', True)):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as rogue, open(os.devnull, "rb") as null:
             rogue.connect(forks.socket_path)
-            rogue.sendall(request)
+            socket.send_fds(rogue, [request or b" "], [null.fileno()] * 3 if streams else [])
     _worker([forks.client], tmp_path)
+    wait_until(lambda: sorted(os.listdir(f"/proc/{forks.process.pid}/fd")) == held,
+               "the zygote kept a rejected client's streams or connection", 10)
