@@ -28,6 +28,7 @@ from nsightwrap.reports.nsys.stats import (
     parse_stats_table,
     split_stats_output,
 )
+from nsightwrap.watch.records import RUNTIME_VAR
 from nsightwrap.watch.tree import StopPolicy
 
 DATA = HERE / "data" / "nsys"
@@ -355,6 +356,7 @@ def made_report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nsys-made")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NSIGHTWRAP_NSYS", str(FAKE_NSYS))
+        mp.setenv(RUNTIME_VAR, str(tmp_path_factory.mktemp("nsys-made-runtime")))  # before own_places: not /tmp's
         for knob in ("HANG", "WEDGED", "IMPORTER_FAILS", "PRETEND_EXISTS", "NO_KERNELS", "STATS_TITLES"):
             mp.delenv(f"FAKE_NSYS_{knob}", raising=False)
         run = profile_nsys(PY_OK, NsysOptions(output=str(folder / "torch")), config(folder))
