@@ -74,24 +74,22 @@ class Zygote:
         os.chmod(self.client, 0o755)
         self.process = subprocess.Popen([python, os.path.abspath(__file__), "serve", self.socket_path, *imports],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self._ready: bool | None = None
-        self.why = ""  #: why it is not ready
+        self.why: str | None = None  #: why it is not ready ("": it is; None: not asked yet)
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
         """Whether the zygote imported what it imports and listens. False where it failed, took over `timeout`
         (then it is stopped: it would slow the workers started without it), or its paths cannot be used (a
         socket's path is at most 107 bytes; execnet splits its spec at "//")."""
-        if self._ready is None:
+        if self.why is None:
             ready, _, _ = select.select([self.process.stdout], [], [], timeout)
             said = self.process.stdout.readline().decode(errors="replace").strip() if ready else ""
             self.why = ("" if said == "ready" else f"the zygote said {said!r}" if said else
                         "the zygote ended before it was ready" if ready else f"not ready in {timeout} s")
             if len(os.fsencode(self.socket_path)) >= 100 or "//" in self.client:
                 self.why = f"{self.folder} cannot hold a socket or be named in --tx"
-            self._ready = not self.why
-            if not self._ready:
+            if self.why:
                 self.process.kill()
-        return self._ready
+        return not self.why
 
     @property
     def tx(self) -> str:
@@ -177,9 +175,8 @@ class _Forks:
 
     def __init__(self, listener: socket.socket, said: int) -> None:
         self.listener, self.said = listener, said
-        self.wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-        self.wake_w = wake_w
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
         self.workers: dict[int, socket.socket | None] = {}  # pid: its client's connection, None once it is gone
 
     def run(self) -> None:
@@ -277,7 +274,8 @@ def _read_request(conn: socket.socket, fds: list[int]) -> dict:
     if len(fds) != 3:
         raise OSError("the client's streams did not come")
     request = json.loads(data[_HEADER.size:])
-    request["command"] = request["argv"][request["argv"].index("-c") + 1]
+    argv = request["argv"]
+    request["command"], *request["args"] = argv[argv.index("-c") + 1:]  # python -c COMMAND ARGS
     return request
 
 
@@ -325,7 +323,7 @@ def _become_worker(request: dict, fds: list[int], inherited: tuple) -> None:
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,
                                                    errors="backslashreplace")
-    sys.argv = ["-c", *request["argv"][request["argv"].index("-c") + 2:]]
+    sys.argv = ["-c", *request["args"]]
     sys.path[0] = ""
     _exit_as_python(*_run_as_main(request["command"]))
 
@@ -367,8 +365,7 @@ def end_process(code: int, by_signal: int = 0) -> None:
         except (OSError, ValueError):
             pass
     if by_signal:
-        signal.signal(by_signal, signal.SIG_DFL)
-        os.kill(os.getpid(), by_signal)
+        _die_of(by_signal)
     os._exit(code & 0xFF)
 
 

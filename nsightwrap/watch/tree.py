@@ -109,16 +109,21 @@ def _read(path: str, once: Optional[int] = None) -> bytes:
         os.close(fd)
 
 
+def _environ(pid: int | str) -> Optional[bytes]:
+    """The raw environment of `pid`; None if it is gone, or another user's."""
+    try:
+        return _read(f"/proc/{pid}/environ")
+    except OSError:
+        return None
+
+
 def _environs(carries: Callable[[bytes], bool]) -> dict[int, bytes]:
     """pid -> raw environment of every process whose environment `carries` (one read each; unreadable: left out)."""
     found = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            try:
-                raw = _read(f"/proc/{name}/environ")
-            except OSError:
-                continue  # gone, or another user's
-            if carries(raw):
+            raw = _environ(name)
+            if raw is not None and carries(raw):
                 found[int(name)] = raw
     return found
 
@@ -282,10 +287,9 @@ class ProcessTree:
         for pid, st in table.items():
             if st.kernel or _environ_key(pid, st) in self._bare:
                 continue
-            try:
-                raw = _read(f"/proc/{pid}/environ")
-            except OSError:
-                continue  # gone, or another user's
+            raw = _environ(pid)
+            if raw is None:
+                continue
             if carries(raw):
                 found.append(pid)
             elif raw and st.environ[1]:
