@@ -5,6 +5,7 @@ every waiting caller; the error says where the job logs are."""
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -119,6 +120,12 @@ def test_a_dispatcher_that_dies_answers_every_waiting_caller(tmp_path, monkeypat
     threads = [threading.Thread(target=one) for _ in range(2)]
     for t in threads:
         t.start()
+    # Both callers queued before the dispatcher may submit: with one queued, the real _submit_some submitted it
+    # to a backend with no reply left, and the dispatcher died of that IndexError instead (a flake, 1 run in ~30).
+    waited = time.monotonic() + 10
+    while len(e.pending) < 2:
+        assert time.monotonic() < waited, "the two callers never both waited"
+        time.sleep(0.005)
     monkeypatch.setattr(e, "_submit_some", dies_once_two_wait)
     for t in threads:
         t.join(10)
