@@ -67,7 +67,9 @@ _ZYGOTE = pytest.StashKey[zygote.Zygote]()
 def pytest_configure(config):
     """Child processes start cheaply (the suite starts thousands: issue 20). The fakes' `#!/usr/bin/env python3`
     finds this interpreter first on PATH (a two-line sh script), not a version manager's shim (pyenv's costs
-    0.06 s of bash per start); the fake programs of helpers.app run it with -S (no site: 0.02 s less); and
+    0.06 s of bash per start); the fake programs of helpers.app run it with -S (no site: 0.02 s less); numpy's
+    BLAS starts no thread per core in the children that import it (zygote.BLAS_THREADS: their threads were 0.4 %
+    of the suite's CPU, in ~40 short processes, perf record of a run on 2026-11-27); and
     children write and read bytecode as Python does by default: with PYTHONDONTWRITEBYTECODE=1 inherited,
     every `python -m nsightwrap` compiled its 110 modules again (0.13 s), so the tests' children write
     `__pycache__` folders (ignored by git) even where PYTHONDONTWRITEBYTECODE is set. Done once, in the first
@@ -99,7 +101,7 @@ def _start_children_cheaply(config) -> None:
         script.parent.mkdir(exist_ok=True)
         script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)}{flags} "$@"\n')
         script.chmod(0o755)
-    names = ("PATH", "PYTHONDONTWRITEBYTECODE", FAST_PYTHON_VAR, "XDG_CACHE_HOME", *USERS_OWN)
+    names = ("PATH", "PYTHONDONTWRITEBYTECODE", FAST_PYTHON_VAR, "XDG_CACHE_HOME", *USERS_OWN, *zygote.BLAS_THREADS)
     config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in names}
     os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
     os.environ[FAST_PYTHON_VAR] = folder
@@ -108,6 +110,8 @@ def _start_children_cheaply(config) -> None:
     os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "xdg-cache")
     for name in USERS_OWN:
         os.environ.pop(name, None)
+    for name in zygote.BLAS_THREADS:  # a child that imports numpy (a submitit job) starts no BLAS thread per core
+        os.environ.setdefault(name, "1")
 
 
 def _start_zygote(config) -> "zygote.Zygote | None":

@@ -48,8 +48,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(argv: Sequence[str]) -> int:
-    """Parse argv and run its command; with --json, exactly one JSON object on stdout."""
+def run_command(argv: Sequence[str], loaded: Callable[[], None] = lambda: None) -> int:
+    """Parse argv and run its command; with --json, exactly one JSON object on stdout. `loaded()` is called
+    once the command's module is imported, before the command runs (main's CollectorPause.resume)."""
     as_json = wants_json(argv)
     parser = build_parser(only=argv[0] if argv else None)
     try:
@@ -61,6 +62,7 @@ def run_command(argv: Sequence[str]) -> int:
         return _usage_error(UsageError("give a command, e.g. `python -m nsightwrap run -- ./my_app`"), as_json)
     try:
         command = _command_part(args.cmd, 1)  # its module imported
+        loaded()
         raise_if_dropped()
         return command(args)
     except UsageError as e:
