@@ -53,7 +53,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nsightwrap-bench-") as folder:
         env = {**os.environ, "NSIGHTWRAP_NCU": str(ROOT / "tests" / "fake_ncu" / "ncu"),
                "NSIGHTWRAP_CACHE_DIR": folder, "NSIGHTWRAP_RUNTIME_DIR": folder, "FAKE_NCU_SCALE": "0.01",
-               "NSIGHTWRAP_TRACER": "off", "NSIGHTWRAP_EVIDENCE": "off", "PYTHONPATH": str(ROOT)}
+               "NSIGHTWRAP_TRACER": "off", "NSIGHTWRAP_EVIDENCE": "off",
+               "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
         variants = {"paused": [sys.executable, "-m", "nsightwrap"],
                     "collecting": [sys.executable, "-c", COLLECTING]}
         cpu: dict[tuple[str, str], list[float]] = {}
