@@ -455,6 +455,34 @@ def unavailable(why: str) -> None:
     pytest.skip(why)
 
 
+def without_ncu_anywhere() -> None:
+    """Skip a test whose subject is a machine with no ncu at all, on a machine that has one where nsightwrap looks
+    without being told (/usr/local/cuda/bin, /opt/nvidia/nsight-compute/<version>; the GPU machine's is found there
+    whatever PATH says): the suite ran there with 9 failures of such tests (2026-11-27). CI's machine has none."""
+    import pytest
+
+    from nsightwrap.errors import ToolNotFound
+    from nsightwrap.ncu.locate import find_ncu
+
+    try:
+        found = find_ncu(env={"PATH": ""})
+    except ToolNotFound:
+        return
+    pytest.skip(f"this machine has ncu at {found}, which nsightwrap finds without PATH: the test needs one without")
+
+
+def no_driver_path(folder: Path) -> str:
+    """A PATH of /usr/bin:/bin whose nvidia-smi fails, as on a machine without an NVIDIA driver: also on a GPU
+    machine, whose nvidia-smi is /usr/bin's (a folder in `folder` with a failing nvidia-smi comes first)."""
+    bin_dir = folder / "no-driver-bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn\\'t communicate with the NVIDIA driver.'\n"
+                   "exit 9\n")
+    smi.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+
+
 #: `python -m pytest` for a test of the pytest plugin or fixtures (a pytest session inside a test): without the
 #: plugins the suite itself runs on (xdist, pytest-benchmark, hypothesis), which the inner session never uses and
 #: which doubled its start (0.76 -> 0.40 s of CPU); nsightwrap's own plugin still loads from its entry point. Nor

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_DIR, STALL_S, inline_pytest, no_leftovers, run_config
+from helpers import FAKE_DIR, STALL_S, inline_pytest, no_driver_path, no_leftovers, run_config
 
 import nsightwrap
 from nsightwrap.call.api import profile
@@ -166,7 +166,7 @@ def test_pytest_fixture(cfg, fake_gpu, nsight_profile):
 def test_pytest_fixture_skips_without_a_gpu_even_with_ncu_set(tmp_path, fake_env, monkeypatch):
     """NSIGHTWRAP_NCU names an ncu, but no nvidia-smi answers: nothing could be profiled, so skip."""
     (tmp_path / "test_uses_fixture.py").write_text("def test_it(nsight_profile):\n    raise AssertionError('ran')\n")
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("PATH", no_driver_path(tmp_path))
     inner = inline_pytest(tmp_path, monkeypatch)
     assert inner.count("skipped") == 1 and "no NVIDIA GPU" in inner.text(), inner.text()
 

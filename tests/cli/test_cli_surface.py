@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import app
-from helpers import STALL_S, cli_main, run_read_only
+from helpers import STALL_S, cli_main, run_read_only, without_ncu_anywhere
 
 from nsightwrap import __version__
 from nsightwrap.watch.tree import COOKIE_VAR, processes_with
@@ -69,6 +69,7 @@ def test_usage_errors_answer_with_one_json_object(fake_env, args, capsys):
 
 
 def test_a_set_up_error_answers_with_one_json_object(tmp_path, monkeypatch, capsys):
+    without_ncu_anywhere()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NSIGHTWRAP_CACHE_DIR": str(tmp_path / "c")}
     for name in list(os.environ):  # in this process (cli_main), with only this environment
         monkeypatch.delenv(name)

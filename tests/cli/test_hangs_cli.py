@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import FAKE_SMI_DIR
 
 from nsightwrap.cli.hangs import add_hangs_parser, cmd_hangs
 from nsightwrap.store import ENV_STORE, Environment, HangStore, ProfileKey
@@ -34,6 +35,10 @@ def run_cli(*argv):
 
 
 def test_cli_hooks(tmp_path, monkeypatch):
+    # "This machine" as the records' H200 (the fake nvidia-smi), its ncu not compared: no STALE column on any
+    # machine (the GPU machine's own driver and ncu made one)
+    monkeypatch.setenv("PATH", f"{FAKE_SMI_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NSIGHTWRAP_NCU", str(tmp_path / "no-ncu"))
     db = str(tmp_path / "cli.db")
     rc, out, _ = run_cli("hangs", "list", "--store", db)
     assert rc == 0 and "nothing recorded" in out and not Path(db).exists()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import no_driver_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -547,7 +548,7 @@ def test_doctor_names_the_ncu_found(monkeypatch, tmp_path, capsys):
     fake = Path(__file__).parents[1] / "fake_ncu" / "ncu"
     monkeypatch.setenv("NSIGHTWRAP_NCU", str(fake))
     monkeypatch.setenv("NSIGHTWRAP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: the driver check FAILs
+    monkeypatch.setenv("PATH", no_driver_path(tmp_path))  # nvidia-smi fails: the driver check FAILs
     rc = main(["doctor"])
     out = capsys.readouterr().out
     assert f"ok    ncu         {fake} (version 2025.3.1.0; 6 sets, 24 sections)" in out

@@ -14,7 +14,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import HERE, app, assert_clean, cli_main, fast_stop, run_cli, run_config, sigterm_once_hung
+from helpers import (
+    HERE,
+    app,
+    assert_clean,
+    cli_main,
+    fast_stop,
+    run_cli,
+    run_config,
+    sigterm_once_hung,
+    without_ncu_anywhere,
+)
 
 from nsightwrap.errors import OptionsError, ProfileInterrupted
 from nsightwrap.ncu.context import RunConfig
@@ -306,6 +316,7 @@ def test_cli_exit_codes(fake_env, tmp_path, capsys):
 
 
 def test_cli_without_ncu_says_what_is_missing(tmp_path):
+    without_ncu_anywhere()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NSIGHTWRAP_CACHE_DIR": str(tmp_path / "c")}
     env["PYTHONPATH"] = str(HERE.parent)
     r = run_cli(["run", "--", "true"], env)

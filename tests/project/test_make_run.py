@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from conftest import FAKE_APP
+from helpers import without_ncu_anywhere
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKE_RUN = ROOT / "examples" / "make_run.py"
@@ -63,6 +64,7 @@ def test_make_run_builds_the_cuda_example_and_prints_the_kernel_table(fake_env, 
 
 
 def test_make_run_without_ncu_says_what_is_missing(tmp_path):
+    without_ncu_anywhere()
     env = {"PATH": f"{fake_nvcc(tmp_path / 'bin')}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path),
            "NSIGHTWRAP_CACHE_DIR": str(tmp_path / "c")}
     done = make_run(env, tmp_path)
