@@ -15,6 +15,7 @@ which the parent reads. It imports no pandas and reads no report.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -48,6 +49,9 @@ class CallSpec:
     sys_path: list[str]
     result_path: str
     call_time_path: Optional[str] = None  # where the warm-up times go, for the watchdog
+    #: The measured calls are marked as a profiler range (profile(fn): what ncu profiles). Not for a call run
+    #: without a profiler (triage): cuProfilerStart before any CUDA call fails (CUDA error 3), and fn never ran.
+    ranged: bool = True
 
 
 @dataclass
@@ -118,10 +122,10 @@ def run(spec: CallSpec) -> CallResult:
     warmup_s = [_timed(fn, args, kwargs)[1] for _ in range(spec.warmup)]
     if warmup_s and spec.call_time_path:
         write_call_time(spec.call_time_path, warmup_s)  # before the range: the watchdog knows it in time
-    api = ranges.find_range_api()
-    result = CallResult(ok=True, range_api=api.describe, warmup_s=warmup_s)
+    api = ranges.find_range_api() if spec.ranged else None
+    result = CallResult(ok=True, range_api=api.describe if api else "no range (not profiled)", warmup_s=warmup_s)
     value = None
-    with ranges.range(RANGE_NAME, api=api):
+    with ranges.range(RANGE_NAME, api=api) if api else contextlib.nullcontext():
         for _ in range(spec.repeat):
             value, took = _timed(fn, args, kwargs)
             result.call_s.append(took)

@@ -53,10 +53,11 @@ def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
             if fn_name == "cuProfilerStop":
                 lib.cuCtxSynchronize()  # the measured kernels belong inside the range
             rc = fn()
-            if rc == 201:
-                raise RuntimeError(f"{fn_name}: no current CUDA context on this thread (CUDA error 201), so no "
-                                   "profiler range could be marked; launch work on the GPU before the range "
-                                   f"(warmup >= 1), or set {PROFILER_API_VAR}=module:start:stop")
+            if rc in (3, 201):  # CUDA_ERROR_NOT_INITIALIZED: no CUDA call yet in this process; no context here
+                why = "CUDA is not initialized in this process" if rc == 3 else "no current CUDA context on this thread"
+                raise RuntimeError(f"{fn_name}: {why} (CUDA error {rc}), so no profiler range could be marked; "
+                                   "launch work on the GPU before the range (warmup >= 1), or set "
+                                   f"{PROFILER_API_VAR}=module:start:stop")
             if rc != 0:
                 raise RuntimeError(f"{fn_name} failed with CUDA error {rc}")
 

@@ -42,15 +42,16 @@ def _reference(fn: Callable) -> tuple[str, str, Optional[str]]:
     return module, name, file
 
 
-def make_spec(fn: Callable, args: tuple, kwargs: dict, warmup: int, repeat: int) -> CallSpec:
-    """The child's instructions (without its file paths); NotProfilable when fn or its arguments cannot travel."""
+def make_spec(fn: Callable, args: tuple, kwargs: dict, warmup: int, repeat: int, ranged: bool = True) -> CallSpec:
+    """The child's instructions (without its file paths); NotProfilable when fn or its arguments cannot travel.
+    ranged: the measured calls marked as a profiler range (CallSpec.ranged)."""
     module, qualname, file = _reference(fn)
     try:
         payload = pickle.dumps((args, kwargs))
     except Exception as e:  # noqa: BLE001
         raise NotProfilable(f"the arguments of {qualname} cannot be pickled ({e}); pass plain data (arrays, "
                             "numbers, paths) and build GPU objects inside fn, or make them picklable") from None
-    return CallSpec(module, qualname, file, payload, warmup, repeat, [p for p in sys.path if p], "")
+    return CallSpec(module, qualname, file, payload, warmup, repeat, [p for p in sys.path if p], "", ranged=ranged)
 
 
 def subject(spec: CallSpec) -> str:

@@ -2,7 +2,8 @@
 
 A callable travels as profile(fn)'s does (call.spec: by module and name, its
 arguments pickled) and runs in `python -m nsightwrap.call` with no warm-up
-and one call, without ncu; a failing call prints its traceback there
+and one call, without ncu and without a profiler range (on a GPU machine, cuProfilerStart before fn's first CUDA
+call failed, and every run "failed" before fn ran); a failing call prints its traceback there
 (NSIGHTWRAP_CALL_TRACEBACK), so that its CUDA error is read like a program's.
 """
 
@@ -28,7 +29,7 @@ def triage_callable(fn: Callable[..., Any], args: tuple, kwargs: dict, options: 
     """triage_command on fn(*args, **kwargs), run in a child process (its private folder removed after)."""
     files = CallFiles.create()
     try:
-        files.write_spec(make_spec(fn, args, kwargs, 0, 1))
+        files.write_spec(make_spec(fn, args, kwargs, 0, 1, ranged=False))  # run without a profiler: no range
         env = dict(os.environ if config.env is None else config.env, **{TRACEBACK_VAR: "1"})
         return triage_command(files.command(files.plain_result), options, config.replace(env=env), store=store,
                               **more)

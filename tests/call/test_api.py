@@ -227,3 +227,18 @@ def test_range_api_prefers_the_framework_in_use(monkeypatch):
     api.start()
     api.stop()
     assert calls == ["start", "sync", "stop"]
+
+
+@pytest.mark.parametrize("rc, why", [(3, "CUDA is not initialized in this process"),
+                                     (201, "no current CUDA context on this thread")])
+def test_a_range_the_driver_cannot_start_says_why_and_what_to_do(rc, why):
+    """cuProfilerStart before any CUDA call returns 3 (seen on the GPU machine, 2026-11-27), with CUDA initialized
+    but no context on the thread 201: both say so, and how to mark the range."""
+    import types
+
+    from nsightwrap.call.ranges import _driver_calls
+
+    start, _ = _driver_calls(types.SimpleNamespace(cuProfilerStart=lambda: rc, cuProfilerStop=lambda: 0,
+                                                   cuCtxSynchronize=lambda: 0))
+    with pytest.raises(RuntimeError, match=f"{why} \\(CUDA error {rc}\\).*warmup >= 1"):
+        start()

@@ -208,6 +208,23 @@ def test_nsightwrap_triage_takes_a_callable_and_stays_the_package(env, tmp_path,
     assert nsightwrap.diagnose.run.triage_command is triage_command  # the package's modules are still reachable
 
 
+def test_a_callable_is_triaged_outside_any_profiler_range(env, tmp_path, monkeypatch):
+    """On the GPU machine the triage of a callable marked a profiler range around it, and cuProfilerStart before fn's
+    first CUDA call failed (CUDA error 3): every run 'failed' with no CUDA error, fn never ran (2026-11-27). Here the
+    range's start fails as it did there; triage runs fn without it."""
+    (tmp_path / "failing_range.py").write_text(
+        "def start():\n    raise RuntimeError('cuProfilerStart failed with CUDA error 3')\n\n"
+        "def stop():\n    pass\n")
+    (tmp_path / "triage_clean.py").write_text("def step(n):\n    return n + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NSIGHTWRAP_PROFILER_API", "failing_range:start:stop")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
+    import triage_clean
+
+    r = nsightwrap.triage(triage_clean.step, 3, runs=2, tools=(), store=False, blocking=False)
+    assert r.failed == 0 and [x.outcome for x in r.runs] == [FINISHED, FINISHED], r.to_dict()
+
+
 def test_profile_triage_runs_triage_after_a_hang_or_failure_only_unless_always(env, tmp_path, monkeypatch):
     from types import SimpleNamespace
 

@@ -128,3 +128,21 @@ def test_the_kernel_that_hangs_only_under_ncu_under_memcheck(sanitizer, program)
     print(f"ncuhang under memcheck: {run.status} after {run.elapsed_s:.1f} s: {run.summary}")
     assert run.status in (OK, HANG), run.log
     assert run.elapsed_s < 40
+
+
+def test_a_callable_that_uses_the_gpu_is_triaged_clean(tmp_path, monkeypatch):
+    """nsightwrap.triage(fn) on the GPU: fn runs without a profiler range around it (cuProfilerStart before fn's
+    first CUDA call failed with CUDA error 3, and every run 'failed' before fn ran, 2026-11-27); a sound PyTorch
+    call is clean in every run."""
+    import nsightwrap
+
+    pytest.importorskip("torch")
+    (tmp_path / "gpu_subject.py").write_text(
+        "def step(n):\n    import torch\n    return float(torch.ones(n, device='cuda').sum())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gpu_subject
+
+    r = nsightwrap.triage(gpu_subject.step, 1024, runs=2, tools=(), store=False, blocking=False)
+    assert r.failed == 0 and r.hung == 0 and len(r.runs) == 2, r.to_dict()
+    no_leftovers()
+    gpu_free()
