@@ -185,9 +185,9 @@ def test_an_unannounced_multi_process_program_is_known_by_its_connections(cfg, t
     assert rec.basis == EVIDENCE and rec.calibrated and store.uncalibrated_hangs() == {}
     # The store keeps the job's size: a single-process run of a kernel of that name is not taken for it.
     version = rec.ncu_version
-    gpu = rec.gpu  # None here; the GPU machine's own where nvidia-smi answers
-    assert not store.hangs_for(AR, ProfileKey("basic"), Environment(gpu=gpu, ncu_version=version, processes=1))
-    assert store.hangs_for(AR, ProfileKey("basic"), Environment(gpu=gpu, ncu_version=version,
+    here = {"gpu": rec.gpu, "driver": rec.driver}  # None here; the GPU machine's own where nvidia-smi answers
+    assert not store.hangs_for(AR, ProfileKey("basic"), Environment(**here, ncu_version=version, processes=1))
+    assert store.hangs_for(AR, ProfileKey("basic"), Environment(**here, ncu_version=version,
                                                                 processes=hung.connected))
 
 
