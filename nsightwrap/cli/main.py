@@ -59,10 +59,11 @@ class CollectorPause:
     """The cyclic garbage collector paused while the command line loads its modules, until `resume()`.
 
     Importing makes many long-lived objects and almost no garbage, and the collector walked them again and
-    again as they piled up: 12-13 % of the CPU of `python -m nsightwrap --version` and of a plain `run` of the
-    fake ncu (issue 20). Resumed once the command's module is loaded, what the imports made frozen first (never
-    walked again), so a long walk's collections stay short; what the command loads later (pandas, SQLAlchemy)
-    loads with the collector on."""
+    again as they piled up (issue 20; benchmarks/cli_start.py, CPU paused / collecting: `--version`, which loads
+    every command, 0.83 on the 2-core machine's Python 3.11 and 0.94 on the GPU machine's 3.12; a plain `run` of the
+    fake ncu 0.97-1.04, its collections mostly after its module is loaded). Resumed once the command's module is
+    loaded, what the imports made frozen first (never walked again), so a long walk's collections stay short; what
+    the command loads later (pandas, SQLAlchemy) loads with the collector on."""
 
     def __init__(self, pause: bool) -> None:
         self.paused = pause and gc.isenabled()
