@@ -46,12 +46,14 @@ run: install
 # those waits (measured on this shared 2-core machine: -n 4 96 s, -n 5 75-95 s, -n 6 72-89 s, -n 10 98 s; on
 # 2026-11-27 -n 8 and -n 6 alternated three times: 68.0/65.9, 68.2/66.7, 65.2/68.7 s, the same wall time with
 # 11 % more CPU at -n 8). The suite's cost (issue 20; how tests stay cheap, and what its start costs:
-# tests/README.md): 353 s of CPU for 1211 tests at first; 1325 tests now take 65-83 s, 110-140 s of CPU, as the
+# tests/README.md): 353 s of CPU for 1211 tests at first; 1328 tests now take 65-86 s, 110-156 s of CPU, as the
 # machine's speed goes (2026-11-27). Still above the goal of 60 s: most of the CPU left is the tests' own, in the
 # workers and in ~2,500 small processes (the fakes, the programs they run, the CLI and its jobs; SQLAlchemy's import
 # alone is a third of a `python -m nsightwrap` that opens a store); the workers are forked from a zygote that
 # imported their libraries once (tests/zygote.py: 2-4 s less to the first test); ~10 % of the run both cores are
-# idle, when all six workers wait at once.
+# idle, when all six workers wait at once. A `perf record -a` of a run (2026-11-27, session 16): the interpreter 58 % of
+# the samples, the kernel 23 % (page faults, forks and exits of the processes), the garbage collector 6.5 %, idle 7.7 %;
+# no single place left. -n 8 against -n 6 once more: 80.4 against 79.1 s, 145.5 against 136.3 s of CPU.
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal
