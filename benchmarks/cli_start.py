@@ -4,7 +4,7 @@ CollectorPause, issue 20) and without, measured side by side in one run.
 
     python3 benchmarks/cli_start.py [--rounds 15] [-o FILE]
 
-Each round runs every case once, the two variants alternating, each as its own process:
+Each round runs every case once in each variant, each as its own process, the variants in turn first:
   version  `python -m nsightwrap --version` (every command's module loaded for the parser)
   run      `python -m nsightwrap run --json -- app vec_add` on the fake ncu of tests/ (the command line, the fake
            ncu and its program: the CPU of the whole tree)
@@ -58,9 +58,10 @@ def main() -> int:
         variants = {"paused": [sys.executable, "-m", "nsightwrap"],
                     "collecting": [sys.executable, "-c", COLLECTING]}
         cpu: dict[tuple[str, str], list[float]] = {}
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for case, rest in cases(folder).items():
-                for variant, head in variants.items():
+                order = list(variants.items())  # A B, then B A: neither variant always runs first
+                for variant, head in order if round_ % 2 == 0 else reversed(order):
                     cpu.setdefault((case, variant), []).append(cpu_of([*head, *rest], env, folder))
     lines = [f"{'case':8} {'paused ms':>10} {'collecting ms':>14} {'ratio':>6}   (median CPU of {args.rounds} rounds)"]
     for case in cases("x"):

@@ -455,20 +455,21 @@ def unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-def without_ncu_anywhere() -> None:
-    """Skip a test whose subject is a machine with no ncu at all, on a machine that has one where nsightwrap looks
-    without being told (/usr/local/cuda/bin, /opt/nvidia/nsight-compute/<version>; the GPU machine's is found there
-    whatever PATH says): the suite ran there with 9 failures of such tests (2026-11-27). CI's machine has none."""
+def without_ncu_anywhere(path: str = "/usr/bin:/bin") -> None:
+    """Skip a test whose subject is a machine with no ncu at all (its commands run with PATH `path`), on a machine
+    where nsightwrap finds one all the same (/usr/local/cuda/bin, /opt/nvidia/nsight-compute/<version>: the GPU
+    machine's is found there whatever PATH says; or in `path`): the suite ran there with 9 failures of such tests
+    (2026-11-27). CI's machine has none."""
     import pytest
 
     from nsightwrap.errors import ToolNotFound
     from nsightwrap.ncu.locate import find_ncu
 
     try:
-        found = find_ncu(env={"PATH": ""})
+        found = find_ncu(env={"PATH": path})
     except ToolNotFound:
         return
-    pytest.skip(f"this machine has ncu at {found}, which nsightwrap finds without PATH: the test needs one without")
+    pytest.skip(f"this machine has ncu at {found}, which nsightwrap finds with PATH={path}: the test needs one without")
 
 
 def no_driver_path(folder: Path) -> str:
@@ -477,7 +478,7 @@ def no_driver_path(folder: Path) -> str:
     bin_dir = folder / "no-driver-bin"
     bin_dir.mkdir(exist_ok=True)
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn\\'t communicate with the NVIDIA driver.'\n"
+    smi.write_text('#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\n'
                    "exit 9\n")
     smi.chmod(0o755)
     return f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"

@@ -6,7 +6,8 @@ qualified name; a script's __main__ is loaded from its file without running
 its main block), unpickles the arguments, makes `warmup` calls outside any
 profiled range, each timed with the device synchronised, and reports their
 times to the watchdog (nsightwrap.ncu.calltime) *before* it opens the range;
-then `repeat` calls inside one profiler range and one NVTX range. It writes
+then `repeat` calls inside one profiler range and one NVTX range (none for a run without a profiler:
+CallSpec.ranged). It writes
 what happened (timings, return value, or the traceback) to a result file,
 which the parent reads. It imports no pandas and reads no report.
 

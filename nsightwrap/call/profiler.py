@@ -14,7 +14,7 @@ measured is reused (in memory, and through the store by later processes).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 from nsightwrap.call.calibration import PLAIN, WARMUP, CallTime, CallTimes, plain_run
@@ -146,13 +146,16 @@ class Profiler:
         name = subject(spec)
         # The child reports its warm-up times, and the stall rule reads them (nsightwrap.ncu.calltime).
         spec.call_time_path = str(files.call_time) if timed and spec.warmup else None
-        files.write_spec(spec)
         known = self.call_times.known(name) if timed else None
         plain = None
         if timed and known is None and not spec.warmup:
+            # Without ncu and without a range: with no warm-up, cuProfilerStart would come before fn's first CUDA
+            # call (CUDA error 3 on the GPU machine), and fn would be blamed for it.
+            files.write_spec(replace(spec, ranged=False))
             plain = plain_run(files, self.context.env, timeout)
             known = CallTime(max(plain.call_s), PLAIN)
             self.call_times.remember(name, known)
+        files.write_spec(spec)
         # A known time calibrates the walk from its first attempt; the child's reported one raises it (calltime).
         calibration = _call_calibration(known) if known else self.context.config.calibration
         context = self.context.replace(timeout=timeout, call_time_file=spec.call_time_path, calibration=calibration)
@@ -180,8 +183,7 @@ class Profiler:
         allowance = stall_timeout if stall_timeout is not None else self._allowance(options, plan.known, measured)
         result = ProfileResult(walk, used.seconds if used else None, allowance,
                                calibration_source=used.source if used else "")
-        reporting = child or plan.plain
-        result.range_api = reporting.range_api if reporting else ""
+        result.range_api = child.range_api if child else ""  # the plain run marks no range
         valued = plan.plain or child  # the plain run ran fn to completion without ncu
         if valued is not None and valued.value_pickle is not None:
             result.value_pickle = valued.value_pickle

@@ -38,12 +38,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from_shell = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     scope = Interrupts(raise_first=True).__enter__()  # first thing: a signal from now on is `interrupted`
-    loading = CollectorPause(from_shell)  # a library caller's collector is never touched
+    loading = CollectorPause(False)  # what the finally resumes, should anything raise before the pause is taken
     try:
+        loading = CollectorPause(from_shell)  # a library caller's collector is never touched
         code = _answer(argv, loading.resume)
     finally:
-        loading.resume()
         settle()  # the answer is given: later signals are only counted
+        loading.resume()
         if from_shell:
             ignore_stop_signals()  # exiting: a late Ctrl-C or SIGTERM must not turn into a traceback or -15
         else:
@@ -72,9 +73,11 @@ class CollectorPause:
 
     def resume(self) -> None:
         if self.paused:
-            self.paused = False
-            gc.freeze()
-            gc.enable()
+            try:
+                gc.freeze()
+            finally:  # on again whatever interrupts the freeze
+                gc.enable()
+                self.paused = False
 
 
 def quick_exit() -> None:

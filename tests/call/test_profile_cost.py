@@ -381,3 +381,16 @@ def test_a_store_of_schema_1_gains_the_calibrations_table(tmp_path):
         store.record_call_time("fn:m:f:0", 0.5, Environment("h", "NVIDIA H200", "580"), source="warm-up")
         found = store.call_time("fn:m:f:0", Environment("other-host", "NVIDIA H100", "580"))
     assert (found.seconds, found.source, found.gpu) == (0.25, "warm-up", "NVIDIA H100")  # any host, this GPU
+
+
+def test_the_plain_run_marks_no_range_and_the_profiled_run_does(cfg, monkeypatch):
+    """With no warm-up the plain (calibration) run calls fn before any CUDA call of the child: a range there failed
+    on the GPU machine (cuProfilerStart: CUDA error 3, as triage's did) and fn was blamed. It runs without one; the
+    profiled run marks its range as before."""
+    import nsightwrap.call.profiler as profiler
+
+    plain, real = [], profiler.plain_run
+    monkeypatch.setattr(profiler, "plain_run", lambda *a, **kw: plain.append(real(*a, **kw)) or plain[-1])
+    r = profile(quick_step, 1, warmup=0, profile=ONE_RUNG, config=cfg)
+    assert [p.range_api for p in plain] == ["no range (not profiled)"]
+    assert r.value == 1 and "fakecuda" in r.range_api

@@ -1,15 +1,21 @@
-"""The command line's process exits without the interpreter's final walk over every object (issue 19: 0.15-0.3 s
-of a walk's time after its answer, with pandas, SQLAlchemy and ncu_report loaded): its garbage is collected once,
-then every object frozen; what needs a finalizer still gets it (the hang store's WAL is checkpointed away)."""
+"""The command line's process and the garbage collector. It exits without the interpreter's final walk over every
+object (issue 19: 0.15-0.3 s of a walk's time after its answer, with pandas, SQLAlchemy and ncu_report loaded): its
+garbage is collected once, then every object frozen; what needs a finalizer still gets it (the hang store's WAL is
+checkpointed away). It loads its modules with the collector paused, and runs its command with it on (issue 20);
+main(argv) called by a library leaves the caller's collector as it was."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT, app
+
+from nsightwrap.cli.main import main
 
 #: The shell's entry point (main() with no argv), and what the collector holds afterwards.
 ENTRY = """
@@ -48,3 +54,45 @@ def test_a_library_call_of_main_freezes_nothing(capsys):
 
     before = gc.get_freeze_count()
     assert main(["run"]) == 2 and gc.get_freeze_count() == before
+
+
+#: The shell's entry point, with the collector's state seen as the command's parser is made, as its function is
+#: loaded and as it runs (cli.main.CollectorPause).
+WATCHED = """
+import gc, json, sys
+import nsightwrap.cli.commands as commands
+real, seen = commands._command_part, {}
+def part(name, which):
+    seen["loading parser" if which == 0 else "loading command"] = gc.isenabled()
+    found = real(name, which)
+    if which == 0:
+        return found
+    def run(args):
+        seen["running"] = gc.isenabled()
+        return found(args)
+    return run
+commands._command_part = part
+from nsightwrap.cli.main import main
+code = main()
+print(json.dumps(dict(seen, code=code)), file=sys.stderr)
+"""
+
+
+def test_the_collector_is_paused_while_the_command_loads_and_on_while_it_runs(fake_env, tmp_path):
+    done = subprocess.run([sys.executable, "-c", WATCHED, "hangs", "list", "--store", str(tmp_path / "h.db")],
+                          capture_output=True, text=True, timeout=60, env=dict(fake_env, PYTHONPATH=str(ROOT)),
+                          cwd=ROOT)
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    assert seen == {"loading parser": False, "loading command": False, "running": True, "code": 0}, done.stderr
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_main_called_by_a_library_leaves_its_collector_as_it_was(enabled, tmp_path, capsys):
+    frozen = gc.get_freeze_count()
+    if not enabled:
+        gc.disable()
+    try:
+        assert main(["hangs", "list", "--store", str(tmp_path / "h.db")]) == 0
+        assert gc.isenabled() is enabled and gc.get_freeze_count() == frozen
+    finally:
+        gc.enable()
