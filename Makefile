@@ -46,7 +46,7 @@ run: install
 # those waits (measured on this shared 2-core machine: -n 4 96 s, -n 5 75-95 s, -n 6 72-89 s, -n 10 98 s; on
 # 2026-11-27 -n 8 and -n 6 alternated three times: 68.0/65.9, 68.2/66.7, 65.2/68.7 s, the same wall time with
 # 11 % more CPU at -n 8). The suite's cost (issue 20; how tests stay cheap, and what its start costs:
-# tests/README.md): 353 s of CPU for 1211 tests at first; 1328 tests now take 65-86 s, 110-156 s of CPU, as the
+# tests/README.md): 353 s of CPU for 1211 tests at first; 1332 tests now take 65-86 s, 110-156 s of CPU, as the
 # machine's speed goes (2026-11-27). Still above the goal of 60 s: most of the CPU left is the tests' own, in the
 # workers and in ~2,500 small processes (the fakes, the programs they run, the CLI and its jobs; SQLAlchemy's import
 # alone is a third of a `python -m nsightwrap` that opens a store); the workers are forked from a zygote that
