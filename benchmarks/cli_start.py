@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTING = ("import runpy, sys, nsightwrap.cli.main as m\n"
-              "m.CollectorPause.__init__ = lambda self, pause: setattr(self, 'paused', False)\n"
+              "m.CollectorPause.pause = lambda self: None\n"
               "sys.argv[0] = 'nsightwrap'\n"
               "runpy.run_module('nsightwrap', run_name='__main__', alter_sys=True)\n")
 

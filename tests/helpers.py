@@ -472,15 +472,21 @@ def without_ncu_anywhere(path: str = "/usr/bin:/bin") -> None:
     pytest.skip(f"this machine has ncu at {found}, which nsightwrap finds with PATH={path}: the test needs one without")
 
 
-def no_driver_path(folder: Path) -> str:
-    """A PATH of /usr/bin:/bin whose nvidia-smi fails, as on a machine without an NVIDIA driver: also on a GPU
-    machine, whose nvidia-smi is /usr/bin's (a folder in `folder` with a failing nvidia-smi comes first)."""
-    bin_dir = folder / "no-driver-bin"
-    bin_dir.mkdir(exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
+def failing_smi(folder: Path) -> Path:
+    """`folder`/nvidia-smi, which fails as nvidia-smi does on a machine without an NVIDIA driver (exit 9)."""
+    smi = folder / "nvidia-smi"
     smi.write_text('#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\n'
                    "exit 9\n")
     smi.chmod(0o755)
+    return smi
+
+
+def no_driver_path(folder: Path) -> str:
+    """A PATH of /usr/bin:/bin whose nvidia-smi fails, as on a machine without an NVIDIA driver: also on a GPU
+    machine, whose nvidia-smi is /usr/bin's (a folder in `folder` with a failing_smi comes first)."""
+    bin_dir = folder / "no-driver-bin"
+    bin_dir.mkdir(exist_ok=True)
+    failing_smi(bin_dir)
     return f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
 
 

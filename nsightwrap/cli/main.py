@@ -38,9 +38,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from_shell = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     scope = Interrupts(raise_first=True).__enter__()  # first thing: a signal from now on is `interrupted`
-    loading = CollectorPause(False)  # what the finally resumes, should anything raise before the pause is taken
+    loading = CollectorPause()
     try:
-        loading = CollectorPause(from_shell)  # a library caller's collector is never touched
+        if from_shell:  # a library caller's collector is never touched
+            loading.pause()
         code = _answer(argv, loading.resume)
     finally:
         settle()  # the answer is given: later signals are only counted
@@ -61,15 +62,18 @@ class CollectorPause:
 
     Importing makes many long-lived objects and almost no garbage, and the collector walked them again and
     again as they piled up (issue 20; benchmarks/cli_start.py, CPU paused / collecting: `--version`, which loads
-    every command, 0.83 on the 2-core machine's Python 3.11 and 0.94 on the GPU machine's 3.12; a plain `run` of the
-    fake ncu 0.97-1.04, its collections mostly after its module is loaded). Resumed once the command's module is
-    loaded, what the imports made frozen first (never walked again), so a long walk's collections stay short; what
-    the command loads later (pandas, SQLAlchemy) loads with the collector on."""
+    every command, 0.83-0.86 on the 2-core machine's Python 3.11 and 0.94 on the GPU machine's 3.12; a plain `run`
+    of the fake ncu 0.97-1.04, its collections mostly after its module is loaded). Resumed once the command's module
+    is loaded, what the imports made frozen first (never walked again), so a long walk's collections stay short;
+    what the command loads later (pandas, SQLAlchemy) loads with the collector on."""
 
-    def __init__(self, pause: bool) -> None:
-        self.paused = pause and gc.isenabled()
-        if self.paused:
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause(self) -> None:
+        if gc.isenabled():
             gc.disable()
+            self.paused = True
 
     def resume(self) -> None:
         if self.paused:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import yaml
-from helpers import HERE, ROOT
+from helpers import HERE, ROOT, failing_smi
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -116,10 +116,9 @@ def test_environment_detect(tmp_path):
     assert env.host
     missing = Environment.detect(nvidia_smi=str(tmp_path / "no-such-smi"))
     assert (missing.gpu, missing.driver, missing.ncu_version) == (None, None, None)
-    failing = tmp_path / "failing-smi"
-    failing.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    failing.chmod(0o755)
-    assert Environment.detect(nvidia_smi=str(failing)).gpu is None
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    assert Environment.detect(nvidia_smi=str(failing_smi(failing))).gpu is None
 
 
 # --- opening -----------------------------------------------------------------
