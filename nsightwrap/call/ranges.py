@@ -45,6 +45,21 @@ def _driver() -> Optional[ctypes.CDLL]:
     return None
 
 
+def _primary_context(lib: ctypes.CDLL) -> int:
+    """Make CUDA ready on this thread as the runtime does at its first call (cudaProfilerStart included): cuInit,
+    then the primary context of device 0 (the runtime's default device, of those CUDA_VISIBLE_DEVICES shows)
+    retained and made current. The runtime, and so PyTorch, CuPy and JAX, use that same context later; it stays
+    retained for the process's life, as theirs does. Returns the first CUDA error, 0 once done."""
+    device, context = ctypes.c_int(0), ctypes.c_void_p()
+    for step in (lambda: lib.cuInit(0), lambda: lib.cuDeviceGet(ctypes.byref(device), 0),
+                 lambda: lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+                 lambda: lib.cuCtxSetCurrent(context)):
+        rc = step()
+        if rc != 0:
+            return rc
+    return 0
+
+
 def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
     def call(fn_name: str) -> Callable[[], None]:
         fn = getattr(lib, fn_name)
@@ -53,7 +68,12 @@ def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
             if fn_name == "cuProfilerStop":
                 lib.cuCtxSynchronize()  # the measured kernels belong inside the range
             rc = fn()
-            if rc in (3, 201):  # CUDA_ERROR_NOT_INITIALIZED: no CUDA call yet in this process; no context here
+            if rc in (3, 201) and fn_name == "cuProfilerStart":
+                # No CUDA call yet in this process (3), or no context on this thread (201): a range opened before
+                # the program's first kernel (profile(fn, warmup=0)). Made ready as the runtime would, then again.
+                made = _primary_context(lib)
+                rc = fn() if made == 0 else made
+            if rc in (3, 201):
                 why = "CUDA is not initialized in this process" if rc == 3 else "no current CUDA context on this thread"
                 raise RuntimeError(f"{fn_name}: {why} (CUDA error {rc}), so no profiler range could be marked; "
                                    "launch work on the GPU before the range (warmup >= 1), or set "

@@ -229,16 +229,69 @@ def test_range_api_prefers_the_framework_in_use(monkeypatch):
     assert calls == ["start", "sync", "stop"]
 
 
+class _FakeDriver:
+    """libcuda as ranges._driver_calls calls it: cuProfilerStart answers `first` until a context is current (then
+    `after`); `fails` names a call of the context's making and the error it returns."""
+
+    def __init__(self, first: int, after: int = 0, fails: tuple[str, int] = ("", 0)) -> None:
+        self.calls: list[str] = []
+        self.answer, self.after, self.fails = first, after, fails
+        for name in ("cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"):
+            setattr(self, name, self._step(name))
+
+    def _step(self, name: str):
+        def step(*_args) -> int:
+            self.calls.append(name)
+            if name == self.fails[0]:
+                return self.fails[1]
+            if name == "cuCtxSetCurrent":
+                self.answer = self.after
+            return 0
+        return step
+
+    def cuProfilerStart(self) -> int:
+        self.calls.append("cuProfilerStart")
+        return self.answer
+
+    def cuProfilerStop(self) -> int:
+        return 0
+
+    def cuCtxSynchronize(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("rc", [3, 201])
+def test_a_range_before_the_first_cuda_call_makes_the_primary_context_current_then_starts(rc):
+    """profile(fn, warmup=0) opens its range before fn's first kernel: cuProfilerStart returned 3 on the GPU machine
+    (2026-11-27). The range makes CUDA ready as the runtime would (device 0's primary context, current) and
+    starts."""
+    from nsightwrap.call.ranges import _driver_calls
+
+    lib = _FakeDriver(first=rc)
+    start, _ = _driver_calls(lib)
+    start()
+    assert lib.calls == ["cuProfilerStart", "cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+                         "cuProfilerStart"]
+
+
+def test_a_context_that_cannot_be_made_says_the_drivers_error():
+    """No GPU for the context (CUDA_ERROR_NO_DEVICE, 100): that error, not the range's first one."""
+    from nsightwrap.call.ranges import _driver_calls
+
+    lib = _FakeDriver(first=3, fails=("cuInit", 100))
+    start, _ = _driver_calls(lib)
+    with pytest.raises(RuntimeError, match="cuProfilerStart failed with CUDA error 100"):
+        start()
+    assert lib.calls == ["cuProfilerStart", "cuInit"]
+
+
 @pytest.mark.parametrize("rc, why", [(3, "CUDA is not initialized in this process"),
                                      (201, "no current CUDA context on this thread")])
 def test_a_range_the_driver_cannot_start_says_why_and_what_to_do(rc, why):
-    """cuProfilerStart before any CUDA call returns 3 (seen on the GPU machine, 2026-11-27), with CUDA initialized
-    but no context on the thread 201: both say so, and how to mark the range."""
-    import types
-
+    """cuProfilerStart still answers 3 (CUDA not initialized) or 201 (no context on the thread) once the primary
+    context is current: both say so, and how to mark the range."""
     from nsightwrap.call.ranges import _driver_calls
 
-    start, _ = _driver_calls(types.SimpleNamespace(cuProfilerStart=lambda: rc, cuProfilerStop=lambda: 0,
-                                                   cuCtxSynchronize=lambda: 0))
+    start, _ = _driver_calls(_FakeDriver(first=rc, after=rc))
     with pytest.raises(RuntimeError, match=f"{why} \\(CUDA error {rc}\\).*warmup >= 1"):
         start()

@@ -236,6 +236,21 @@ def test_real_profile_fn_matches_raw_ncu(cfg, tmp_path):
         assert 0.5 < mine / theirs < 2.0
 
 
+def test_real_profile_fn_without_warmup_profiles_fns_first_kernels(cfg):
+    """warmup=0: the profiled child opens its range before fn's first CUDA call (torch is imported inside fn).
+    cuProfilerStart then answered CUDA error 3 and the run failed (2026-11-27); the range now makes device 0's
+    primary context current first, the one PyTorch then uses, and fn's kernels are profiled."""
+    pytest.importorskip("torch")
+    from nsightwrap import profile
+
+    w = _workloads()
+    r = profile(w.matmul_softmax, 2048, kernel="softmax", set="basic", warmup=0, timeout=120.0, config=cfg)
+    print(f"\n{r.summary()}\nrange: {r.range_api}")
+    assert r.value == (2048, 2048) and not r.hung
+    assert r.range_api.startswith("cuProfilerStart/Stop")
+    assert not r.df.empty and all("softmax" in name.lower() for name in r.df["function"])
+
+
 def test_real_profile_fn_that_hangs(cfg):
     pytest.importorskip("cupy")
     from nsightwrap import profile
