@@ -157,7 +157,9 @@ def range(name: str = "nsightwrap", *, api: Optional[RangeAPI] = None) -> Iterat
             model(x)
 
     Under ncu with range replay (or profile-from-start off) only what runs
-    inside is profiled; outside a profiler it costs next to nothing.
+    inside is profiled; outside a profiler it costs next to nothing. Opened
+    before the program's first CUDA call, the driver's range first makes
+    device 0's primary context current, as the CUDA runtime would.
     """
     api = api or find_range_api()
     api.push(name)
