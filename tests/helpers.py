@@ -62,6 +62,20 @@ STALL_S = 0.4
 FAST_ALLOWANCE = AllowancePolicy(margin=0.25, floor_s=0.5)
 
 
+def memory_folder(room: int = 1 << 30, programs: bool = False) -> Optional[str]:
+    """/dev/shm where it is a writable folder with `room` bytes free (and, with `programs`, not mounted noexec), else
+    None. It is a tmpfs on Linux: what the tests write there never reaches a disk (no journal, an fsync is free)."""
+    try:
+        fs = os.statvfs("/dev/shm")
+        if not os.access("/dev/shm", os.W_OK | os.X_OK) or fs.f_bavail * fs.f_frsize < room:
+            return None
+        if programs and fs.f_flag & getattr(os, "ST_NOEXEC", 0):
+            return None
+    except OSError:
+        return None
+    return "/dev/shm"
+
+
 def parsed(path: Path) -> ast.Module:
     """The syntax tree of a Python file. The package's modules are parsed once a session: tests/project's scans of
     the package (layers, imports, environment variables, dependencies) share them (its 138 modules take ~0.5 s to

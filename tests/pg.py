@@ -143,12 +143,9 @@ def start_server(template: Optional[Path] = None) -> PgServer:
 def _scratch() -> Optional[str]:
     """Where a server's folder goes: /dev/shm (memory) where it has room, else /tmp. Its data folder (~30 MB)
     written on a disk cost ~1 s of CPU (initdb, or the copy of a template), 0.06 s in memory."""
-    try:
-        if os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= 1 << 30:
-            return "/dev/shm"
-    except OSError:
-        pass
-    return "/tmp" if os.path.isdir("/tmp") else None
+    from helpers import memory_folder
+
+    return memory_folder() or ("/tmp" if os.path.isdir("/tmp") else None)
 
 
 def _own(path: Path) -> None:
