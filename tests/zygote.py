@@ -14,8 +14,8 @@ SIGTERM and SIGHUP on and exits with the worker's status (dies by its signal). A
 
 What differs from a fresh `python -u -c`: the worker's parent is the zygote, not pytest (its process group is
 pytest's: neither starts a session), and it dies with the zygote (PR_SET_PDEATHSIG); what Python reads at its start
-(PYTHONHASHSEED, PYTHONIOENCODING, -B, sys.flags, sys.orig_argv) is the zygote's, and so is numpy's global random
-state (`random` is reseeded at a fork, numpy is not): the same in every worker; numpy's BLAS has one thread. A
+(PYTHONHASHSEED, PYTHONIOENCODING, -B, sys.flags, sys.orig_argv) is the zygote's (numpy's global random state is
+seeded again in each worker, as `random` reseeds itself at a fork); numpy's BLAS has one thread. A
 zygote that is not ready (it failed, took over 30 s, or has a thread once it imported: the GPU machine's pandas
 starts pyarrow's jemalloc thread) is stopped, and xdist starts its workers itself; a client that finds no zygote
 runs python itself.
@@ -325,7 +325,16 @@ def _become_worker(request: dict, fds: list[int], inherited: tuple) -> None:
                                                    errors="backslashreplace")
     sys.argv = ["-c", *request["args"]]
     sys.path[0] = ""
+    _fresh_random_state()
     _exit_as_python(*_run_as_main(request["command"]))
+
+
+def _fresh_random_state() -> None:
+    """numpy's global random state as a fresh `python` has it, seeded from the system's entropy: forked, every
+    worker had the zygote's, the same numbers in each (`random` reseeds itself at a fork, numpy does not)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 def _run_as_main(command: str) -> tuple[int, int]:

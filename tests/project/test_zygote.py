@@ -111,3 +111,18 @@ def test_a_worker_whose_client_is_killed_is_killed_and_the_zygote_serves_on(fork
     _worker([forks.client], tmp_path)
     wait_until(lambda: sorted(os.listdir(f"/proc/{forks.process.pid}/fd")) == held,
                "the zygote kept a rejected client's streams or connection", 10)
+
+
+def test_each_worker_draws_numpys_random_numbers_of_its_own(tmp_path):
+    """numpy's global random state is seeded again in each forked worker, as in a fresh python (a fork copied the
+    zygote's: every worker drew the same numbers)."""
+    numpy_zygote = zygote.Zygote(imports=("numpy",))
+    try:
+        if not numpy_zygote.wait_ready():
+            pytest.skip(f"no zygote on this machine: {numpy_zygote.why}")
+        draw = "import numpy; print(numpy.random.randint(1 << 62))"
+        draws = [subprocess.run([numpy_zygote.client, "-u", "-c", draw], capture_output=True, text=True, cwd=tmp_path,
+                                timeout=60).stdout for _ in range(2)]
+        assert all(d.strip().isdigit() for d in draws) and draws[0] != draws[1], draws
+    finally:
+        numpy_zygote.close()
