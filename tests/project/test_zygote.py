@@ -116,7 +116,7 @@ def test_a_worker_whose_client_is_killed_is_killed_and_the_zygote_serves_on(fork
 def test_each_worker_draws_numpys_random_numbers_of_its_own(tmp_path):
     """numpy's global random state is seeded again in each forked worker, as in a fresh python (a fork copied the
     zygote's: every worker drew the same numbers)."""
-    numpy_zygote = zygote.Zygote(imports=("numpy",))
+    numpy_zygote = zygote.Zygote(imports=("numpy.random",))  # numpy 2 loads it on first use
     try:
         if not numpy_zygote.wait_ready():
             pytest.skip(f"no zygote on this machine: {numpy_zygote.why}")
