@@ -455,7 +455,9 @@ def quick_suspicion(monkeypatch):
 
 
 @pytest.fixture
-def cli_env(fake_env, monkeypatch):
-    """No nsys: a calibration is then a plain run, which for a program that hangs lasts until it is stopped."""
-    monkeypatch.delenv("NSIGHTWRAP_NSYS", raising=False)
-    return {k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NSYS"}
+def cli_env(fake_env, monkeypatch, tmp_path):
+    """No nsys: a calibration is then a plain run, which for a program that hangs lasts until it is stopped. nsys
+    named where there is none: the machine's own is not looked for (on the GPU machine the real nsys that Nsight
+    Compute ships was found whatever PATH said, and ran these tests' fake programs: session 17, call 2)."""
+    monkeypatch.setenv("NSIGHTWRAP_NSYS", str(tmp_path / "no-nsys" / "nsys"))
+    return dict(os.environ)
