@@ -264,6 +264,9 @@ def fake_env(tmp_path, monkeypatch, probe_cache):
     monkeypatch.setenv("FAKE_NCU_SCALE", FAKE_SCALE)
     monkeypatch.delenv("FAKE_NCU_WEDGED", raising=False)
     monkeypatch.setenv("NSIGHTWRAP_TRACER", "off")  # the tests of the CUPTI tracer give their fake one
+    # No nsys but the fake a test names: the machine's own is not looked for (on the GPU machine the real nsys that
+    # Nsight Compute ships was found whatever PATH said, and timed these tests' fake programs: session 17, call 2).
+    monkeypatch.setenv("NSIGHTWRAP_NSYS", str(tmp_path / "no-nsys" / "nsys"))
     return dict(os.environ)
 
 
@@ -455,9 +458,7 @@ def quick_suspicion(monkeypatch):
 
 
 @pytest.fixture
-def cli_env(fake_env, monkeypatch, tmp_path):
-    """No nsys: a calibration is then a plain run, which for a program that hangs lasts until it is stopped. nsys
-    named where there is none: the machine's own is not looked for (on the GPU machine the real nsys that Nsight
-    Compute ships was found whatever PATH said, and ran these tests' fake programs: session 17, call 2)."""
-    monkeypatch.setenv("NSIGHTWRAP_NSYS", str(tmp_path / "no-nsys" / "nsys"))
-    return dict(os.environ)
+def cli_env(fake_env):
+    """No nsys (fake_env's): a calibration is then a plain run, which for a program that hangs lasts until it is
+    stopped."""
+    return fake_env

@@ -142,12 +142,10 @@ def test_a_walk_result_takes_the_status_of_its_program_fault():
 # --- real runs with the fake ncu ---------------------------------------------------------------
 
 @pytest.fixture
-def cfg(fake_env, tmp_path, monkeypatch):
-    """No nsys here: the plain run calibrates. The stalled kernel may run 0.5 s without ncu (its programs that hang
-    by themselves do so whatever the limit)."""
-    monkeypatch.delenv("NSIGHTWRAP_NSYS", raising=False)
-    env = {k: v for k, v in os.environ.items() if k != "NSIGHTWRAP_NSYS"}
-    return run_config(tmp_path, env=env, calibration_limit=0.5)
+def cfg(fake_env, tmp_path):
+    """No nsys here (fake_env's): the plain run calibrates. The stalled kernel may run 0.5 s without ncu (its
+    programs that hang by themselves do so whatever the limit)."""
+    return run_config(tmp_path, env=fake_env, calibration_limit=0.5)
 
 
 def test_a_walk_on_a_program_that_hangs_by_itself_stops_with_a_program_fault(cfg, tmp_path):
