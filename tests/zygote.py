@@ -186,7 +186,10 @@ def _read_local_constants() -> None:
         return
     with warnings.catch_warnings():  # "slow code in plugin": it is, once, here
         warnings.simplefilter("ignore")
-        _get_local_constants()
+        try:
+            _get_local_constants()
+        except Exception:  # noqa: BLE001 (another hypothesis: the workers read them, as before)
+            pass
 
 
 class _Forks:
@@ -353,9 +356,9 @@ def _become_worker(request: dict, fds: list[int], inherited: tuple) -> None:
 def _fresh_random_state() -> None:
     """numpy's global random state as a fresh `python` has it, seeded from the system's entropy: forked, every
     worker had the zygote's, the same numbers in each (`random` reseeds itself at a fork, numpy does not)."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()
+    random = sys.modules.get("numpy.random")  # not numpy.random: numpy 2 loads it on that first use
+    if random is not None:
+        random.seed()
 
 
 def _run_as_main(command: str) -> tuple[int, int]:

@@ -45,19 +45,28 @@ def _driver() -> Optional[ctypes.CDLL]:
     return None
 
 
-def _primary_context(lib: ctypes.CDLL) -> int:
+def _primary_context(lib: ctypes.CDLL) -> tuple[str, int]:
     """Make CUDA ready on this thread as the runtime does at its first call (cudaProfilerStart included): cuInit,
     then the primary context of device 0 (the runtime's default device, of those CUDA_VISIBLE_DEVICES shows)
     retained and made current. The runtime, and so PyTorch, CuPy and JAX, use that same context later; it stays
-    retained for the process's life, as theirs does. Returns the first CUDA error, 0 once done."""
+    retained for the process's life, as theirs does. Returns ("", 0) once done, else the call that failed and its
+    CUDA error."""
     device, context = ctypes.c_int(0), ctypes.c_void_p()
-    for step in (lambda: lib.cuInit(0), lambda: lib.cuDeviceGet(ctypes.byref(device), 0),
-                 lambda: lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
-                 lambda: lib.cuCtxSetCurrent(context)):
+    steps = (("cuInit", lambda: lib.cuInit(0)),
+             ("cuDeviceGet", lambda: lib.cuDeviceGet(ctypes.byref(device), 0)),
+             ("cuDevicePrimaryCtxRetain", lambda: lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)),
+             ("cuCtxSetCurrent", lambda: lib.cuCtxSetCurrent(context)))
+    for name, step in steps:
         rc = step()
         if rc != 0:
-            return rc
-    return 0
+            return name, rc
+    return "", 0
+
+
+def _not_marked(fn_name: str, rc: int, after: str = "") -> RuntimeError:
+    why = "CUDA is not initialized in this process" if rc == 3 else "no current CUDA context on this thread"
+    return RuntimeError(f"{fn_name}: {why} (CUDA error {rc}){after}, so no profiler range could be marked; launch "
+                        f"work on the GPU before the range (warmup >= 1), or set {PROFILER_API_VAR}=module:start:stop")
 
 
 def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
@@ -71,13 +80,13 @@ def _driver_calls(lib: ctypes.CDLL) -> tuple[Callable, Callable]:
             if rc in (3, 201) and fn_name == "cuProfilerStart":
                 # No CUDA call yet in this process (3), or no context on this thread (201): a range opened before
                 # the program's first kernel (profile(fn, warmup=0)). Made ready as the runtime would, then again.
-                made = _primary_context(lib)
-                rc = fn() if made == 0 else made
+                failed, made = _primary_context(lib)
+                if made != 0:
+                    raise _not_marked(fn_name, rc, f", and making device 0's context current failed ({failed}: "
+                                                   f"CUDA error {made})")
+                rc = fn()
             if rc in (3, 201):
-                why = "CUDA is not initialized in this process" if rc == 3 else "no current CUDA context on this thread"
-                raise RuntimeError(f"{fn_name}: {why} (CUDA error {rc}), so no profiler range could be marked; "
-                                   "launch work on the GPU before the range (warmup >= 1), or set "
-                                   f"{PROFILER_API_VAR}=module:start:stop")
+                raise _not_marked(fn_name, rc)
             if rc != 0:
                 raise RuntimeError(f"{fn_name} failed with CUDA error {rc}")
 
@@ -157,13 +166,21 @@ def range(name: str = "nsightwrap", *, api: Optional[RangeAPI] = None) -> Iterat
             model(x)
 
     Under ncu with range replay (or profile-from-start off) only what runs
-    inside is profiled; outside a profiler it costs next to nothing. Opened
-    before the program's first CUDA call, the driver's range first makes
-    device 0's primary context current, as the CUDA runtime would.
+    inside is profiled; outside a profiler it costs next to nothing once
+    CUDA is in use. Opened on a thread with no CUDA context (before the
+    program's first CUDA call), the driver's range first makes device 0's
+    primary context current, as the CUDA runtime would: it starts CUDA there
+    (a context on that GPU), and the range is that context's, so work on
+    another device is outside it (open the range after that device's first
+    call).
     """
     api = api or find_range_api()
     api.push(name)
-    api.start()
+    try:
+        api.start()
+    except BaseException:
+        api.pop()  # the NVTX range closes with the profiler range that did not open
+        raise
     try:
         yield
     finally:

@@ -275,14 +275,33 @@ def test_a_range_before_the_first_cuda_call_makes_the_primary_context_current_th
 
 
 def test_a_context_that_cannot_be_made_says_the_drivers_error():
-    """No GPU for the context (CUDA_ERROR_NO_DEVICE, 100): that error, not the range's first one."""
+    """No GPU for the context (CUDA_ERROR_NO_DEVICE, 100): the range's error, the call that failed and its error."""
     from nsightwrap.call.ranges import _driver_calls
 
     lib = _FakeDriver(first=3, fails=("cuInit", 100))
     start, _ = _driver_calls(lib)
-    with pytest.raises(RuntimeError, match="cuProfilerStart failed with CUDA error 100"):
+    with pytest.raises(RuntimeError, match=r"CUDA error 3\), and making device 0's context current failed "
+                                           r"\(cuInit: CUDA error 100\).*warmup >= 1"):
         start()
     assert lib.calls == ["cuProfilerStart", "cuInit"]
+
+
+def test_a_range_that_cannot_start_closes_its_nvtx_range():
+    """The NVTX range opens first; a profiler range that cannot start closes it again before the error goes on."""
+    from nsightwrap.call.ranges import RangeAPI
+    from nsightwrap.call.ranges import range as marked
+
+    calls = []
+
+    def start():
+        raise RuntimeError("cuProfilerStart: no")
+
+    api = RangeAPI(start, lambda: calls.append("stop"), lambda name: calls.append(f"push {name}"),
+                   lambda: calls.append("pop"), "fake")
+    with pytest.raises(RuntimeError, match="no"):
+        with marked("r", api=api):
+            calls.append("body")
+    assert calls == ["push r", "pop"]
 
 
 @pytest.mark.parametrize("rc, why", [(3, "CUDA is not initialized in this process"),
