@@ -53,7 +53,11 @@ run: install
 # imported their libraries once (tests/zygote.py: 2-4 s less to the first test); ~10 % of the run both cores are
 # idle, when all six workers wait at once. A `perf record -a` of a run (2026-11-27, session 16): the interpreter 58 % of
 # the samples, the kernel 23 % (page faults, forks and exits of the processes), the garbage collector 6.5 %, idle 7.7 %;
-# no single place left. -n 8 against -n 6 once more: 80.4 against 79.1 s, 145.5 against 136.3 s of CPU.
+# no single place left. -n 8 against -n 6 once more: 80.4 against 79.1 s, 145.5 against 136.3 s of CPU. Session 17:
+# the session's temporary files in memory (tests/conftest.py, three alternated pairs 73.3-77.8 against 80.2-83.3 s)
+# and a zygote that imports with its collector off and reads hypothesis's constants once (the first test at 3.8 s,
+# not 5.0 s); -n 5, 6 and 7 alternated twice: 81.4/79.4, 73.6/67.3, 66.2/72.8 s. The tree of the session's start
+# against its end, alternated three times: 83.3/78.9/85.1 against 75.9/79.8/82.8 s, the machine slow that hour.
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal
