@@ -64,7 +64,8 @@ FAST_ALLOWANCE = AllowancePolicy(margin=0.25, floor_s=0.5)
 
 def memory_folder(room: int = 1 << 30, programs: bool = False) -> Optional[str]:
     """/dev/shm where it is a writable folder with `room` bytes free (and, with `programs`, not mounted noexec), else
-    None. It is a tmpfs on Linux: what the tests write there never reaches a disk (no journal, an fsync is free)."""
+    None. It is a tmpfs on most Linux machines (this project's both): what the tests write there never reaches a disk
+    (no journal, an fsync is free)."""
     try:
         fs = os.statvfs("/dev/shm")
         if not os.access("/dev/shm", os.W_OK | os.X_OK) or fs.f_bavail * fs.f_frsize < room:
