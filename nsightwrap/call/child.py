@@ -51,7 +51,8 @@ class CallSpec:
     result_path: str
     call_time_path: Optional[str] = None  # where the warm-up times go, for the watchdog
     #: The measured calls are marked as a profiler range (profile(fn): what ncu profiles). Not for a call run
-    #: without a profiler (triage): cuProfilerStart before any CUDA call fails (CUDA error 3), and fn never ran.
+    #: without a profiler (triage, profile(fn)'s plain run): nothing reads the range there, and before fn's first
+    #: CUDA call opening it would start CUDA on device 0 itself (ranges._primary_context), not as fn does.
     ranged: bool = True
 
 

@@ -149,8 +149,8 @@ class Profiler:
         known = self.call_times.known(name) if timed else None
         plain = None
         if timed and known is None and not spec.warmup:
-            # Without ncu and without a range: with no warm-up, cuProfilerStart would come before fn's first CUDA
-            # call (CUDA error 3 on the GPU machine), and fn would be blamed for it.
+            # Without ncu and without a range (CallSpec.ranged): nothing profiles this run, and with no warm-up the
+            # range would start CUDA on device 0 before fn's first CUDA call.
             files.write_spec(replace(spec, ranged=False))
             plain = plain_run(files, self.context.env, timeout)
             known = CallTime(max(plain.call_s), PLAIN)

@@ -2,8 +2,8 @@
 
 A callable travels as profile(fn)'s does (call.spec: by module and name, its
 arguments pickled) and runs in `python -m nsightwrap.call` with no warm-up
-and one call, without ncu and without a profiler range (on a GPU machine, cuProfilerStart before fn's first CUDA
-call failed, and every run "failed" before fn ran); a failing call prints its traceback there
+and one call, without ncu and without a profiler range (CallSpec.ranged: nothing profiles it, and a range before
+fn's first CUDA call would start CUDA on device 0 itself); a failing call prints its traceback there
 (NSIGHTWRAP_CALL_TRACEBACK), so that its CUDA error is read like a program's.
 """
 
