@@ -4,7 +4,10 @@ Records N records (kernel ``w{WORKER}``, uid derived from (WORKER, i)) and, afte
 appends i to DONE_FILE: a record counts as written once its line is there. Started again after a SIGKILL,
 it goes on from the first index not in DONE_FILE, retrying that one with the same uid (it may have been
 committed before the kill): the store must keep it once. Its last record waits for the file GATE to exist:
-no writer is done before the test has made its kills (tests/store_kills.py).
+no writer is done before the test has made its kills (tests/store_kills.py). Where the folder of GATE holds a
+file LEASH (a number), a writer writes record i only once that number is above i, until GATE exists: the test
+lets each writer go a few records further at each of its turns, so that its kills find the writers writing
+however late the machine's load lets the test run (store_kills.write_with_kills, `leash`).
 
 `python store_writer.py --serve STORE` imports the store once and forks each writer when asked (its
 protocol: serve_forks); tests/store_kills.py starts the writers of the kill test so.
@@ -36,10 +39,13 @@ def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
     except FileNotFoundError:
         start = 0
     fd = os.open(done_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    leash = os.path.join(os.path.dirname(gate), LEASH)
     with HangStore(store, busy_timeout=60) as s:
         for i in range(start, n):
             if i == n - 1:
-                _wait_for(gate, starter)
+                _wait_for(gate, starter)  # the last record: once the kills are made
+            elif os.path.exists(leash):
+                _wait_for(gate, starter, leash, i)
             s.record(f"w{worker}", ProfileKey("full"), "hang" if i % 3 == 0 else "ok", env=ENV,
                      note=f"{worker}:{i}", uid=uid(worker, i))
             os.write(fd, f"{i}\n".encode())
@@ -48,16 +54,29 @@ def main(store: str, worker: int, n: int, done_file: str, gate: str) -> None:
 
 #: How long a writer waits for the gate before it gives up (exit status 3): the kills take a second or two.
 GATE_WAIT_S = 120
+#: The file beside the gate that holds how many records each writer may have written so far (absent: no limit).
+LEASH = "leash"
 
 
-def _wait_for(gate: str, starter: int) -> None:
-    """Until the file `gate` exists; exit (status 3) once GATE_WAIT_S have passed or `starter`, the process that
-    started this writer, is gone (a test or fork server killed), never left waiting with the store open."""
+def _allowed(leash: str) -> int:
+    try:
+        with open(leash) as f:
+            return int(f.read() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _wait_for(gate: str, starter: int, leash: str = "", record: int = 0) -> None:
+    """Until the file `gate` exists, or the file `leash` lets this writer write `record`; exit (status 3) once
+    GATE_WAIT_S have passed or `starter`, the process that started this writer, is gone (a test or fork server
+    killed), never left waiting with the store open."""
     deadline = time.monotonic() + GATE_WAIT_S
     while not os.path.exists(gate):
         if os.getppid() != starter or time.monotonic() > deadline:
             sys.stderr.write(f"store_writer: no {gate} within {GATE_WAIT_S} s, or its starter is gone\n")
             os._exit(3)
+        if leash and _allowed(leash) > record:
+            return
         time.sleep(0.005)
 
 

@@ -7,8 +7,10 @@ database of the session's PostgreSQL server, tests/pg.py).
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+import store_kills
 from store_kills import check_written, write_with_kills
 
 from nsightwrap.errors import StoreError
@@ -88,13 +90,26 @@ def test_writers_killed_at_random_lose_and_duplicate_nothing(store_setting, tmp_
     workers, n = 4, 40
     # No writer is done before the four kills are made (store_kills; under load, random kills alone sometimes came
     # after every writer was done), and they land on writers that are writing when any is. Pauses of 5-50 ms: the
-    # writers' ~1 s.
-    kills = write_with_kills(store_setting, tmp_path, workers, n, kills=4, forked=True, pause=(0.005, 0.05))
+    # writers' ~1 s. Until the kills are made, a writer writes 3 records more at each of the test's turns (leash):
+    # a test process that the load ran late found every writer at its last record, no kill while writing.
+    kills = write_with_kills(store_setting, tmp_path, workers, n, kills=4, forked=True, pause=(0.005, 0.05),
+                             leash=3)
     with HangStore(store_setting, readonly=True) as store:
         recs = store.records()
     assert kills.made == 4 and kills.while_writing >= 1, kills
     assert check_written(recs, tmp_path, workers, n) == (0, 0)
     assert len(recs) == workers * n and len({r.uid for r in recs}) == len(recs)
+
+
+def test_a_kill_test_run_late_still_kills_writers_while_they_write(tmp_path, monkeypatch):
+    """The machine's load may run the kill test's process late: here its first pause lasts 1 s, not 5-50 ms. The
+    leash keeps the writers from all reaching their last record meanwhile, so a kill still lands while one writes
+    (without it: Kills(made=4, while_writing=0), as a loaded run of the suite once saw)."""
+    sleep, late = time.sleep, iter([1.0])
+    monkeypatch.setattr(store_kills.time, "sleep", lambda s: sleep(next(late, s)))
+    kills = write_with_kills(str(tmp_path / "h.db"), tmp_path, 4, 40, kills=4, forked=True, pause=(0.005, 0.05),
+                             leash=3)
+    assert kills.made == 4 and kills.while_writing >= 1, kills
 
 
 def test_a_database_url_without_its_driver_says_what_to_install(monkeypatch):
