@@ -20,6 +20,7 @@
 #          perrank (issue 19: raw ncu per rank of a torchrun job, devtools/gpu_perrank.sh; PERRANK_STEPS; two GPUs)
 #          executor2 (issue 22: a sweep on 1 and 2 GPUs of the local executor; needs two GPUs)
 #          fnhang (profile(fn) on a hang, defaults)   ranges (does nsys see cuProfilerStart?)   phases (a first walk's phases, cold and warm)
+#          walks (the README's first and second walk: benchmarks/walk_overhead.py --gpu, side by side and serial; two GPUs)
 # The tarball is remade after every step, so a call cut at its limit still brings back the steps done.
 #
 # Writes $OUT/evidence.tgz (logs, small fixtures, nsys output; reports over 3 MB stay
@@ -81,6 +82,7 @@ want perrank  && step 400 perrank  env STEPS="${PERRANK_STEPS:-}" bash devtools/
 want sigkill  && step 120 sigkill  bash devtools/gpu_sigkill.sh "$W/sigkill"
 want dropped  && step 120 dropped  bash devtools/gpu_dropped_signal.sh "$W/dropped"
 want chatty   && step 150 chatty   bash devtools/gpu_chatty.sh
+want walks    && step 330 walks    python3 benchmarks/walk_overhead.py --gpu --ncu /usr/local/cuda/bin/ncu --timeline --timeout 120 --modes side-by-side,serial -o "$W/walk-overhead.txt"
 want fncost   && step 320 fncost   python3 benchmarks/bench_profile_fn.py --ncu /usr/local/cuda/bin/ncu --out "$W/bench_profile_fn.md" --work /tmp/bench-fn
 want calib    && step 560 calib    bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && LD_LIBRARY_PATH=/tmp/libdw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_calibration.txt" --ncu /usr/local/cuda/bin/ncu --nsys /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys --budget ${CALIB_BUDGET:-470} --steps ${CALIB_STEPS:-walk,hang,spin,sweep,overhead} ${CALIB_ARGS:-}' "$W"
 want verdicts && step 580 verdicts bash -c 'mkdir -p /tmp/nsightwrap-bench && nvcc -O2 -arch=sm_90 -lineinfo -o /tmp/nsightwrap-bench/app tests/gpu/kernels.cu && python3 benchmarks/bench_calibration.py --app /tmp/nsightwrap-bench/app -o "$0/bench_verdicts.txt" --ncu /usr/local/cuda/bin/ncu --budget ${CALIB_BUDGET:-540} --steps ${CALIB_STEPS:-torchhang,selfhang,varied,graph,hang,walk,overhead} ${CALIB_ARGS:-}' "$W"
