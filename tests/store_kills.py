@@ -104,8 +104,8 @@ def write_with_kills(store: str, folder: Path, workers: int, n: int, kills: int,
     once (4 writers of 40 records: ~1 s), no 0.4 s of imports first: give it shorter pauses, so that the kills
     land while they write. `leash`: until the kills are made, each writer may have written `leash` records more at
     each turn of this loop, no more (store_writer.LEASH): a loaded machine that runs this process late does not
-    find every writer done but its last record, and no kill made while one writes (a test run beside five others
-    saw Kills(made=4, while_writing=0) once in ten runs, 2026-11-28). 0: the writers write at their own pace."""
+    find every writer done but its last record, and no kill made while one writes (one of ten full runs of the
+    suite at -n 6 saw Kills(made=4, while_writing=0), 2026-11-28). 0: the writers write at their own pace."""
     forks = Forks(store) if forked else None
     try:
         return _write_with_kills(forks.start if forks else _start, store, folder, workers, n, kills, seed,
@@ -130,7 +130,7 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
         while any(p.poll() is None for p in procs.values()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"writers still running after {timeout_s} s")
-            time.sleep(rng.uniform(*pause))
+            _pause(rng.uniform(*pause))
             if made == kills:
                 _gate(folder).touch()
                 continue
@@ -160,6 +160,11 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
                 p.kill()
             with contextlib.suppress(Exception):
                 p.wait()
+
+
+def _pause(seconds: float) -> None:
+    """The kill loop's pause between turns (a test makes one late, as a loaded machine does)."""
+    time.sleep(seconds)
 
 
 def _let_write(folder: Path, records: int) -> None:

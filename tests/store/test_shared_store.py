@@ -7,7 +7,6 @@ database of the session's PostgreSQL server, tests/pg.py).
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import store_kills
@@ -105,8 +104,8 @@ def test_a_kill_test_run_late_still_kills_writers_while_they_write(tmp_path, mon
     """The machine's load may run the kill test's process late: here its first pause lasts 1 s, not 5-50 ms. The
     leash keeps the writers from all reaching their last record meanwhile, so a kill still lands while one writes
     (without it: Kills(made=4, while_writing=0), as a loaded run of the suite once saw)."""
-    sleep, late = time.sleep, iter([1.0])
-    monkeypatch.setattr(store_kills.time, "sleep", lambda s: sleep(next(late, s)))
+    pause, late = store_kills._pause, iter([1.0])
+    monkeypatch.setattr(store_kills, "_pause", lambda s: pause(next(late, s)))
     kills = write_with_kills(str(tmp_path / "h.db"), tmp_path, 4, 40, kills=4, forked=True, pause=(0.005, 0.05),
                              leash=3)
     assert kills.made == 4 and kills.while_writing >= 1, kills
