@@ -14,8 +14,11 @@ Each argument is one step:
   graph:A+B@spin=S     one CUDA graph launch of kernels A and B (each NAME or NAME@spin=S)
   print:TEXT           print TEXT;   sleep:S   sleep S seconds;   exit:N   exit with N
   env:NAME             print NAME=its value in this process's environment
-  bind:PORT            rank 0 listens on PORT until it exits (a program that fixes its own rendezvous port, as
-                       init_method="tcp://...:PORT" does); taken already: the error torch prints, exit 1
+  bind:PORT[:DIR]      rank 0 listens on PORT until it exits (a program that fixes its own rendezvous port, as
+                       init_method="tcp://...:PORT" does); taken already: the error torch prints, exit 1 (with DIR:
+                       first a note `refused.PID` there)
+  refused:DIR:S        wait until DIR holds a note of a refused bind, up to S seconds (a rank that holds the port
+                       until another run was refused it)
   together:DIR:S       note this rank in DIR under its MASTER_PORT, then wait up to S seconds for a rank of another
                        run of the job (another MASTER_PORT); print "together: ports A B" or "alone: port A"
   stick:PATH           add this process's pid to PATH (FAKE_SMI_STICKY: the fake GPU lists it even once it died)
@@ -103,14 +106,22 @@ def step(arg):
         if os.environ.get("RANK", "0") == "0":
             import socket
 
+            port, _, notes = arg[5:].partition(":")
             _held.append(socket.socket())
             try:
-                _held[-1].bind(("127.0.0.1", int(arg[5:])))
+                _held[-1].bind(("127.0.0.1", int(port)))
             except OSError:
+                if notes:
+                    open(os.path.join(notes, f"refused.{os.getpid()}"), "w").close()
                 print(f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
-                      f"network address. port: {arg[5:]}, code: -98, name: EADDRINUSE", file=sys.stderr, flush=True)
+                      f"network address. port: {port}, code: -98, name: EADDRINUSE", file=sys.stderr, flush=True)
                 sys.exit(1)
             _held[-1].listen()
+    elif arg.startswith("refused:"):
+        folder, seconds = arg[8:].rsplit(":", 1)
+        deadline = time.monotonic() + float(seconds)
+        while not any(n.startswith("refused.") for n in os.listdir(folder)) and time.monotonic() < deadline:
+            time.sleep(0.02)
     elif arg.startswith("together:"):
         together(*arg[9:].rsplit(":", 1))
     elif arg.startswith("sleep:"):

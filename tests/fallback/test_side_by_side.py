@@ -148,11 +148,14 @@ def test_runs_that_fail_beside_each_other_are_made_again_alone(ports, tmp_path):
     meet = tmp_path / "meet"
     meet.mkdir()
     port = str(_free_port())
-    late = tmp_path / "late"  # the run that listens holds the port 0.5 s, waiting for a rank of the other run that
-    late.mkdir()  # failed; made again alone, that one finds the first one's rank in `late` and goes on at once
-    beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:10", f"bind:{port}", f"together:{late}:0.5",
-                                                   *STEPS), store=HangStore(tmp_path / "a.db"))
-    assert "EADDRINUSE" in said  # one of the two runs did fail beside the other
+    # The run that listens holds the port until the other run was refused it (a note in `refused`), however late the
+    # machine's load runs that one: it held it 0.5 s before, and a loaded run of the suite once saw no EADDRINUSE.
+    # Made again alone, the refused run finds the note there and goes on at once.
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    beside, said = _walk(tmp_path, ports, torchrun(f"together:{meet}:10", f"bind:{port}:{refused}",
+                                                   f"refused:{refused}:10", *STEPS), store=HangStore(tmp_path / "a.db"))
+    assert "EADDRINUSE" in said, said  # one of the two runs did fail beside the other
     assert [(s.job, s.rung.name, s.attempt.status) for s in beside.steps if s.attempt] == [
         ("main", "requested", "ok"), (COLLECTIVES_JOB, "one-rank-launch-stats", "ok")]
     notes = " ".join(n for s in beside.steps for n in s.notes)
