@@ -104,13 +104,15 @@ class Scans:
 
         self.text = Text
 
-    def feed(self, parser: OutputParser, text: str, size: int) -> list:
-        """The events of `text` fed in chunks of `size` characters, counting what the parser reads meanwhile."""
+    def feed(self, parser: OutputParser, text: str, size: int, calls: bool = False) -> list:
+        """The events of `text` fed in chunks of `size` characters, counting what the parser reads meanwhile (and
+        with `calls`, its calls: a profile hook, ~0.6 s of CPU a million calls, for the tests with few)."""
         def count(frame, event, arg):
             if event in ("call", "c_call"):
                 self.calls += 1
 
-        sys.setprofile(count)
+        if calls:
+            sys.setprofile(count)
         try:
             return [e for i in range(0, len(text), size) for e in parser.feed(self.text(text[i : i + size]))]
         finally:
@@ -446,7 +448,7 @@ def test_huge_line_is_linear_and_bounded(monkeypatch):
     for start in ("x", '==PROF== Profiling "'):
         big = start + "y" * (2 << 20)
         scans, p = Scans(monkeypatch), OutputParser()
-        events = scans.feed(p, big, 4096) + p.feed("\n")
+        events = scans.feed(p, big, 4096, calls=True) + p.feed("\n")
         (event,) = events
         cut = len(big) - MAX_LINE
         assert event.text.endswith(f"y [... {cut} more characters]") and len(event.text) < MAX_LINE + 40
@@ -462,7 +464,6 @@ def test_many_small_chunks_of_a_long_line_is_linear(monkeypatch):
     # A header's end is looked for in the new text and the few characters kept before it, not in the whole line.
     chunks = len(big) // 16
     assert scans.chars <= 8 * len(big) + 2 * output_module._HEADER_END_MAX * chunks, scans.chars  # 7 a character
-    assert scans.calls <= 60 * chunks, scans.calls
 
 
 GLUED = [
@@ -545,7 +546,7 @@ def test_progress_dots_cost_one_event_per_run_not_per_dot(monkeypatch):
     n = 10 << 20
     line = '==PROF== Profiling "k" - 0: 0%' + "." * n + "100% - 10 passes\n"
     scans = Scans(monkeypatch)
-    events = scans.feed(OutputParser(), line, 65536)
+    events = scans.feed(OutputParser(), line, 65536, calls=True)
     chunks = -(-len(line) // 65536)
     assert len(events) <= chunks + 2  # KernelStarted, one Progress per chunk of dots, KernelDone
     assert events[-2] == Progress(0, "100%", 100, n) and events[-1] == KernelDone("k", 0, 10)
