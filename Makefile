@@ -58,6 +58,8 @@ run: install
 # and a zygote that imports with its collector off and reads hypothesis's constants once (the first test at 3.8 s,
 # not 5.0 s); -n 5, 6 and 7 alternated twice: 81.4/79.4, 73.6/67.3, 66.2/72.8 s. The tree of the session's start
 # against its end, alternated three times: 83.3/78.9/85.1 against 75.9/79.8/82.8 s, the machine slow that hour.
+# Session 18 (2026-11-28): -n 6, 8 and 10 alternated three times: 71.3/65.5/65.6, 74.2/71.8/61.7, 69.8/70.5/64.5 s;
+# -n 6 stays. A fresh clone's `.ci/run` took 61.9-66.5 s in a fast hour.
 test: install-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n 6 --dist worksteal
