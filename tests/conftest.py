@@ -458,8 +458,3 @@ def quick_suspicion(monkeypatch):
     monkeypatch.setattr(confirm, "SUSPECT_AFTER_S", STALL_S)
 
 
-@pytest.fixture
-def cli_env(fake_env):
-    """No nsys (fake_env's): a calibration is then a plain run, which for a program that hangs lasts until it is
-    stopped."""
-    return fake_env

@@ -119,7 +119,8 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
                       timeout_s: float, pause: tuple[float, float], leash: int) -> Kills:
     rng = random.Random(seed)
     _gate(folder).unlink(missing_ok=True)
-    _let_write(folder, leash)
+    allowed = leash  # records each writer may have written (store_writer.LEASH), raised at each turn
+    _let_write(folder, allowed)
     procs: dict = {}
     since = {w: 0 for w in range(workers)}  # records each writer had confirmed when it was (re)started
     made = while_writing = 0
@@ -149,7 +150,8 @@ def _write_with_kills(start, store: str, folder: Path, workers: int, n: int, kil
                 since[w] = len(_confirmed(folder, w))
                 procs[w] = start(store, w, n, folder)
             if leash:  # a few records more each, written while this process sleeps
-                _let_write(folder, _allowed_now(folder) + leash)
+                allowed += leash
+                _let_write(folder, allowed)
         bad = {w: p.returncode for w, p in procs.items() if p.returncode != 0}
         if bad:
             raise RuntimeError(f"writers failed: {bad}")
@@ -175,10 +177,6 @@ def _let_write(folder: Path, records: int) -> None:
         os.replace(folder / f"{LEASH}.new", path)  # a writer reads the old number or the new, never half of one
     else:
         path.unlink(missing_ok=True)
-
-
-def _allowed_now(folder: Path) -> int:
-    return int((folder / LEASH).read_text())
 
 
 def _confirmed(folder: Path, worker: int) -> list[str]:

@@ -20,13 +20,8 @@ from nsightwrap.store.hangstore import HangStore
 CALIBRATING = "timing the program without ncu"
 
 
-@pytest.fixture
-def env(fake_env):
-    return fake_env  # no nsys (fake_env's): the calibration is a plain run of 30 s
-
-
 @pytest.mark.parametrize("steps", [("vec_add", "k@always"), ("vec_add", "k@hang", "sleep:30")])
-def test_the_cancel_event_stops_the_calibration_run_of_a_worker_thread(env, tmp_path, steps):
+def test_the_cancel_event_stops_the_calibration_run_of_a_worker_thread(fake_env, tmp_path, steps):
     command = app(*steps)
     cancel = threading.Event()
     began: list[float] = []
@@ -39,7 +34,7 @@ def test_the_cancel_event_stops_the_calibration_run_of_a_worker_thread(env, tmp_
     caught: list[BaseException] = []
     with HangStore(tmp_path / "h.db") as store:
         calibrator = Calibrator(command, store=store, say=say)
-        session = Session.open(command, run_config(tmp_path, stall_timeout=0.6, env=env, calibration_limit=60),
+        session = Session.open(command, run_config(tmp_path, stall_timeout=0.6, env=fake_env, calibration_limit=60),
                                store=store, calibrator=calibrator)
 
         def work():

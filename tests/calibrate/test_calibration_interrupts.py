@@ -35,11 +35,6 @@ LADDER = ladder_from_dict({"name": "two", "rungs": [
     {"name": "requested", "requested": True}, {"name": "duration", "metrics": ["gpu__time_duration.sum"]}]})
 
 
-@pytest.fixture
-def env(cli_env):
-    return cli_env
-
-
 def _store_is_empty(path):
     if path.exists():
         with HangStore(path) as store:
@@ -51,11 +46,11 @@ def _store_is_empty(path):
 # Each path with one of the two signals (SIGINT and SIGTERM are one kind of interrupt to nsightwrap.watch.signals,
 # tests/watch/test_signals.py); the library tests below take both as well.
 @pytest.mark.parametrize("how, sig", [("run", signal.SIGINT), ("profile", signal.SIGTERM)])
-def test_cli_interrupted_while_calibrating_is_interrupted(env, tmp_path, how, sig):
+def test_cli_interrupted_while_calibrating_is_interrupted(fake_env, tmp_path, how, sig):
     store = tmp_path / "h.db"
     extra = ["--profile", "quick", "--no-preflight"] if how == "profile" else []
     p = start_cli(["run", "--json", "--store", str(store), "--set", "basic", "--calibration-limit", "60", *extra,
-                   "--", *app("vec_add", "k@always", "vec_add")], env, main=("-c", SUSPECT_SOON))
+                   "--", *app("vec_add", "k@always", "vec_add")], fake_env, main=("-c", SUSPECT_SOON))
     try:
         read_until(p, p.stderr, CALIBRATING, timeout=60)
         threading.Event().wait(0.5)  # the calibration's plain run is under way
@@ -85,12 +80,12 @@ def _signal_when_calibrating(sig):
 
 
 @pytest.mark.parametrize("steps", [("vec_add", "k@always"), ("vec_add", "k@hang", "sleep:30")])
-def test_library_interrupted_while_calibrating_raises_profile_interrupted(env, tmp_path, steps):
+def test_library_interrupted_while_calibrating_raises_profile_interrupted(fake_env, tmp_path, steps):
     """A program that hangs by itself, or one whose plain run simply takes long: either way an interrupt."""
     command = app(*steps)
     with HangStore(tmp_path / "h.db") as store:
         calibrator = Calibrator(command, store=store, say=_signal_when_calibrating(signal.SIGINT))
-        context = RunContext.create(run_config(tmp_path, env=env))
+        context = RunContext.create(run_config(tmp_path, env=fake_env))
         with pytest.raises(ProfileInterrupted) as caught:
             calibrator.run(lambda ctx: profile_command(command, BASIC, ctx), context, BASIC)
         a = caught.value.attempt
@@ -100,12 +95,12 @@ def test_library_interrupted_while_calibrating_raises_profile_interrupted(env, t
     no_leftovers()
 
 
-def test_library_walk_interrupted_while_calibrating_records_nothing(env, tmp_path):
+def test_library_walk_interrupted_while_calibrating_records_nothing(fake_env, tmp_path):
     command = app("vec_add", "k@always", "vec_add")
     with HangStore(tmp_path / "h.db") as store:
         calibrator = Calibrator(command, store=store, say=_signal_when_calibrating(signal.SIGTERM))
         with interruptible(), pytest.raises(ProfileInterrupted) as caught:
-            walk_ladder(Session.open(command, run_config(tmp_path, env=env), store=store,
+            walk_ladder(Session.open(command, run_config(tmp_path, env=fake_env), store=store,
                                      calibrator=calibrator),
                         BASIC, LADDER, reader=lambda a: __import__("pandas").DataFrame())
         assert caught.value.attempt.status == INTERRUPTED

@@ -187,7 +187,7 @@ def test_a_sweep_stops_with_the_program_fault_and_records_nothing(cfg, tmp_path)
 # --- the command line ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("profile", [False, True])
-def test_cli_a_program_that_hangs_by_itself_exits_4_with_the_fault(cli_env, quick_suspicion, tmp_path, profile, capsys,
+def test_cli_a_program_that_hangs_by_itself_exits_4_with_the_fault(fake_env, quick_suspicion, tmp_path, profile, capsys,
                                                                   monkeypatch):
     """In this process (main(argv)): the exit code is main's."""
     store = tmp_path / "h.db"
@@ -204,7 +204,7 @@ def test_cli_a_program_that_hangs_by_itself_exits_4_with_the_fault(cli_env, quic
             assert len(s) == 0
 
 
-def test_cli_a_calibration_run_that_cannot_start_is_an_error_not_a_traceback(cli_env, quick_suspicion, tmp_path, capfd,
+def test_cli_a_calibration_run_that_cannot_start_is_an_error_not_a_traceback(fake_env, quick_suspicion, tmp_path, capfd,
                                                                            monkeypatch):
     """The program runs under ncu, then loses its execute bit: the plain run cannot start it. main(argv) in this
     process, its output read at the file descriptors (capfd): a traceback it printed is in `err`, and an exception
@@ -233,7 +233,7 @@ def test_cli_help_states_the_calibration_limit(capsys):
         assert "--calibration-limit SEC" in text and "(default 50)" in text
 
 
-def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, quick_suspicion, tmp_path, capsys, monkeypatch):
+def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(fake_env, quick_suspicion, tmp_path, capsys, monkeypatch):
     store = tmp_path / "s.db"
     monkeypatch.chdir(tmp_path)
     code, out, err = cli_main(["sweep-sections", "-q", "--json", "--no-preflight", "--store", str(store), "--section",
@@ -247,10 +247,10 @@ def test_cli_sweep_on_a_program_that_hangs_by_itself_exits_4(cli_env, quick_susp
 
 
 @pytest.mark.parametrize("command, cwd", [(["/nonexistent/prog"], None), (app("vec_add"), "/nonexistent-folder")])
-def test_library_calibration_that_cannot_start_is_an_error_calibration(cli_env, tmp_path, command, cwd):
+def test_library_calibration_that_cannot_start_is_an_error_calibration(fake_env, tmp_path, command, cwd):
     """No such program, or no such working folder: a failed (error) calibration that says what to do, not an
     OSError raised from deep inside the watch (before: a traceback)."""
-    calibration = Calibrator(command).calibrate(RunConfig(cwd=cwd, env=cli_env, check_gpu=False))
+    calibration = Calibrator(command).calibrate(RunConfig(cwd=cwd, env=fake_env, check_gpu=False))
     assert calibration.status == ERROR and "could not be started without ncu" in calibration.reason
     assert "No such file or directory" in calibration.reason and "working folder" in calibration.reason
 

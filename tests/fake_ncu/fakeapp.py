@@ -54,16 +54,25 @@ def chatty(ms, bar):
 _held = []  # sockets this process listens on (bind:PORT) until it exits
 
 
+def wait_for(done, seconds):
+    """Until done() is true or `seconds` have passed (polled every 20 ms); done()'s last answer."""
+    deadline = time.monotonic() + float(seconds)
+    while not (answer := done()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return answer
+
+
 def together(folder, seconds):
     port = os.environ.get("MASTER_PORT", "none")
     open(os.path.join(folder, f"{port}.{os.environ.get('RANK', '0')}"), "w").close()
-    deadline = time.monotonic() + float(seconds)
-    while True:
-        ports = sorted({name.partition(".")[0] for name in os.listdir(folder)})
-        if len(ports) > 1 or time.monotonic() >= deadline:
-            break
-        time.sleep(0.02)
-    print(f"together: ports {' '.join(ports)}" if len(ports) > 1 else f"alone: port {port}", flush=True)
+    ports = []
+
+    def met():
+        ports[:] = sorted({name.partition(".")[0] for name in os.listdir(folder)})
+        return len(ports) > 1
+
+    met_one = wait_for(met, seconds)
+    print(f"together: ports {' '.join(ports)}" if met_one else f"alone: port {port}", flush=True)
 
 
 def step(arg):
@@ -119,9 +128,7 @@ def step(arg):
             _held[-1].listen()
     elif arg.startswith("refused:"):
         folder, seconds = arg[8:].rsplit(":", 1)
-        deadline = time.monotonic() + float(seconds)
-        while not any(n.startswith("refused.") for n in os.listdir(folder)) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: any(n.startswith("refused.") for n in os.listdir(folder)), seconds)
     elif arg.startswith("together:"):
         together(*arg[9:].rsplit(":", 1))
     elif arg.startswith("sleep:"):
