@@ -8,10 +8,10 @@ whose argv is read from /proc at once) and taskstats (each task's CPU at its exi
 `report` adds up the CPU of CMD and everything it started, by what each process ran (a `python -m MODULE`, a
 script, a program), threads with their process and a process that never called exec with its parent's.
 
-Linux's process accounting (`accton`, `dump-acct`) is not used for this: it keeps each process's CPU in ticks
-of 10 ms, rounded down, and a suite run is ~3,600 processes of a few ms each. On the 2-core machine
-(2026-11-28) a full run counted ~105 s of CPU there against ~131 s here; tests/fallback/test_walk.py alone,
-both at once: 2.46 s against 3.29 s.
+Linux's process accounting (`accton`, `dump-acct`) is not used for this: it keeps each process's user and system
+time in ticks of 10 ms, rounded down, and a suite run is ~3,600 processes of a few ms each. Both at once on the
+2-core machine (2026-11-28): the whole suite 115.1 s of CPU there against 127.5 s here, tests/fallback/test_walk.py
+alone 2.46 s against 3.29 s.
 
 A process that lives less long than the read of its /proc/PID/cmdline has no command line: it is counted
 under `?` with its name. The events of the whole machine are kept in OUT.json, the report keeps CMD's.
@@ -23,6 +23,7 @@ import collections
 import json
 import os
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -151,6 +152,9 @@ def record(out: str, command: list[str]) -> int:
     listener = Listener()
     started = time.time()
     child = subprocess.Popen(command)
+    # Ctrl-C reaches the command too (one process group): what it did until it ends is kept. SIGTERM is passed on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     events: list = []
     while child.poll() is None:
         events += listener.events(0.2)
@@ -162,7 +166,7 @@ def record(out: str, command: list[str]) -> int:
                    "lost_batches": listener.lost, "events": events}, f)
     if listener.lost:
         print(f"proc_cpu: the kernel dropped {listener.lost} batches of events: the counts are low", file=sys.stderr)
-    return child.returncode
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode  # as a shell says a signal
 
 
 def label(argv: "list[str] | None") -> str:
