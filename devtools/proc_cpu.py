@@ -166,6 +166,9 @@ def record(out: str, command: list[str]) -> int:
                    "lost_batches": listener.lost, "events": events}, f)
     if listener.lost:
         print(f"proc_cpu: the kernel dropped {listener.lost} batches of events: the counts are low", file=sys.stderr)
+    if not any(event[0] == "x" for event in events):  # a user without CAP_NET_ADMIN is told nothing, and hears none
+        print("proc_cpu: no task's exit was heard (taskstats): record runs as root", file=sys.stderr)
+        return 2
     return child.returncode if child.returncode >= 0 else 128 - child.returncode  # as a shell says a signal
 
 
