@@ -65,14 +65,13 @@ def wait_for(done, seconds):
 def together(folder, seconds):
     port = os.environ.get("MASTER_PORT", "none")
     open(os.path.join(folder, f"{port}.{os.environ.get('RANK', '0')}"), "w").close()
-    ports = []
 
-    def met():
-        ports[:] = sorted({name.partition(".")[0] for name in os.listdir(folder)})
-        return len(ports) > 1
+    def ports_met():
+        ports = sorted({name.partition(".")[0] for name in os.listdir(folder)})
+        return ports if len(ports) > 1 else None
 
-    met_one = wait_for(met, seconds)
-    print(f"together: ports {' '.join(ports)}" if met_one else f"alone: port {port}", flush=True)
+    ports = wait_for(ports_met, seconds)
+    print(f"together: ports {' '.join(ports)}" if ports else f"alone: port {port}", flush=True)
 
 
 def step(arg):

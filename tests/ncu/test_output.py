@@ -537,10 +537,6 @@ def test_unnumbered_any_split(data):
 # -- cost: linear in the input, independent of the number of dots --------------
 
 
-def feed_in(parser: OutputParser, text: str, size: int) -> list:
-    return [e for i in range(0, len(text), size) for e in parser.feed(text[i : i + size])]
-
-
 def test_progress_dots_cost_one_event_per_run_not_per_dot(monkeypatch):
     """10 MB of dots (benchmarks/parser_cost.py times it; here the operation count)."""
     n = 10 << 20
